@@ -1,0 +1,330 @@
+"""Syntax records to models, judging what the string means.
+
+Plain functions, run after parsing: each rejection quotes the value, points at
+its column, says what is allowed and shows the arithmetic. ``allocation_from_str``
+is the memoised entry point behind :meth:`ModelAllocation.from_str`; sharing the
+results is safe because every model is immutable.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from areal_alloc.errors import (
+    AllocationError,
+    AllocationValidationError,
+    InvalidAllocationModeError,
+)
+from areal_alloc.model import (
+    BACKEND_DIMS,
+    DIM_NAMES,
+    HYBRID_BACKENDS,
+    IDENTIFIER,
+    ModelAllocation,
+    ParallelStrategy,
+    SchedulingStrategy,
+    describe_backends,
+    dimension_not_supported,
+)
+from areal_alloc.parse import MAX_LENGTH, parse_single
+from areal_alloc.syntax import RawComponent, RawDim, RawPart
+
+__all__ = ["allocation_from_str", "build_allocation", "suggest_backend"]
+
+_SEPARATION = SchedulingStrategy()
+_PART_DIMS = {"attn": "dtpc", "ffn": "dtpe"}
+
+
+def _fail(message: str, text: str, column: int | None = None) -> AllocationValidationError:
+    return AllocationValidationError(message, text, column)
+
+
+def suggest_backend(sizes: dict[str, int]) -> str:
+    """The training backend the old automatic choice took: fsdp unless p or e > 1."""
+    return "megatron" if sizes.get("p", 1) > 1 or sizes.get("e", 1) > 1 else "fsdp"
+
+
+def read_dims(
+    dims: tuple[RawDim, ...], text: str, allowed: str, owner: str
+) -> dict[str, int]:
+    """Read dimension tokens into ``{letter: size}``, rejecting bad letters and sizes.
+
+    ``owner`` is the backend (``fsdp``) or hybrid part (``attn``) the dims belong
+    to; a letter outside ``allowed`` is accepted only with size 1.
+    """
+    sizes: dict[str, int] = {}
+    seen: dict[str, RawDim] = {}
+    for dim in dims:
+        token = dim.letter + dim.digits
+        letter = dim.letter
+        if letter not in DIM_NAMES:
+            if letter.lower() in DIM_NAMES:
+                raise _fail(
+                    f"dimension letters are lower case: write "
+                    f"{letter.lower() + dim.digits!r}, not {token!r}",
+                    text,
+                    dim.column,
+                )
+            raise _fail(
+                f"unknown dimension {letter!r} in {token!r}; dimensions are "
+                f"d (data), t (tensor), p (pipeline), c (context), e (expert)",
+                text,
+                dim.column,
+            )
+        if dim.digits.startswith("0"):
+            if dim.digits.strip("0") == "":
+                raise _fail(
+                    f"{DIM_NAMES[letter]} parallel size must be ≥ 1, got {token!r}",
+                    text,
+                    dim.column,
+                )
+            raise _fail(
+                f"size {dim.digits!r} of {letter} has a leading zero; "
+                f"write {letter + dim.digits.lstrip('0')!r}",
+                text,
+                dim.column + 1,
+            )
+        if letter in seen:
+            first = seen[letter]
+            raise _fail(
+                f"{DIM_NAMES[letter]} parallelism ({letter}) is given twice in {owner}: "
+                f"{first.letter + first.digits!r} at column {first.column} and "
+                f"{token!r} at column {dim.column}; write each dimension once",
+                text,
+                dim.column,
+            )
+        seen[letter] = dim
+        size = int(dim.digits)
+        if size > 1 and letter not in allowed:
+            if owner in _PART_DIMS:
+                other = "ffn" if owner == "attn" else "attn"
+                raise _fail(
+                    f"{owner} does not take {DIM_NAMES[letter]} parallelism ({token}); "
+                    f"{owner} takes {', '.join(allowed)}; put {letter} in the {other} part",
+                    text,
+                    dim.column,
+                )
+            raise _fail(dimension_not_supported(owner, letter, size), text, dim.column)
+        sizes[letter] = size
+    return sizes
+
+
+def _missing_backend(raw: RawComponent, text: str) -> AllocationValidationError:
+    spec = text.strip()
+    if raw.hybrid is not None:
+        example = f"megatron:{spec}"
+        why = "hybrid attn/ffn layouts run on megatron or archon"
+    elif raw.name is not None:
+        example = f"fsdp{spec}"
+        why = "the backend comes before the name"
+    else:
+        sizes = {d.letter: int(d.digits) for d in raw.dims if d.digits.isdigit()}
+        example = f"{suggest_backend(sizes)}:{spec}"
+        why = "the backend says which engine runs the layout"
+    return _fail(
+        f"Backend must be explicitly specified in {spec!r}: {why}; write e.g. {example!r}",
+        text,
+        raw.column,
+    )
+
+
+def _check_backend(backend: str, text: str, column: int) -> None:
+    if backend in BACKEND_DIMS:
+        return
+    if backend.lower() in BACKEND_DIMS:
+        raise _fail(
+            f"backend names are lower case: write {backend.lower()!r}, not {backend!r}",
+            text,
+            column,
+        )
+    import difflib
+
+    close = difflib.get_close_matches(backend.lower(), list(BACKEND_DIMS), n=1, cutoff=0.5)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise _fail(
+        f"unknown backend {backend!r}; {hint}backends are {describe_backends()}",
+        text,
+        column,
+    )
+
+
+def _with_text(error: AllocationError, text: str) -> AllocationValidationError:
+    cls = type(error) if isinstance(error, AllocationValidationError) else AllocationValidationError
+    return cls(f"{error.message} in {text.strip()!r}", text, error.column)
+
+
+def _plain_strategy(raw: RawComponent, backend: str, text: str) -> ParallelStrategy:
+    sizes = read_dims(raw.dims, text, BACKEND_DIMS[backend], backend)
+    try:
+        return ParallelStrategy(
+            tensor_parallel_size=sizes.get("t", 1),
+            pipeline_parallel_size=sizes.get("p", 1),
+            data_parallel_size=sizes.get("d", 1),
+            context_parallel_size=sizes.get("c", 1),
+            expert_parallel_size=sizes.get("e", 1),
+        )
+    except AllocationValidationError as error:
+        raise _with_text(error, text) from None
+
+
+def _product(sizes: dict[str, int], letters: str) -> tuple[str, int]:
+    """``('d4·t2·p1·c1', 8)``: the product written out, and its value."""
+    total = 1
+    for letter in letters:
+        total *= sizes[letter]
+    return "·".join(f"{letter}{sizes[letter]}" for letter in letters), total
+
+
+def _hybrid_strategy(
+    parts: tuple[RawPart, RawPart], backend: str, text: str, column: int
+) -> ParallelStrategy:
+    if backend not in HYBRID_BACKENDS:
+        raise _fail(
+            f"hybrid attn/ffn layouts are for {' and '.join(HYBRID_BACKENDS)} only; "
+            f"{backend} takes {', '.join(BACKEND_DIMS[backend])}",
+            text,
+            column,
+        )
+    by_label: dict[str, RawPart] = {}
+    for part in parts:
+        if part.label not in _PART_DIMS:
+            import difflib
+
+            close = difflib.get_close_matches(part.label, list(_PART_DIMS), n=1, cutoff=0.5)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise _fail(
+                f"unknown part {part.label!r} in a hybrid layout; {hint}"
+                f"write BACKEND:(attn:DIMS|ffn:DIMS)",
+                text,
+                part.column,
+            )
+        if part.label in by_label:
+            raise _fail(
+                f"part {part.label!r} is given twice; a hybrid layout has one attn "
+                f"part and one ffn part",
+                text,
+                part.column,
+            )
+        by_label[part.label] = part
+    attn_part, ffn_part = by_label["attn"], by_label["ffn"]
+    attn = read_dims(attn_part.dims, text, _PART_DIMS["attn"], "attn")
+    ffn = read_dims(ffn_part.dims, text, _PART_DIMS["ffn"], "ffn")
+    attn = {letter: attn.get(letter, 1) for letter in "dtpc"}
+    pp = attn["p"]
+    if "p" in ffn and ffn["p"] != pp:
+        raise _fail(
+            f"Pipeline parallel size of attn and ffn must be identical: "
+            f"attn p{pp} ≠ ffn p{ffn['p']} in {text.strip()!r}",
+            text,
+            ffn_part.column,
+        )
+    ffn.setdefault("p", pp)
+    ffn.setdefault("e", 1)
+    ffn.setdefault("t", 1)
+    attn_formula, world = _product(attn, "dtpc")
+    if "d" not in ffn:
+        shown, model_parallel = _product(ffn, "etp")
+        if world % model_parallel:
+            raise InvalidAllocationModeError(
+                f"cannot derive ffn d: attn world {attn_formula} = {world} is not "
+                f"divisible by ffn {shown} = {model_parallel} in {text.strip()!r}",
+                text,
+                ffn_part.column,
+            )
+        ffn["d"] = world // model_parallel
+    ffn_formula, ffn_world = _product(ffn, "detp")
+    if ffn_world != world:
+        raise InvalidAllocationModeError(
+            f"World size of attn and ffn must be identical: attn {attn_formula} = "
+            f"{world} ≠ ffn {ffn_formula} = {ffn_world} in {text.strip()!r}",
+            text,
+            ffn_part.column,
+        )
+    return ParallelStrategy(
+        tensor_parallel_size=attn["t"],
+        pipeline_parallel_size=pp,
+        data_parallel_size=attn["d"],
+        context_parallel_size=attn["c"],
+        expert_parallel_size=ffn["e"],
+        expert_tensor_parallel_size=ffn["t"],
+    )
+
+
+def build_allocation(
+    raw: RawComponent,
+    text: str,
+    name: str | None = None,
+    scheduling_strategy: SchedulingStrategy | None = None,
+) -> ModelAllocation:
+    """Judge one parsed component and build its :class:`ModelAllocation`.
+
+    ``name`` and ``scheduling_strategy`` override what the string says.
+    """
+    if raw.backend is None:
+        raise _missing_backend(raw, text)
+    backend = raw.backend
+    _check_backend(backend, text, raw.column)
+    if raw.hybrid is not None:
+        parallel = _hybrid_strategy(raw.hybrid, backend, text, raw.column)
+    else:
+        parallel = _plain_strategy(raw, backend, text)
+    final_name = raw.name if name is None else name
+    if final_name is not None and not (
+        isinstance(final_name, str) and IDENTIFIER.match(final_name)
+    ):
+        raise _fail(
+            f"name {final_name!r} is not an identifier: use letters, digits and '_', "
+            f"not starting with a digit",
+            text,
+            raw.column + len(backend) + 1 if name is None else None,
+        )
+    return ModelAllocation(
+        backend, final_name, parallel, scheduling_strategy or _SEPARATION
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached(
+    spec: str, name: str | None, scheduling_strategy: SchedulingStrategy | None
+) -> ModelAllocation:
+    if "+" in spec and len(spec) <= MAX_LENGTH:
+        raise _several_components(spec)
+    return build_allocation(parse_single(spec), spec, name, scheduling_strategy)
+
+
+def _several_components(spec: str) -> AllocationValidationError:
+    from areal_alloc.legacy import migration_overrides
+
+    count = spec.count("+") + 1
+    try:
+        suggestion = " ".join(migration_overrides(spec).overrides)
+    except AllocationError:
+        suggestion = "rollout.backend='sglang:d4' actor.backend='fsdp:d4'"
+    return AllocationValidationError(
+        f"ModelAllocation.from_str() takes one component, but {spec.strip()!r} joins "
+        f"{count} with '+'; put each into its own engine's backend field: {suggestion}",
+        spec,
+        spec.index("+") + 1,
+    )
+
+
+def allocation_from_str(
+    spec: object,
+    name: object = None,
+    scheduling_strategy: object = None,
+) -> ModelAllocation:
+    """Parse one component into a :class:`ModelAllocation`, served from a memo."""
+    if type(spec) is str and name is None and scheduling_strategy is None:
+        return _cached(spec, None, None)
+    if not isinstance(spec, str):
+        parse_single(spec)  # raises the AllocationError for a non-string
+    if name is not None and not isinstance(name, str):
+        raise AllocationValidationError(f"name must be a string or None, got {name!r}")
+    if scheduling_strategy is not None and not isinstance(
+        scheduling_strategy, SchedulingStrategy
+    ):
+        raise AllocationValidationError(
+            f"scheduling_strategy must be a SchedulingStrategy or None, "
+            f"got {scheduling_strategy!r}"
+        )
+    return _cached(spec, name, scheduling_strategy)  # type: ignore[arg-type]
