@@ -31,9 +31,7 @@ class AllocationError(ValueError):
     text: str | None
     column: int | None
 
-    def __init__(
-        self, message: str, text: str | None = None, column: int | None = None
-    ) -> None:
+    def __init__(self, message: str, text: str | None = None, column: int | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.text = text

@@ -24,9 +24,7 @@ def format_layout(parallel: ParallelStrategy) -> str:
     """The dimensions part of the canonical string: ``d4t2`` or ``(attn:…|ffn:…)``."""
     p = parallel
     if p.is_hybrid:
-        attn = _dims(
-            (("d", p.dp_size), ("p", p.pp_size), ("t", p.tp_size), ("c", p.cp_size)), "d"
-        )
+        attn = _dims((("d", p.dp_size), ("p", p.pp_size), ("t", p.tp_size), ("c", p.cp_size)), "d")
         ffn = _dims(
             (("d", p.expert_mesh_dp_size), ("p", p.pp_size), ("t", p.etp_size), ("e", p.ep_size)),
             "d",

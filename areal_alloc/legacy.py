@@ -279,9 +279,9 @@ def migration_overrides(text: str) -> Migration:
     used: set[str] = set()
     assignments: list[EngineAssignment] = []
     index = 0
-    for group in filled:
+    for members in filled:
         anchor_key = ""
-        for position, raw in enumerate(group):
+        for position, raw in enumerate(members):
             allocation = allocations[index]
             index += 1
             key = _assign_key(raw, allocation.is_inference, used, text)

@@ -65,17 +65,12 @@ def dimension_not_supported(backend: str, letter: str, size: int) -> str:
             f"got {what}; {backends_taking(letter)} take {letter}"
         )
     if backend in INFERENCE_BACKENDS:
-        return (
-            f"{backend} does not support {what}; inference backends take d, t, p"
-        )
+        return f"{backend} does not support {what}; inference backends take d, t, p"
     return f"{backend} does not support {what}"  # pragma: no cover - all take every dim
 
 
 def describe_backends() -> str:
-    return (
-        f"{', '.join(TRAINING_BACKENDS)} (training); "
-        f"{', '.join(INFERENCE_BACKENDS)} (inference)"
-    )
+    return f"{', '.join(TRAINING_BACKENDS)} (training); {', '.join(INFERENCE_BACKENDS)} (inference)"
 
 
 class SchedulingStrategyType(str, enum.Enum):
@@ -92,7 +87,8 @@ class SchedulingStrategyType(str, enum.Enum):
 class SchedulingStrategy:
     """``separation`` (own GPUs, the default) or ``colocation`` onto ``target``."""
 
-    type: SchedulingStrategyType = SchedulingStrategyType.separation
+    # A plain "separation" / "colocation" is accepted and stored as the enum member.
+    type: SchedulingStrategyType | str = SchedulingStrategyType.separation
     target: str | None = None
 
     def __post_init__(self) -> None:
@@ -102,8 +98,7 @@ class SchedulingStrategy:
                 kind = SchedulingStrategyType(kind)
             except ValueError:
                 raise AllocationValidationError(
-                    f"scheduling type {kind!r} is not allowed; "
-                    f"use 'separation' or 'colocation'"
+                    f"scheduling type {kind!r} is not allowed; use 'separation' or 'colocation'"
                 ) from None
             object.__setattr__(self, "type", kind)
         if self.target is not None and not isinstance(self.target, str):
@@ -120,6 +115,11 @@ class SchedulingStrategy:
                 f"separation takes no target, got target={self.target!r}; "
                 f"use type='colocation' to share {self.target!r}'s GPUs"
             )
+
+    @property
+    def kind(self) -> SchedulingStrategyType:
+        """``type`` as the enum member (what it always holds once built)."""
+        return SchedulingStrategyType(self.type)
 
     @property
     def is_colocated(self) -> bool:
@@ -160,9 +160,7 @@ class ParallelStrategy:
                     f"{attr} ({short}) must be an integer ≥ 1, got {value!r}"
                 )
             if value < 1:
-                raise AllocationValidationError(
-                    f"{attr} ({short}) must be ≥ 1, got {value}"
-                )
+                raise AllocationValidationError(f"{attr} ({short}) must be ≥ 1, got {value}")
         if self.expert_parallel_size > 1 or self.expert_tensor_parallel_size > 1:
             emp = self.expert_model_parallel_size
             if self.world_size % emp:
@@ -285,9 +283,7 @@ class ModelAllocation:
             ("e", sizes.expert_parallel_size),
         ):
             if size > 1 and letter not in allowed:
-                raise AllocationValidationError(
-                    dimension_not_supported(self.backend, letter, size)
-                )
+                raise AllocationValidationError(dimension_not_supported(self.backend, letter, size))
         if sizes.expert_tensor_parallel_size > 1 and self.backend not in HYBRID_BACKENDS:
             raise AllocationValidationError(
                 f"{self.backend} does not support expert tensor parallelism "

@@ -132,8 +132,7 @@ def _parser() -> _Parser:
 def _check_text(text: object, what: str) -> str:
     if not isinstance(text, str):
         raise AllocationValidationError(
-            f"{what} must be a string such as 'fsdp:d4t2', got "
-            f"{type(text).__name__} {text!r}"[:300]
+            f"{what} must be a string such as 'fsdp:d4t2', got {type(text).__name__} {text!r}"[:300]
         )
     if len(text) > MAX_LENGTH:
         raise AllocationValidationError(
@@ -182,7 +181,8 @@ def _explain(text: str, exc: Any, start: str) -> AllocationError:
     if isinstance(exc, UnexpectedCharacters):
         expected = set(exc.allowed or ())
         column = exc.column
-        found = text[exc.pos_in_stream] if exc.pos_in_stream < len(text) else ""
+        position = exc.pos_in_stream if exc.pos_in_stream is not None else column - 1
+        found = text[position] if position < len(text) else ""
         kind = "CHAR"
     elif isinstance(exc, UnexpectedToken):
         expected = set(exc.expected or ())

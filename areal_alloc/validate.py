@@ -44,9 +44,7 @@ def suggest_backend(sizes: dict[str, int]) -> str:
     return "megatron" if sizes.get("p", 1) > 1 or sizes.get("e", 1) > 1 else "fsdp"
 
 
-def read_dims(
-    dims: tuple[RawDim, ...], text: str, allowed: str, owner: str
-) -> dict[str, int]:
+def read_dims(dims: tuple[RawDim, ...], text: str, allowed: str, owner: str) -> dict[str, int]:
     """Read dimension tokens into ``{letter: size}``, rejecting bad letters and sizes.
 
     ``owner`` is the backend (``fsdp``) or hybrid part (``attn``) the dims belong
@@ -109,8 +107,23 @@ def read_dims(
     return sizes
 
 
+def _written(dims: tuple[RawDim, ...]) -> str:
+    return "".join(d.letter + d.digits for d in dims)
+
+
+def _component_text(raw: RawComponent) -> str:
+    """The component as written, without spaces (for messages)."""
+    if raw.hybrid is not None:
+        layout = "(" + "|".join(f"{p.label}:{_written(p.dims)}" for p in raw.hybrid) + ")"
+    else:
+        layout = _written(raw.dims)
+    name = f"[{raw.name}]" if raw.name is not None else ""
+    head = f"{raw.backend or ''}{name}"
+    return f"{head}:{layout}" if head else layout
+
+
 def _missing_backend(raw: RawComponent, text: str) -> AllocationValidationError:
-    spec = text.strip()
+    spec = _component_text(raw)
     if raw.hybrid is not None:
         example = f"megatron:{spec}"
         why = "hybrid attn/ffn layouts run on megatron or archon"
@@ -278,9 +291,7 @@ def build_allocation(
             text,
             raw.column + len(backend) + 1 if name is None else None,
         )
-    return ModelAllocation(
-        backend, final_name, parallel, scheduling_strategy or _SEPARATION
-    )
+    return ModelAllocation(backend, final_name, parallel, scheduling_strategy or _SEPARATION)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -320,11 +331,8 @@ def allocation_from_str(
         parse_single(spec)  # raises the AllocationError for a non-string
     if name is not None and not isinstance(name, str):
         raise AllocationValidationError(f"name must be a string or None, got {name!r}")
-    if scheduling_strategy is not None and not isinstance(
-        scheduling_strategy, SchedulingStrategy
-    ):
+    if scheduling_strategy is not None and not isinstance(scheduling_strategy, SchedulingStrategy):
         raise AllocationValidationError(
-            f"scheduling_strategy must be a SchedulingStrategy or None, "
-            f"got {scheduling_strategy!r}"
+            f"scheduling_strategy must be a SchedulingStrategy or None, got {scheduling_strategy!r}"
         )
-    return _cached(spec, name, scheduling_strategy)  # type: ignore[arg-type]
+    return _cached(spec, name, scheduling_strategy)

@@ -1,0 +1,109 @@
+"""Parse speed of areal-alloc, printed side by side with its targets.
+
+Run: python benchmarks/bench_parse.py
+Figures are medians of repeated runs (this machine is shared and noisy).
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+import timeit
+from collections.abc import Callable
+from importlib.resources import files
+
+REFERENCE_MS = 23.0  # the reference implementation, measured on this machine (shared/NOTES.md)
+SIMPLE = "fsdp:d4t2"
+HYBRID = "megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)"
+
+
+def median_us(fn: Callable[[], object], number: int, repeat: int = 15) -> float:
+    runs = timeit.repeat(fn, number=number, repeat=repeat)
+    return statistics.median(runs) / number * 1e6
+
+
+def uncached(spec: str) -> Callable[[], object]:
+    from areal_alloc import ModelAllocation
+    from areal_alloc.validate import _cached
+
+    def run() -> object:
+        _cached.cache_clear()
+        return ModelAllocation.from_str(spec)
+
+    return run
+
+
+def earley_rebuilt_each_call(spec: str) -> Callable[[], object]:
+    """What the reference does: build an Earley parser for every parse (our grammar)."""
+    from lark import Lark
+
+    grammar = files("areal_alloc").joinpath("grammar.lark").read_text(encoding="utf-8")
+
+    def run() -> object:
+        return Lark(grammar, start="single", parser="earley").parse(spec)
+
+    return run
+
+
+def process_ms(code: str, runs: int = 11) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True)
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def row(label: str, value: float, unit: str, target: str, ok: bool) -> None:
+    print(f"  {label:<52} {value:>10.2f} {unit:<3} {target:<16} {'ok' if ok else 'MISSED'}")
+
+
+def main() -> int:
+    from areal_alloc import ModelAllocation
+
+    ModelAllocation.from_str(SIMPLE)  # build the parser once
+    print("parse (median µs per call)")
+    simple = median_us(uncached(SIMPLE), 300)
+    hybrid = median_us(uncached(HYBRID), 200)
+    memo = median_us(lambda: ModelAllocation.from_str(SIMPLE), 20000)
+    row(f"uncached {SIMPLE}", simple, "µs", "≤ 40 µs", simple <= 40)
+    row(f"uncached {HYBRID}", hybrid, "µs", "≤ 120 µs", hybrid <= 120)
+    row(f"memo hit {SIMPLE}", memo, "µs", "≤ 1 µs", memo <= 1)
+    earley = median_us(earley_rebuilt_each_call(SIMPLE), 3, repeat=7)
+    print("for scale")
+    row("Earley parser rebuilt every call, in this run", earley / 1e3, "ms", "", True)
+    row("reference implementation (measured here before)", REFERENCE_MS, "ms", "", True)
+    print(
+        f"  ratio: reference / ours = {REFERENCE_MS * 1e3 / simple:,.0f}x uncached, "
+        f"{REFERENCE_MS * 1e3 / memo:,.0f}x memo hit; "
+        f"Earley-rebuild / ours = {earley / simple:,.0f}x"
+    )
+
+    print("start-up (median ms per fresh process)")
+    leaked = subprocess.run(
+        [sys.executable, "-c", "import sys, areal_alloc; print('lark' in sys.modules)"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    print(f"  `import areal_alloc` imports lark: {leaked}  (target: False)")
+    base = process_ms("import lark, omegaconf")
+    first = process_ms(
+        "import lark, omegaconf, areal_alloc; areal_alloc.ModelAllocation.from_str('fsdp:d4t2')"
+    )
+    row("python -c 'import lark, omegaconf'", base, "ms", "", True)
+    row("... + import areal_alloc + first parse", first, "ms", "", True)
+    row(
+        "first-parse cost over importing dependencies",
+        first - base,
+        "ms",
+        "≤ 15 ms",
+        first - base <= 15,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
