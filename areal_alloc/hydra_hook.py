@@ -1,0 +1,120 @@
+"""The validation hook: a Hydra callback that stops a bad run before it starts.
+
+Enable it with one line in a defaults list: ``- areal_alloc/validate``.
+
+Hydra 1.3 turns an ordinary exception raised in a callback into a warning and
+runs the job anyway, so a rejection here raises :class:`SystemExit`: one clear
+message on stderr, exit code 1, no traceback, and (from ``on_run_start`` and
+``on_multirun_start``) no output directory yet.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+from areal_alloc.errors import AllocationError
+
+__all__ = ["SKIPPING_SWEEPER", "ValidateAllocations"]
+
+SKIPPING_SWEEPER = "hydra_plugins.areal_alloc.areal_alloc_sweeper.SkipInvalidSweeper"
+_BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+PREFIX = "areal-alloc: "
+
+
+def _one_line(error: AllocationError) -> str:
+    return error.message
+
+
+def _internal(error: Exception) -> str:
+    first = str(error).splitlines()[0] if str(error) else ""
+    return (
+        f"{PREFIX}could not validate the allocation ({type(error).__name__}: {first}); "
+        f"stopping rather than running an unchecked job"
+    )
+
+
+class ValidateAllocations(Callback):
+    """Validate every engine's allocation at compose time, for runs and whole sweeps.
+
+    ``on_invalid``: ``fail`` (default) stops the run, or the whole sweep when any
+    job is invalid; ``skip`` launches the valid jobs of a sweep and lists the
+    skipped ones.
+    """
+
+    def __init__(self, on_invalid: str = "fail", verbose: bool = False) -> None:
+        if on_invalid not in ("fail", "skip"):
+            raise SystemExit(
+                f"{PREFIX}hydra.callbacks.areal_alloc.on_invalid={on_invalid!r}: "
+                f"must be 'fail' or 'skip'"
+            )
+        self.on_invalid = on_invalid
+        self.verbose = verbose
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from areal_alloc.plan import plan_config
+
+        try:
+            plan_config(config)
+        except AllocationError as error:
+            raise SystemExit(f"{PREFIX}{error}") from None
+        except Exception as error:  # Hydra would turn it into a warning and run anyway
+            raise SystemExit(_internal(error)) from None
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            self._check_sweep(config)
+        except (SystemExit, KeyboardInterrupt):
+            raise
+        except Exception as error:  # Hydra would turn it into a warning and launch anyway
+            raise SystemExit(_internal(error)) from None
+
+    def _check_sweep(self, config: DictConfig) -> None:
+        from areal_alloc.sweep import check_sweep
+
+        try:
+            checks = check_sweep(config)
+        except AllocationError as error:  # the base config itself is broken
+            raise SystemExit(f"{PREFIX}{error}") from None
+        bad = [c for c in checks if not c.ok]
+        if self.verbose:
+            print(f"{PREFIX}checked {len(checks)} sweep jobs", file=sys.stderr)
+        if not bad:
+            return
+        lines = [
+            f"{PREFIX}job {c.index} [{' '.join(c.overrides)}]: {_one_line(c.error)}"  # type: ignore[arg-type]
+            for c in bad
+        ]
+        if self.on_invalid == "fail":
+            lines.append(
+                f"{PREFIX}{len(bad)} of {len(checks)} sweep jobs are invalid; nothing was "
+                f"launched (set hydra.callbacks.areal_alloc.on_invalid=skip to run the "
+                f"valid ones)"
+            )
+            raise SystemExit("\n".join(lines))
+        if len(bad) == len(checks):
+            lines.append(f"{PREFIX}all {len(checks)} sweep jobs are invalid; nothing to launch")
+            raise SystemExit("\n".join(lines))
+        target = config.hydra.sweeper.get("_target_")
+        if target not in (_BASIC_SWEEPER, SKIPPING_SWEEPER):
+            lines.append(
+                f"{PREFIX}on_invalid=skip works with Hydra's basic sweeper; this sweep uses "
+                f"{target}, so nothing was launched"
+            )
+            raise SystemExit("\n".join(lines))
+        for line in lines:
+            print(line.replace(": job", ": skipping job", 1), file=sys.stderr)
+        print(
+            f"{PREFIX}skipping {len(bad)} invalid of {len(checks)} sweep jobs; "
+            f"launching {len(checks) - len(bad)}",
+            file=sys.stderr,
+        )
+        # The sweeper is built from this very config right after this callback.
+        sweeper = OmegaConf.to_container(config.hydra.sweeper, resolve=False)
+        assert isinstance(sweeper, dict)
+        sweeper.update(_target_=SKIPPING_SWEEPER, skip=[list(c.raw) for c in bad])
+        with read_write(config.hydra), open_dict(config.hydra):
+            config.hydra.sweeper = OmegaConf.create(sweeper)

@@ -1,0 +1,97 @@
+"""OmegaConf resolvers under the ``alloc`` namespace.
+
+``${alloc.world_size:SPEC}``, ``${alloc.dim:SPEC,tp}``, ``${alloc.total_gpus:}`` and
+``${alloc.layouts:BACKEND,GPUS}``. They are registered idempotently on
+``import areal_alloc`` and when Hydra scans our plugin. This module imports only
+omegaconf; the parser is loaded when a resolver first runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from omegaconf import OmegaConf
+
+__all__ = ["DIM_ALIASES", "RESOLVERS", "register_resolvers"]
+
+#: Names accepted by ``${alloc.dim:SPEC,NAME}`` and the attribute each reads.
+DIM_ALIASES: dict[str, str] = {
+    "tp": "tp_size",
+    "pp": "pp_size",
+    "dp": "dp_size",
+    "cp": "cp_size",
+    "ep": "ep_size",
+    "etp": "etp_size",
+    "edp": "edp_size",
+    "world": "world_size",
+    "world_size": "world_size",
+    "instances": "instances",
+    "instance_size": "instance_size",
+}
+
+
+def _allocation(spec: object) -> Any:
+    from areal_alloc.model import ModelAllocation
+
+    return ModelAllocation.from_str(spec if not isinstance(spec, int) else str(spec))  # type: ignore[arg-type]
+
+
+def world_size(spec: object) -> int:
+    """``${alloc.world_size:fsdp:d4t2}`` → 8."""
+    return int(_allocation(spec).parallel.world_size)
+
+
+def dim(spec: object, name: object) -> int:
+    """``${alloc.dim:sglang:d2t4,tp}`` → 4.
+
+    Names: tp pp dp cp ep etp edp world instances instance_size.
+    """
+    from areal_alloc.errors import AllocationValidationError
+
+    if not isinstance(name, str) or name not in DIM_ALIASES:
+        raise AllocationValidationError(
+            f"alloc.dim: unknown dimension name {name!r}; use one of {', '.join(DIM_ALIASES)}"
+        )
+    allocation = _allocation(spec)
+    attr = DIM_ALIASES[name]
+    if attr == "instances":
+        return int(allocation.n_instances)
+    if attr == "instance_size":
+        return int(allocation.instance_size)
+    return int(getattr(allocation.parallel, attr))
+
+
+def total_gpus(*, _root_: Any) -> int:
+    """``${alloc.total_gpus:}`` → GPUs the whole config needs (colocated engines counted once)."""
+    from areal_alloc.plan import plan_config
+
+    return plan_config(_root_).total_gpus
+
+
+def layouts(backend: object, gpus: object, *options: object) -> str:
+    """``${alloc.layouts:fsdp,8}`` → ``fsdp:d8,fsdp:d4t2,…``, a sweep value list.
+
+    Extra ``key=value`` arguments are constraints, e.g. ``max_tp=4`` or ``gpus_per_node=8``.
+    """
+    from areal_alloc.layouts import enumerate_layouts, parse_constraints
+
+    count = int(gpus) if isinstance(gpus, str) and gpus.isdigit() else gpus
+    return ",".join(
+        enumerate_layouts(str(backend), count, parse_constraints(options))  # type: ignore[arg-type]
+    )
+
+
+RESOLVERS: dict[str, Callable[..., Any]] = {
+    "alloc.world_size": world_size,
+    "alloc.dim": dim,
+    "alloc.total_gpus": total_gpus,
+    "alloc.layouts": layouts,
+}
+
+
+def register_resolvers() -> None:
+    """Register every ``alloc.*`` resolver that is not registered yet (safe to call again)."""
+    for name, function in RESOLVERS.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, function)

@@ -1,0 +1,118 @@
+"""Every job of a Hydra sweep, checked before the first one launches.
+
+Hydra's basic sweeper turns the sweep overrides (command line plus
+``hydra.sweeper.params``) into a cartesian product of jobs. We compute the same
+job list with Hydra's own functions, then build each job's config cheaply: a
+copy of the already composed base config with the job's value overrides
+applied. Only jobs that change a config group are composed in full, through
+Hydra's config loader, as the sweeper itself would.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from areal_alloc.errors import AllocationError
+from areal_alloc.plan import Plan, plan_config
+
+__all__ = ["JobCheck", "check_sweep", "sweep_jobs"]
+
+
+def _shown(job: Sequence[str]) -> tuple[str, ...]:
+    """Job overrides as the user typed them (Hydra escapes ':' and friends)."""
+    import re
+
+    return tuple(re.sub(r"\\(.)", r"\1", override) for override in job)
+
+
+@dataclass(frozen=True, slots=True)
+class JobCheck:
+    """One sweep job: its overrides, and its plan or the error that rejects it."""
+
+    index: int
+    overrides: tuple[str, ...]
+    raw: tuple[str, ...] = ()
+    plan: Plan | None = None
+    error: AllocationError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def _parser() -> Any:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create()
+
+
+def sweep_jobs(config: DictConfig) -> list[list[str]]:
+    """The override list of every job, in launch order, as Hydra's BasicSweeper makes it."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    sweeper = config.hydra.sweeper
+    params = sweeper.get("params") if "params" in sweeper else None
+    arguments: list[str] = []
+    if params:
+        resolved = OmegaConf.to_container(params, resolve=True)
+        if isinstance(resolved, dict):
+            arguments += [f"{k!s}={v}" for k, v in resolved.items()]
+    task = OmegaConf.to_container(config.hydra.overrides.task, resolve=False)
+    arguments += [str(item) for item in task] if isinstance(task, list) else []
+    overrides = _parser().parse_overrides(arguments)
+    batches = BasicSweeper.split_arguments(overrides, None)
+    return [list(job) for batch in batches for job in batch]
+
+
+def _base(config: DictConfig) -> DictConfig:
+    keys = [k for k in config if k != "hydra"]
+    return OmegaConf.masked_copy(config, keys)  # type: ignore[arg-type]
+
+
+def _apply(cfg: DictConfig, overrides: Sequence[Any]) -> None:
+    with open_dict(cfg):
+        for override in overrides:
+            key = override.get_key_element().lstrip("+~")
+            if key.startswith("hydra.") or "@" in key:
+                continue
+            if override.is_delete():
+                parent_key, _, leaf = key.rpartition(".")
+                parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+                if isinstance(parent, DictConfig) and leaf in parent:
+                    del parent[leaf]
+                continue
+            OmegaConf.update(cfg, key, override.value(), merge=False, force_add=True)
+
+
+def check_sweep(config: DictConfig) -> list[JobCheck]:
+    """Validate every job of the sweep described by a multirun ``config``."""
+    jobs = sweep_jobs(config)
+    choices = set(config.hydra.runtime.choices.keys()) if "runtime" in config.hydra else set()
+    parser = _parser()
+    base = _base(config)
+    results: list[JobCheck] = []
+    for index, job in enumerate(jobs):
+        parsed = parser.parse_overrides(job)
+        changes_group = any(
+            o.get_key_element().lstrip("+~") in choices for o in parsed if not o.is_delete()
+        )
+        try:
+            if changes_group:
+                from hydra.core.global_hydra import GlobalHydra
+
+                loader = GlobalHydra.instance().config_loader()
+                cfg = loader.load_sweep_config(config, list(job))
+            else:
+                cfg = copy.deepcopy(base)
+                _apply(cfg, parsed)
+            plan = plan_config(cfg)
+        except AllocationError as error:
+            results.append(JobCheck(index, _shown(job), tuple(job), error=error))
+            continue
+        results.append(JobCheck(index, _shown(job), tuple(job), plan=plan))
+    return results

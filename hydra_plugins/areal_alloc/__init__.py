@@ -1,0 +1,1 @@
+"""areal-alloc's Hydra plugins. Kept thin: Hydra imports this on every app start."""

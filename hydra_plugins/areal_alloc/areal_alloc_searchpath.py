@@ -1,0 +1,33 @@
+"""Puts areal-alloc's configs on every Hydra app's search path and registers its resolvers.
+
+Hydra imports this module on every start of every Hydra app, so it imports
+nothing heavy (no lark, no parser) and never raises.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from hydra.core.config_search_path import ConfigSearchPath
+from hydra.plugins.search_path_plugin import SearchPathPlugin
+
+
+class AllocSearchPathPlugin(SearchPathPlugin):
+    """Appends ``pkg://areal_alloc.conf.plugin``: ``- areal_alloc/validate`` becomes available."""
+
+    def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
+        search_path.append(provider="areal-alloc", path="pkg://areal_alloc.conf.plugin")
+
+
+def _register() -> None:
+    try:
+        from areal_alloc.resolvers import register_resolvers
+        from areal_alloc.schema import register_configs
+
+        register_resolvers()
+        register_configs()
+    except Exception as error:  # never break somebody else's Hydra app
+        warnings.warn(f"areal-alloc: plugin set-up failed: {error!r}", stacklevel=1)
+
+
+_register()
