@@ -18,19 +18,30 @@ from areal_alloc.model import (
     SchedulingStrategy,
     SchedulingStrategyType,
 )
+from areal_alloc.plan import EnginePlan, Plan, validate
+from areal_alloc.rankgroups import rank_groups
+from areal_alloc.resolvers import register_resolvers
 
 __all__ = [
     "AllocationError",
     "AllocationSyntaxError",
     "AllocationValidationError",
+    "EnginePlan",
     "InvalidAllocationModeError",
     "ModelAllocation",
     "ParallelStrategy",
+    "Plan",
     "SchedulingStrategy",
     "SchedulingStrategyType",
+    "rank_groups",
+    "register_resolvers",
+    "validate",
 ]
 
 __version__ = "0.1.0"
+
+# Plain OmegaConf users get ${alloc.*} too; registering again is a no-op.
+register_resolvers()
 
 _REMOVED = {
     "AllocationMode": (

@@ -2,7 +2,8 @@
 
 Layouts are enumerated from the divisors of the GPU count, so even 1,024 GPUs
 take milliseconds. Results are canonical strings in a stable order: most data
-parallelism first, then the other sizes ascending.
+parallelism first, then the least context, expert and pipeline parallelism
+(tensor parallelism is the cheapest way to split a model within a node).
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ def enumerate_layouts(
                     for etp in etps:
                         parallel = ParallelStrategy(tp, pp, dp, cp, ep, etp)
                         text = str(ModelAllocation(backend, None, parallel))
-                        found.append(((-dp, tp, pp, cp, ep, etp), text))
+                        found.append(((-dp, cp, ep, pp, tp, etp), text))
     found.sort()
     return [text for _, text in found]
 

@@ -22,7 +22,7 @@ from areal_alloc.model import (
 )
 from areal_alloc.parse import Groups, parse_legacy
 from areal_alloc.syntax import RawComponent
-from areal_alloc.validate import build_allocation, read_dims, suggest_backend
+from areal_alloc.validation import build_allocation, read_dims, suggest_backend
 
 __all__ = [
     "ENGINE_KEYS",

@@ -339,4 +339,4 @@ class ModelAllocation:
 
 
 # Parsing needs the models defined above, so it is bound last.
-from areal_alloc.validate import allocation_from_str as _allocation_from_str  # noqa: E402
+from areal_alloc.validation import allocation_from_str as _allocation_from_str  # noqa: E402

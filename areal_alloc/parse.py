@@ -167,7 +167,7 @@ def _parse(text: str, start: Literal["single", "legacy"]) -> Any:
 
 
 def _describe(expected: set[str]) -> str:
-    names = sorted({_TERMINALS.get(e, e) for e in expected})
+    names = sorted({_TERMINALS.get(e, e) for e in expected}) or [_TERMINALS["$END"]]
     if len(names) == 1:
         return names[0]
     return ", ".join(names[:-1]) + " or " + names[-1]

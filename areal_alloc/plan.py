@@ -417,6 +417,50 @@ def _check_capacity(engines: list[EnginePlan], n_nodes: int, per_node: int) -> N
             )
 
 
+def _shape_from(node: object, source: str) -> Any:
+    from areal_alloc.shape import ModelShape
+
+    if not _is_mapping(node):
+        raise AllocationValidationError(
+            f"{source}={node!r}: must be a mapping (num_layers, num_attention_heads, …) "
+            f"or {{path: /local/model/dir}}"
+        )
+    path = _child(node, "path")
+    if isinstance(path, str) and path:
+        return ModelShape.from_hf_config(path)
+    return ModelShape.from_mapping(node, source=source)
+
+
+def _model_shape(cfg: object, key: str) -> Any:
+    """The model shape an engine runs: its own, its local model path, or the experiment's."""
+    from pathlib import Path
+
+    from areal_alloc.shape import ModelShape
+
+    section = _child(cfg, key)
+    own = _child(section, "model_shape")
+    if own is not None:
+        return _shape_from(own, f"{key}.model_shape")
+    path = _child(section, "path")
+    if isinstance(path, str) and path and (Path(path).expanduser() / "config.json").is_file():
+        return ModelShape.from_hf_config(Path(path).expanduser())
+    if key == "teacher":
+        return None  # a teacher is another model: only its own shape applies
+    top = _child(cfg, "model_shape")
+    return _shape_from(top, "model_shape") if top is not None else None
+
+
+def _check_shapes(cfg: object, engines: list[EnginePlan]) -> None:
+    from areal_alloc.shape import check_shape
+
+    for engine in engines:
+        if not engine.active:
+            continue
+        shape = _model_shape(cfg, engine.key)
+        if shape is not None:
+            check_shape(engine.allocation, shape, engine.backend_key)
+
+
 def plan_config(cfg: object) -> Plan:
     """Read, check and place every engine of a composed config."""
     if not _is_mapping(cfg):
@@ -434,6 +478,7 @@ def plan_config(cfg: object) -> Plan:
     engines = _apply_run_rules(cfg, _read_engines(cfg))
     _check_scheduling(engines)
     _check_capacity(engines, n_nodes, per_node)
+    _check_shapes(cfg, engines)
     from areal_alloc.placement import place
 
     placements, warnings = place(engines, n_nodes, per_node)

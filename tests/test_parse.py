@@ -375,6 +375,12 @@ ERRORS: list[tuple[object, type[AllocationError], str, int | None]] = [
         11,
     ),
     (
+        "megatron:(attn:d2|ffn:d2)5",
+        AllocationSyntaxError,
+        "unexpected '5' at column 26 of 'megatron:(attn:d2|ffn:d2)5'; expected the end",
+        26,
+    ),
+    (
         4,
         AllocationValidationError,
         "allocation string must be a string such as 'fsdp:d4t2', got int 4",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
@@ -51,20 +52,27 @@ ALPHABET = "dtpcex0123456789:[]()|+ .fsdpmegatronsglangvllmattnffnarchonDT_-\t"
 mutations = st.text(alphabet=ALPHABET, max_size=60)
 
 
+def _rejection_seconds(parse: Callable[[str], object], text: str) -> float:
+    start = time.perf_counter()
+    with contextlib.suppress(AllocationError):
+        parse(text)
+    return time.perf_counter() - start
+
+
 def _only_allocation_errors(text: str) -> None:
     for parse in (ModelAllocation.from_str, parse_allocation_mode):
-        start = time.perf_counter()
-        with contextlib.suppress(AllocationError):
-            parse(text)
-        elapsed = time.perf_counter() - start
-        # well under a millisecond or two; a generous bound for a loaded machine
-        assert elapsed < 0.05, f"{text!r} took {elapsed * 1e3:.1f} ms"
+        # any exception other than AllocationError fails the test here
+        elapsed = _rejection_seconds(parse, text)
+        if elapsed > 0.002:  # a shared machine stalls now and then: a slow input stays slow
+            elapsed = min(_rejection_seconds(parse, text) for _ in range(3))
+        assert elapsed < 0.002, f"{text!r} took {elapsed * 1e3:.2f} ms"
 
 
 @settings(max_examples=1500, deadline=None)
 @given(mutations)
 @example("megatron:(attn:d2|ffn:d2")
 @example("((((((")
+@example("prcphon:(attn:d8c2|ffn:d2t8)5")
 @example("fsdp:d" + "9" * 990)
 def test_random_strings_raise_only_allocation_errors(text: str) -> None:
     _only_allocation_errors(text)

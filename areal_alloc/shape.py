@@ -1,0 +1,145 @@
+"""Model-shape checks: what Megatron and the inference servers would reject at run time.
+
+A :class:`ModelShape` comes from a config section (``model_shape: {num_layers: 28,
+…}``) or a local Hugging Face ``config.json``. :func:`check_shape` compares it
+with a layout: attention heads and KV heads against tensor parallelism, layers
+against pipeline × virtual pipeline stages, experts against expert parallelism.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from areal_alloc.errors import AllocationValidationError
+from areal_alloc.model import ModelAllocation
+
+__all__ = ["ModelShape", "check_shape", "shape_problems"]
+
+_HF_KEYS = {
+    "num_layers": ("num_layers", "num_hidden_layers", "n_layer"),
+    "num_attention_heads": ("num_attention_heads", "n_head"),
+    "num_key_value_heads": ("num_key_value_heads", "num_query_groups", "n_head_kv"),
+    "num_experts": ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"),
+    "vocab_size": ("vocab_size",),
+    "virtual_pipeline_size": ("virtual_pipeline_size", "virtual_pipeline_parallel_size"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    """The sizes of a model that a layout must divide. ``None``: unknown, not checked."""
+
+    num_layers: int | None = None
+    num_attention_heads: int | None = None
+    num_key_value_heads: int | None = None
+    num_experts: int | None = None
+    vocab_size: int | None = None
+    virtual_pipeline_size: int = 1
+    source: str = "model_shape"
+
+    def __post_init__(self) -> None:
+        for name in _HF_KEYS:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise AllocationValidationError(
+                    f"{self.source}: {name}={value!r} must be an integer ≥ 1"
+                )
+
+    @classmethod
+    def from_mapping(cls, data: Any, source: str = "model_shape") -> ModelShape:
+        """Read a mapping with our names or Hugging Face's (``num_hidden_layers``…)."""
+        values: dict[str, Any] = {}
+        for name, keys in _HF_KEYS.items():
+            for key in keys:
+                value = data.get(key) if hasattr(data, "get") else None
+                if value is not None:
+                    values[name] = value
+                    break
+        if (
+            "num_key_value_heads" not in values
+            and "num_attention_heads" in values
+            and data.get("multi_query_attention") is not True
+        ):
+            values["num_key_value_heads"] = values["num_attention_heads"]
+        return cls(**values, source=source)
+
+    @classmethod
+    def from_hf_config(cls, path: str | Path) -> ModelShape:
+        """Read a local Hugging Face ``config.json`` (or the folder holding one)."""
+        file = Path(path)
+        if file.is_dir():
+            file = file / "config.json"
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise AllocationValidationError(f"model config {str(file)!r} does not exist") from None
+        except (OSError, ValueError) as error:
+            raise AllocationValidationError(
+                f"model config {str(file)!r} cannot be read: {error}"
+            ) from None
+        if not isinstance(data, dict):
+            raise AllocationValidationError(f"model config {str(file)!r} is not a JSON object")
+        text_config = data.get("text_config")
+        if isinstance(text_config, dict) and "num_attention_heads" not in data:
+            data = {**data, **text_config}
+        return cls.from_mapping(data, source=str(file))
+
+
+def shape_problems(allocation: ModelAllocation, shape: ModelShape) -> list[str]:
+    """Every way ``allocation`` does not fit ``shape``, each with its numbers."""
+    p = allocation.parallel
+    problems: list[str] = []
+    tp = p.tp_size
+    heads, kv = shape.num_attention_heads, shape.num_key_value_heads
+    if heads is not None and heads % tp:
+        problems.append(
+            f"num_attention_heads={heads} is not divisible by tensor parallel size t{tp}: "
+            f"{heads} % {tp} = {heads % tp}"
+        )
+    if kv is not None and tp > 1:
+        if allocation.is_inference:
+            if kv % tp and tp % kv:
+                problems.append(
+                    f"num_key_value_heads={kv} and tensor parallel size t{tp}: neither divides "
+                    f"the other, so {allocation.backend} cannot shard or replicate the KV heads"
+                )
+        elif kv % tp:
+            problems.append(
+                f"num_key_value_heads={kv} is not divisible by tensor parallel size t{tp}: "
+                f"{kv} % {tp} = {kv % tp}"
+            )
+    stages = p.pp_size * shape.virtual_pipeline_size
+    if shape.num_layers is not None and stages > 1 and shape.num_layers % stages:
+        problems.append(
+            f"num_layers={shape.num_layers} is not divisible by p{p.pp_size}·"
+            f"vpp{shape.virtual_pipeline_size} = {stages} pipeline stages: "
+            f"{shape.num_layers} % {stages} = {shape.num_layers % stages}"
+        )
+    if shape.num_experts is not None and p.ep_size > 1 and shape.num_experts % p.ep_size:
+        problems.append(
+            f"num_experts={shape.num_experts} is not divisible by expert parallel size "
+            f"e{p.ep_size}: {shape.num_experts} % {p.ep_size} = {shape.num_experts % p.ep_size}"
+        )
+    if shape.num_experts is None and p.ep_size > 1 and shape.num_layers is not None:
+        problems.append(
+            f"expert parallel size e{p.ep_size} needs a mixture-of-experts model, but "
+            f"{shape.source} gives no number of experts"
+        )
+    return problems
+
+
+def check_shape(allocation: ModelAllocation, shape: ModelShape, key: str = "backend") -> None:
+    """Raise an :class:`AllocationValidationError` naming ``key`` when the shape does not fit."""
+    from areal_alloc.format import format_layout
+
+    problems = shape_problems(allocation, shape)
+    if problems:
+        spec = f"{allocation.backend}:{format_layout(allocation.parallel)}"
+        raise AllocationValidationError(
+            f"{key}={spec!r} does not fit the model ({shape.source}): {'; '.join(problems)}"
+        )

@@ -1,0 +1,223 @@
+"""Hydra's standard plugin tests, the compose API, the resolvers and the strict schema."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hydra import compose, initialize, initialize_config_module
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.plugins import Plugins
+from hydra.plugins.search_path_plugin import SearchPathPlugin
+from hydra.plugins.sweeper import Sweeper
+from omegaconf import OmegaConf
+from omegaconf.basecontainer import BaseContainer
+from omegaconf.errors import ConfigAttributeError, InterpolationResolutionError
+
+import areal_alloc
+from areal_alloc import AllocationError
+from areal_alloc.resolvers import RESOLVERS, register_resolvers
+from hydra_plugins.areal_alloc.areal_alloc_searchpath import AllocSearchPathPlugin
+from hydra_plugins.areal_alloc.areal_alloc_sweeper import SkipInvalidSweeper
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def restore_resolvers() -> Iterator[None]:
+    """OmegaConf's documented fixture: leave the resolver registry as we found it."""
+    state = copy.deepcopy(BaseContainer._resolvers)
+    yield
+    BaseContainer._resolvers = state
+
+
+@pytest.fixture(autouse=True)
+def clear_hydra() -> Iterator[None]:
+    GlobalHydra.instance().clear()
+    yield
+    GlobalHydra.instance().clear()
+
+
+def test_discovery() -> None:
+    names = [p.__name__ for p in Plugins.instance().discover(SearchPathPlugin)]
+    assert AllocSearchPathPlugin.__name__ in names
+    sweepers = [p.__name__ for p in Plugins.instance().discover(Sweeper)]
+    assert SkipInvalidSweeper.__name__ in sweepers
+    # our namespace share hides no other plugin
+    assert "JoblibLauncher" in [p.__name__ for p in Plugins.instance().discover()]
+
+
+def test_config_installed() -> None:
+    with initialize(version_base=None):
+        loader = GlobalHydra.instance().config_loader()
+        assert "validate" in loader.get_group_options("areal_alloc")
+        assert "schema" in loader.get_group_options("areal_alloc")
+
+
+def test_hydra_plugins_is_a_namespace_package() -> None:
+    assert not (ROOT / "hydra_plugins" / "__init__.py").exists()
+    import hydra_plugins
+
+    assert getattr(hydra_plugins, "__file__", None) is None
+
+
+def test_plugin_module_imports_nothing_heavy() -> None:
+    code = (
+        "import sys, hydra_plugins.areal_alloc.areal_alloc_searchpath, "
+        "hydra_plugins.areal_alloc.areal_alloc_sweeper\n"
+        "print(sorted(m for m in ('lark', 'areal_alloc.parse_tables') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"
+
+
+def test_compose_api_and_validate() -> None:
+    with initialize_config_module(config_module="areal_alloc.conf.app", version_base="1.3"):
+        cfg = compose("config")
+        plan = areal_alloc.validate(cfg)
+        assert [(e.key, e.spec, e.gpus) for e in plan.engines] == [
+            ("rollout", "sglang:d2t4", 8),
+            ("actor", "fsdp:d4t2", 8),
+            ("ref", "fsdp:d4t2", 0),
+        ]
+        moe = areal_alloc.validate(compose("config", overrides=["experiment=moe_32"]))
+        assert moe["actor"].spec == "megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)"
+        assert (moe.total_gpus, moe.capacity) == (48, 48)
+        bad = compose("config", overrides=["actor.backend=fsdp:d4p2"])
+        with pytest.raises(AllocationError, match=r"^actor.backend='fsdp:d4p2': FSDP backend"):
+            areal_alloc.validate(bad)
+
+
+@pytest.mark.parametrize(
+    ("experiment", "engines", "total"),
+    [
+        ("grpo_2x8", ["rollout", "actor", "ref"], 16),
+        ("grpo_1x8", ["rollout", "actor", "ref"], 8),
+        ("moe_32", ["rollout", "actor", "ref"], 48),
+        ("ppo_critic", ["rollout", "actor", "critic", "ref"], 24),
+        ("distill_teacher", ["rollout", "teacher", "actor"], 16),
+    ],
+)
+def test_every_shipped_experiment_validates(
+    experiment: str, engines: list[str], total: int
+) -> None:
+    with initialize_config_module(config_module="areal_alloc.conf.app", version_base="1.3"):
+        plan = areal_alloc.validate(compose("config", overrides=[f"experiment={experiment}"]))
+    assert [e.key for e in plan.engines] == engines
+    assert plan.total_gpus == total
+
+
+def test_one_override_adds_a_critic() -> None:
+    with initialize_config_module(config_module="areal_alloc.conf.app", version_base="1.3"):
+        plan = areal_alloc.validate(
+            compose("config", overrides=["cluster.n_nodes=3", "+critic.backend=fsdp:d4t2"])
+        )
+    assert plan["critic"].spec == "fsdp:d4t2"
+    assert plan.total_gpus == 24
+
+
+# --- the strict schema -----------------------------------------------------------
+
+
+def test_strict_schema_rejects_unknown_keys_and_still_adds_a_critic(tmp_path: Path) -> None:
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "strict.yaml").write_text(
+        "defaults:\n  - areal_alloc/schema\n  - _self_\n"
+        "cluster:\n  n_nodes: 2\nrollout:\n  backend: sglang:d2\nactor:\n  backend: fsdp:d4\n"
+    )
+    (conf / "typo.yaml").write_text(
+        "defaults:\n  - areal_alloc/schema\n  - _self_\nactor:\n  backend: fsdp:d4\n  optimzer: 1\n"
+    )
+    with initialize_config_dir(str(conf)):
+        cfg = compose("strict", overrides=["+critic.backend=fsdp:d4"])
+        assert OmegaConf.is_missing(cfg, "cluster") is False
+        assert areal_alloc.validate(cfg)["critic"].gpus == 4
+        with pytest.raises(Exception, match="optimzer"):
+            compose("typo")
+        with pytest.raises(ConfigAttributeError, match="not in .EngineConfig."):
+            cfg.actor.unknown = 1
+        legacy = compose("strict", overrides=["allocation_mode=sglang:d4+fsdp:d4"])
+        with pytest.raises(AllocationError, match="rollout.backend=sglang:d4 actor.backend"):
+            areal_alloc.validate(legacy)
+
+
+def initialize_config_dir(path: str) -> Any:
+    from hydra import initialize_config_dir as init
+
+    return init(config_dir=path, version_base="1.3")
+
+
+# --- resolvers -------------------------------------------------------------------
+
+
+def test_resolvers_registered_on_import_and_idempotent(restore_resolvers: None) -> None:
+    for name in RESOLVERS:
+        assert OmegaConf.has_resolver(name)
+    register_resolvers()  # a second registration is a no-op, not a ValueError
+    for name in RESOLVERS:
+        BaseContainer._resolvers.pop(name)
+    assert not OmegaConf.has_resolver("alloc.world_size")
+    register_resolvers()
+    assert OmegaConf.has_resolver("alloc.world_size")
+
+
+RESOLVED = [
+    ("${alloc.world_size:megatron:d2p2t4}", 16),
+    ("${alloc.world_size:'megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)'}", 32),
+    ("${alloc.world_size:${actor.backend}}", 8),
+    ("${alloc.dim:${rollout.backend},tp}", 4),
+    ("${alloc.dim:${rollout.backend},instances}", 2),
+    ("${alloc.dim:${rollout.backend},instance_size}", 4),
+    ("${alloc.dim:'megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)',etp}", 4),
+    ("${alloc.dim:'megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)',edp}", 2),
+    ("${alloc.total_gpus:}", 16),
+    ("${alloc.layouts:fsdp,4}", "fsdp:d4,fsdp:d2t2,fsdp:d2c2,fsdp:t4,fsdp:t2c2,fsdp:c4"),
+    (
+        "${alloc.layouts:sglang,8,'gpus_per_node=4'}",
+        "sglang:d8,sglang:d4t2,sglang:d4p2,"
+        "sglang:d2t4,sglang:d2p2t2,sglang:d2p4,sglang:t8,sglang:p2t4,sglang:p4t2,sglang:p8",
+    ),
+]
+
+
+@pytest.mark.parametrize(("expression", "expected"), RESOLVED)
+def test_resolvers(expression: str, expected: object) -> None:
+    cfg = OmegaConf.create(
+        {
+            "cluster": {"n_nodes": 2, "n_gpus_per_node": 8},
+            "rollout": {"backend": "sglang:d2t4"},
+            "actor": {"backend": "fsdp:d4t2"},
+            "ref": {
+                "backend": "",
+                "scheduling_strategy": {"type": "colocation", "target": "actor"},
+            },
+            "value": expression,
+        }
+    )
+    assert cfg.value == expected
+
+
+RESOLVER_ERRORS = [
+    ("${alloc.world_size:fsdp:d4p2}", "FSDP backend only supports data/tensor/context"),
+    ("${alloc.world_size:fdsp:d4}", "did you mean 'fsdp'"),
+    ("${alloc.dim:fsdp:d4,xx}", "alloc.dim: unknown dimension name 'xx'"),
+    ("${alloc.layouts:fsdp,0}", "GPU count must be an integer ≥ 1, got 0"),
+    ("${alloc.layouts:fsdp,8,'max_xx=2'}", "unknown layout constraint 'max_xx=2'"),
+]
+
+
+@pytest.mark.parametrize(("expression", "message"), RESOLVER_ERRORS)
+def test_resolver_errors_are_the_core_messages(expression: str, message: str) -> None:
+    cfg = OmegaConf.create({"value": expression})
+    with pytest.raises(InterpolationResolutionError) as info:
+        _ = cfg.value
+    assert message in str(info.value)
+    assert "AllocationValidationError raised while resolving" in str(info.value)
