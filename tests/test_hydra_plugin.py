@@ -142,10 +142,10 @@ def test_strict_schema_rejects_unknown_keys_and_still_adds_a_critic(tmp_path: Pa
         assert areal_alloc.validate(cfg)["critic"].gpus == 4
         with pytest.raises(Exception, match="optimzer"):
             compose("typo")
-        with pytest.raises(ConfigAttributeError, match="not in .EngineConfig."):
+        with pytest.raises(ConfigAttributeError, match="not in 'EngineConfig'"):
             cfg.actor.unknown = 1
         legacy = compose("strict", overrides=["allocation_mode=sglang:d4+fsdp:d4"])
-        with pytest.raises(AllocationError, match="rollout.backend=sglang:d4 actor.backend"):
+        with pytest.raises(AllocationError, match=r"rollout\.backend=sglang:d4 actor\.backend"):
             areal_alloc.validate(legacy)
 
 
