@@ -2,8 +2,8 @@
 
 Layouts are enumerated from the divisors of the GPU count, so even 1,024 GPUs
 take milliseconds. Results are canonical strings in a stable order: most data
-parallelism first, then the least context, expert and pipeline parallelism
-(tensor parallelism is the cheapest way to split a model within a node).
+parallelism first, then the least context and pipeline parallelism (tensor
+parallelism is the cheapest way to split a model within a node), then experts.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import functools
 from dataclasses import dataclass
 
 from areal_alloc.errors import AllocationValidationError
+from areal_alloc.format import format_layout
 from areal_alloc.model import BACKEND_DIMS, HYBRID_BACKENDS, ModelAllocation, ParallelStrategy
 
 __all__ = ["LayoutConstraints", "enumerate_layouts"]
@@ -24,7 +25,9 @@ class LayoutConstraints:
     ``gpus_per_node`` keeps tensor parallelism (and, for inference, a whole
     instance) within one node. ``num_layers``/``num_attention_heads``/
     ``num_key_value_heads``/``num_experts`` apply the model-shape rules.
-    ``hybrid`` adds attn/ffn layouts with expert tensor parallelism.
+    ``experts`` adds expert parallelism (e > 1; on when ``num_experts`` or
+    ``max_ep`` is given), ``hybrid`` adds attn/ffn layouts with expert tensor
+    parallelism.
     """
 
     max_tp: int | None = None
@@ -39,7 +42,7 @@ class LayoutConstraints:
     num_key_value_heads: int | None = None
     num_experts: int | None = None
     hybrid: bool = False
-    experts: bool = True
+    experts: bool = False
 
 
 @functools.cache
@@ -91,19 +94,22 @@ def enumerate_layouts(
                 dp = rest_p // cp
                 if not (_within(cp, c.max_cp) and _within(dp, c.max_dp) and dp >= c.min_dp):
                     continue
-                eps = _divisors(gpus // pp) if "e" in allowed and c.experts else (1,)
+                with_experts = c.experts or c.hybrid or c.num_experts or c.max_ep
+                eps = _divisors(gpus // pp) if "e" in allowed and with_experts else (1,)
                 for ep in eps:
                     if not _within(ep, c.max_ep) or not _shape_ok(tp, pp, ep, c):
                         continue
                     etps: tuple[int, ...] = (1,)
                     if c.hybrid and backend in HYBRID_BACKENDS and ep > 1:
                         etps = tuple(
-                            e for e in _divisors(gpus // (pp * ep)) if not node or e <= node
+                            e
+                            for e in _divisors(gpus // (pp * ep))
+                            if (not node or e <= node) and _within(e, c.max_tp)
                         )
                     for etp in etps:
                         parallel = ParallelStrategy(tp, pp, dp, cp, ep, etp)
-                        text = str(ModelAllocation(backend, None, parallel))
-                        found.append(((-dp, cp, ep, pp, tp, etp), text))
+                        text = f"{backend}:{format_layout(parallel)}"
+                        found.append(((-dp, cp, pp, tp, ep, etp), text))
     found.sort()
     return [text for _, text in found]
 

@@ -10,6 +10,7 @@ edp = world / (etp × ep × pp).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 from areal_alloc.errors import AllocationValidationError
@@ -121,7 +122,31 @@ def rank_groups(
         )
     mesh = _mesh(parallel, expert)
     varying = [_EXPERT_MESH[n] for n in names] if expert else names
-    return _groups(mesh, _parse_order(order, mesh), varying)
+    layout = _parse_order(order, mesh)
+    if parallel.ep_size > 1 or parallel.etp_size > 1:
+        _check_expert_order(parallel, order)
+    return _groups(mesh, layout, varying)
+
+
+@functools.lru_cache(maxsize=256)
+def _check_expert_order(parallel: ParallelStrategy, order: str) -> None:
+    """Megatron's own conditions for the two meshes to share one world."""
+    attention, experts = _mesh(parallel, False), _mesh(parallel, True)
+    names = _parse_order(order, attention)
+    pp_last = names[-1] == "pp" or order.lower().rstrip().endswith("pp")
+    dp, edp, pp = parallel.dp_size, parallel.expert_mesh_dp_size, parallel.pp_size
+    if not (pp_last or pp == 1 or edp == dp):
+        raise AllocationValidationError(
+            f"order {order!r} does not end with pp, so Megatron needs the same data-parallel "
+            f"size for attention and experts: dp {dp} ≠ edp {edp} "
+            f"(world {parallel.world_size} / p{pp}·etp{parallel.etp_size}·e{parallel.ep_size})"
+        )
+    if _groups(attention, names, ["pp"]) != _groups(experts, _parse_order(order, experts), ["pp"]):
+        raise AllocationValidationError(
+            f"order {order!r}: attention and expert layers would get different pipeline groups "
+            f"(tp{parallel.tp_size}·cp{parallel.cp_size} ≠ etp{parallel.etp_size}·"
+            f"e{parallel.ep_size} below pp); Megatron requires them identical"
+        )
 
 
 def all_rank_groups(
