@@ -1,7 +1,7 @@
 """The one canonical formatter: models back to strings that parse to equal models.
 
-Dimensions are written in the order d, p, t, c, e, sizes of 1 left out (``d1``
-when every size is 1). A layout whose experts have their own tensor-parallel
+Dimensions are written in the order d, p, t, c, e: ``d`` always, other sizes
+of 1 left out (``vllm:d1t4``). A layout whose experts have their own tensor-parallel
 size is written in the hybrid form ``BACKEND:(attn:…|ffn:…)``, with ``d`` on
 both sides, so expert tensor parallelism is never lost.
 """
@@ -30,17 +30,9 @@ def format_layout(parallel: ParallelStrategy) -> str:
             "d",
         )
         return f"(attn:{attn}|ffn:{ffn})"
-    return (
-        _dims(
-            (
-                ("d", p.dp_size),
-                ("p", p.pp_size),
-                ("t", p.tp_size),
-                ("c", p.cp_size),
-                ("e", p.ep_size),
-            )
-        )
-        or "d1"
+    return _dims(
+        (("d", p.dp_size), ("p", p.pp_size), ("t", p.tp_size), ("c", p.cp_size), ("e", p.ep_size)),
+        "d",
     )
 
 

@@ -69,6 +69,17 @@ def dimension_not_supported(backend: str, letter: str, size: int) -> str:
     return f"{backend} does not support {what}"  # pragma: no cover - all take every dim
 
 
+def unknown_backend(backend: str) -> str:
+    """The message for a backend name that is not one of ours, with the nearest one."""
+    if backend.lower() in BACKEND_DIMS:
+        return f"backend names are lower case: write {backend.lower()!r}, not {backend!r}"
+    import difflib
+
+    close = difflib.get_close_matches(backend.lower(), list(BACKEND_DIMS), n=1, cutoff=0.5)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"unknown backend {backend!r}; {hint}backends are {describe_backends()}"
+
+
 def describe_backends() -> str:
     return f"{', '.join(TRAINING_BACKENDS)} (training); {', '.join(INFERENCE_BACKENDS)} (inference)"
 
@@ -255,9 +266,7 @@ class ModelAllocation:
 
     def __post_init__(self) -> None:
         if self.backend not in BACKEND_DIMS:
-            raise AllocationValidationError(
-                f"unknown backend {self.backend!r}; backends are {describe_backends()}"
-            )
+            raise AllocationValidationError(unknown_backend(str(self.backend)))
         if self.name is not None and (
             not isinstance(self.name, str) or not IDENTIFIER.match(self.name)
         ):

@@ -23,8 +23,8 @@ from areal_alloc.model import (
     ModelAllocation,
     ParallelStrategy,
     SchedulingStrategy,
-    describe_backends,
     dimension_not_supported,
+    unknown_backend,
 )
 from areal_alloc.parse import MAX_LENGTH, parse_single
 from areal_alloc.syntax import RawComponent, RawDim, RawPart
@@ -142,23 +142,8 @@ def _missing_backend(raw: RawComponent, text: str) -> AllocationValidationError:
 
 
 def _check_backend(backend: str, text: str, column: int) -> None:
-    if backend in BACKEND_DIMS:
-        return
-    if backend.lower() in BACKEND_DIMS:
-        raise _fail(
-            f"backend names are lower case: write {backend.lower()!r}, not {backend!r}",
-            text,
-            column,
-        )
-    import difflib
-
-    close = difflib.get_close_matches(backend.lower(), list(BACKEND_DIMS), n=1, cutoff=0.5)
-    hint = f"did you mean {close[0]!r}? " if close else ""
-    raise _fail(
-        f"unknown backend {backend!r}; {hint}backends are {describe_backends()}",
-        text,
-        column,
-    )
+    if backend not in BACKEND_DIMS:
+        raise _fail(unknown_backend(backend), text, column)
 
 
 def _with_text(error: AllocationError, text: str) -> AllocationValidationError:

@@ -30,7 +30,7 @@ VALID = [
     ),
     (
         "megatron:(attn:d1p12t4|ffn:d1p12e4)",
-        ("megatron", None, (1, 4, 12, 1, 4, 1), 48, "megatron:p12t4e4"),
+        ("megatron", None, (1, 4, 12, 1, 4, 1), 48, "megatron:d1p12t4e4"),
     ),
     # ffn may omit p (inherits attn's) and d (derived: 32 / (e2·t4·p2) = 2)
     (
@@ -48,6 +48,7 @@ VALID = [
     ("sglang:d4p1t1", ("sglang", None, (4, 1, 1, 1, 1, 1), 4, "sglang:d4")),
     ("sglang:d4c1e1", ("sglang", None, (4, 1, 1, 1, 1, 1), 4, "sglang:d4")),
     ("fsdp:t1", ("fsdp", None, (1, 1, 1, 1, 1, 1), 1, "fsdp:d1")),
+    ("vllm:t4", ("vllm", None, (1, 4, 1, 1, 1, 1), 4, "vllm:d1t4")),
     ("fsdp:c2d2", ("fsdp", None, (2, 1, 1, 2, 1, 1), 4, "fsdp:d2c2")),
     ("  fsdp : d4 t2  ", ("fsdp", None, (4, 2, 1, 1, 1, 1), 8, "fsdp:d4t2")),
     (
@@ -498,6 +499,11 @@ def test_scheduling_type_is_a_str_enum() -> None:
 
 
 MODEL_ERRORS = [
+    (
+        ("fdsp", None, ParallelStrategy()),
+        "unknown backend 'fdsp'; did you mean 'fsdp'? backends are fsdp, megatron, archon "
+        "(training); sglang, vllm (inference)",
+    ),
     (
         ("tpu", None, ParallelStrategy()),
         "unknown backend 'tpu'; backends are fsdp, megatron, archon (training); sglang, "

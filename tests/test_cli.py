@@ -1,0 +1,252 @@
+"""The `areal-alloc` command, run as users run it: the installed console script."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+SCRIPT = Path(sys.executable).with_name("areal-alloc")
+COMMAND = str(SCRIPT) if SCRIPT.exists() else shutil.which("areal-alloc")
+
+DEFAULT_PLAN = """\
+allocation plan: 2 nodes × 8 GPUs = 16 GPUs
+
+  engine   backend      dims   world  instances  scheduling         GPUs  note
+  rollout  sglang:d2t4  d2 t4  8      2 × 4      separate           8
+  actor    fsdp:d4t2    d4 t2  8      -          separate           8
+  ref      fsdp:d4t2    d4 t2  8      -          colocated → actor  0     backend from actor.backend
+
+total: 16 of 16 GPUs used, 0 free
+
+node map (one column per GPU, · free):
+  GPU     0 1 2 3 4 5 6 7
+  node 0  R R R R R R R R
+  node 1  A A A A A A A A
+
+  R = rollout sglang:d2t4  (node 0)
+  A = actor fsdp:d4t2 + ref (colocated)  (node 1)
+"""
+
+
+def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    assert COMMAND, "areal-alloc is not installed"
+    return subprocess.run(
+        [COMMAND, *args], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_default_run_prints_the_plan_and_writes_nothing(tmp_path: Path) -> None:
+    done = run(tmp_path)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == DEFAULT_PLAN
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "lines"),
+    [
+        (
+            ["experiment=moe_32"],
+            [
+                "allocation plan: 6 nodes × 8 GPUs = 48 GPUs",
+                "  actor    megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)  "
+                "attn d4 p2 t2 c2 | ffn d2 p2 t4 e2  32     -          separate           32",
+            ],
+        ),
+        (
+            ["experiment=distill_teacher"],
+            [
+                "  teacher  vllm:d1t4  d1 t4  4      1 × 4      separate    4",
+                "  node 0  R R R R T T T T",
+            ],
+        ),
+        (
+            ["cluster.n_nodes=3", "+critic.backend=fsdp:d4t2"],
+            [
+                "  critic   fsdp:d4t2    d4 t2  8      -          separate           8",
+                "  node 2  C C C C C C C C",
+            ],
+        ),
+        (
+            ["cluster.n_gpus_per_node=0"],
+            [
+                "allocation plan: CPU-only run (cluster.n_gpus_per_node=0): no GPU capacity check",
+                "total: 16 GPUs of layout (not checked: CPU-only run)",
+            ],
+        ),
+    ],
+)
+def test_overrides_and_experiments(tmp_path: Path, args: list[str], lines: list[str]) -> None:
+    done = run(tmp_path, *args)
+    assert done.returncode == 0, done.stderr
+    for line in lines:
+        assert line in done.stdout.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("args", "stderr"),
+    [
+        (
+            ["actor.backend=fsdp:d4p2"],
+            "areal-alloc: actor.backend='fsdp:d4p2': FSDP backend only supports "
+            "data/tensor/context parallelism (d, t, c), got pipeline parallelism (p2); "
+            "sglang, vllm, megatron, archon take p\n    fsdp:d4p2\n           ^\n",
+        ),
+        (
+            ["rollout.backend=sglang:d2t3"],
+            "areal-alloc: rollout.backend='sglang:d2t3': one sglang instance spans t3·p1 = 3 "
+            "GPUs, which neither divides nor is a multiple of cluster.n_gpus_per_node=8, so "
+            "instances would straddle nodes\n",
+        ),
+        (
+            ["+allocation_mode=vllm:d2t4+megatron:d2p2t1"],
+            "areal-alloc: allocation_mode='vllm:d2t4+megatron:d2p2t1' is deprecated and no "
+            "longer read; remove it and give each engine its own backend field: "
+            "rollout.backend=vllm:d2t4 actor.backend=megatron:d2p2\n",
+        ),
+    ],
+)
+def test_bad_overrides(tmp_path: Path, args: list[str], stderr: str) -> None:
+    done = run(tmp_path, *args)
+    assert (done.returncode, done.stdout, done.stderr) == (1, "", stderr)
+
+
+def test_bad_sweep_launches_nothing(tmp_path: Path) -> None:
+    done = run(tmp_path, "-m", "actor.backend=fsdp:d4t2,fsdp:d8t2")
+    assert done.returncode == 1
+    assert "allocation plan" not in done.stdout
+    assert done.stderr.splitlines()[0].startswith(
+        "areal-alloc: job 1 [actor.backend=fsdp:d8t2]: the engines need 24 GPUs"
+    )
+
+
+def test_explain(tmp_path: Path) -> None:
+    done = run(tmp_path, "explain", "megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:6] == [
+        "megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)  (megatron, training)",
+        "",
+        "  part  d  p  t  c  e  GPUs",
+        "  attn  4  2  2  2  -  32",
+        "  ffn   2  2  4  -  2  32",
+        "",
+    ]
+    assert "  tp         2     16     [0, 1] [2, 3] [4, 5] …" in lines
+    assert "  etp        4     8      [0, 1, 2, 3] [4, 5, 6, 7] [8, 9, 10, 11] …" in lines
+
+
+def test_explain_json_has_every_group(tmp_path: Path) -> None:
+    done = run(tmp_path, "explain", "megatron:d2p2t2", "--json")
+    data = json.loads(done.stdout)
+    assert data["world_size"] == 8
+    assert data["rank_groups"]["pp"] == [[0, 4], [1, 5], [2, 6], [3, 7]]
+
+
+def test_migrate(tmp_path: Path) -> None:
+    done = run(tmp_path, "migrate", "sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        "# allocation_mode: sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4\n"
+        "# becomes, in the experiment YAML:\n"
+        "rollout:\n  backend: sglang:d2\n"
+        "actor:\n  backend: fsdp:d4\n"
+        "critic:\n  backend: fsdp:d4\n  scheduling_strategy:\n    type: colocation\n"
+        "    target: actor\n"
+        "# or on the command line:\n"
+        "rollout.backend=sglang:d2 actor.backend=fsdp:d4 critic.backend=fsdp:d4 "
+        "critic.scheduling_strategy.type=colocation critic.scheduling_strategy.target=actor\n"
+    )
+
+
+def test_layouts(tmp_path: Path) -> None:
+    done = run(tmp_path, "layouts", "fsdp", "8")
+    assert done.stdout.split() == [
+        "fsdp:d8",
+        "fsdp:d4t2",
+        "fsdp:d4c2",
+        "fsdp:d2t4",
+        "fsdp:d2t2c2",
+        "fsdp:d2c4",
+        "fsdp:d1t8",
+        "fsdp:d1t4c2",
+        "fsdp:d1t2c4",
+        "fsdp:d1c8",
+    ]
+    sweep = run(tmp_path, "layouts", "megatron", "8", "--max-tp", "2", "--max-cp", "1", "--sweep")
+    assert (
+        sweep.stdout == "megatron:d8,megatron:d4t2,megatron:d4p2,megatron:d2p2t2,"
+        "megatron:d2p4,megatron:d1p4t2,megatron:d1p8\n"
+    )
+
+
+def test_layouts_feed_a_sweep(tmp_path: Path) -> None:
+    values = run(tmp_path, "layouts", "fsdp", "8", "--max-cp", "1", "--sweep").stdout.strip()
+    done = run(tmp_path, "-m", f"actor.backend={values}", "rollout.backend=sglang:d2t4")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("allocation plan:") == 4
+
+
+def test_layouts_with_a_model_config(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(
+        json.dumps({"num_hidden_layers": 6, "num_attention_heads": 6, "num_key_value_heads": 2})
+    )
+    done = run(tmp_path, "layouts", "megatron", "4", "--model-config", str(tmp_path), "--sweep")
+    # heads 6 and kv heads 2 allow t1, t2; 6 layers allow p1, p2
+    assert (
+        done.stdout == "megatron:d4,megatron:d2t2,megatron:d2p2,megatron:d2c2,"
+        "megatron:d1p2t2,megatron:d1t2c2,megatron:d1p2c2,megatron:d1c4\n"
+    )
+
+
+def test_check_an_existing_experiment_file(tmp_path: Path) -> None:
+    done = run(tmp_path, "check", str(DATA / "real_grpo.yaml"))
+    assert done.returncode == 0, done.stderr
+    assert (
+        "  ref      fsdp:d8      d8     8      -          separate    0     inactive: "
+        "actor.kl_ctl=0.0, so the run creates no reference model" in done.stdout.splitlines()
+    )
+    as_json = json.loads(run(tmp_path, "check", str(DATA / "real_grpo.yaml"), "--json").stdout)
+    assert as_json["total_gpus"] == 16
+    bad = run(tmp_path, "check", str(DATA / "real_grpo.yaml"), "actor.backend=fsdp:d16")
+    assert bad.returncode == 1
+    assert bad.stderr == (
+        "areal-alloc check: the engines need 24 GPUs but the cluster has cluster.n_nodes=2 × "
+        "cluster.n_gpus_per_node=8 = 16: rollout sglang:d4t2 8 + actor fsdp:d16 16 = 24\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "stderr"),
+    [
+        (["explain", "fsdp:d4p2"], "areal-alloc explain: FSDP backend only supports"),
+        (["migrate", "sglang:d4+"], "areal-alloc migrate: unexpected end of input"),
+        (["layouts", "fdsp", "8"], "areal-alloc layouts: unknown backend 'fdsp'; did you mean"),
+        (["check", "missing.yaml"], "areal-alloc check: missing.yaml: no such file"),
+    ],
+)
+def test_command_errors(tmp_path: Path, args: list[str], stderr: str) -> None:
+    done = run(tmp_path, *args)
+    assert done.returncode == 1
+    assert done.stderr.startswith(stderr)
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("command", ["explain", "migrate", "layouts", "check"])
+def test_every_command_has_help(tmp_path: Path, command: str) -> None:
+    done = run(tmp_path, command, "--help")
+    assert done.returncode == 0
+    assert done.stdout.startswith(f"usage: areal-alloc {command}")
+
+
+def test_app_help_lists_the_commands(tmp_path: Path) -> None:
+    done = run(tmp_path, "--help")
+    assert done.returncode == 0
+    assert "areal-alloc explain SPEC" in done.stdout
+    assert "experiment: distill_teacher, grpo_1x8, grpo_2x8, moe_32, ppo_critic" in done.stdout
