@@ -1,10 +1,18 @@
 """areal-alloc: GPU allocation for distributed RL training as a typed, validated config.
 
-``ModelAllocation.from_str("fsdp:d4t2")`` parses one engine's ``backend`` field.
-Importing this package does not import lark; the parser is built on first use.
+``ModelAllocation.from_str("fsdp:d4t2")`` parses one engine's ``backend`` field;
+``validate(cfg)`` checks a composed config and returns its plan.
+
+Hydra imports our plugin, and so this package, on every start of every Hydra
+app: importing it loads only the error types and registers the ``alloc.*``
+OmegaConf resolvers. Everything else is loaded on first use, and lark only when
+a string is first parsed.
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 from areal_alloc.errors import (
     AllocationError,
@@ -12,15 +20,13 @@ from areal_alloc.errors import (
     AllocationValidationError,
     InvalidAllocationModeError,
 )
-from areal_alloc.model import (
-    ModelAllocation,
-    ParallelStrategy,
-    SchedulingStrategy,
-    SchedulingStrategyType,
-)
-from areal_alloc.plan import EnginePlan, Plan, validate
-from areal_alloc.rankgroups import rank_groups
+from areal_alloc.kinds import SchedulingStrategyType
 from areal_alloc.resolvers import register_resolvers
+
+if TYPE_CHECKING:
+    from areal_alloc.model import ModelAllocation, ParallelStrategy, SchedulingStrategy
+    from areal_alloc.plan import EnginePlan, Plan, validate
+    from areal_alloc.rankgroups import rank_groups
 
 __all__ = [
     "AllocationError",
@@ -40,8 +46,15 @@ __all__ = [
 
 __version__ = "0.1.0"
 
-# Plain OmegaConf users get ${alloc.*} too; registering again is a no-op.
-register_resolvers()
+_LAZY = {
+    "ModelAllocation": "areal_alloc.model",
+    "ParallelStrategy": "areal_alloc.model",
+    "SchedulingStrategy": "areal_alloc.model",
+    "EnginePlan": "areal_alloc.plan",
+    "Plan": "areal_alloc.plan",
+    "validate": "areal_alloc.plan",
+    "rank_groups": "areal_alloc.rankgroups",
+}
 
 _REMOVED = {
     "AllocationMode": (
@@ -56,6 +69,18 @@ _REMOVED = {
 
 
 def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
     if name in _REMOVED:
         raise AttributeError(_REMOVED[name])
     raise AttributeError(f"module 'areal_alloc' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+# Plain OmegaConf users get ${alloc.*} too; registering again is a no-op.
+register_resolvers()

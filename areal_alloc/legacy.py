@@ -8,7 +8,6 @@ strings so they can be checked and translated (:func:`migration_overrides`).
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -271,7 +270,7 @@ def migration_overrides(text: str) -> Migration:
                     f"automatic choice took (fsdp unless p or e > 1, else megatron); "
                     f"this is a suggestion, check it"
                 )
-                raw = dataclasses.replace(raw, backend=backend)
+                raw = raw._replace(backend=backend)
                 suggested.add(id(raw))
             members.append(raw)
         filled.append(members)

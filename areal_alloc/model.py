@@ -8,12 +8,12 @@ lark: parsing lives in :mod:`areal_alloc.parse`.
 
 from __future__ import annotations
 
-import enum
 import re
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 from areal_alloc.errors import AllocationValidationError
+from areal_alloc.kinds import SchedulingStrategyType
 
 __all__ = [
     "BACKEND_DIMS",
@@ -82,16 +82,6 @@ def unknown_backend(backend: str) -> str:
 
 def describe_backends() -> str:
     return f"{', '.join(TRAINING_BACKENDS)} (training); {', '.join(INFERENCE_BACKENDS)} (inference)"
-
-
-class SchedulingStrategyType(str, enum.Enum):
-    """How an allocation gets its GPUs: its own, or those of a target engine."""
-
-    separation = "separation"
-    colocation = "colocation"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ for the usual mistakes; what the string *means* is judged in ``validate.py``.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from areal_alloc.errors import (
     AllocationError,
@@ -43,10 +43,6 @@ _TERMINALS = {
 }
 
 
-class _Parser(Protocol):
-    def parse(self, text: str, start: str) -> Any: ...
-
-
 def _column(token: Token) -> int:
     return token.column if token.column is not None else 1
 
@@ -76,7 +72,7 @@ def _bare(layout: tuple[Any, ...]) -> RawComponent:
     return RawComponent(None, None, column, **_layout_fields(layout))
 
 
-def _build() -> _Parser:
+def _build() -> Any:
     from importlib.resources import files
 
     from lark import Lark, Transformer, v_args
@@ -109,23 +105,20 @@ def _build() -> _Parser:
         dims = staticmethod(_dims)
 
     grammar = files("areal_alloc").joinpath("grammar.lark").read_text(encoding="utf-8")
-    return cast(
-        _Parser,
-        Lark(
-            grammar,
-            start=["single", "legacy"],
-            parser="lalr",
-            lexer="contextual",
-            transformer=ToRaw(),
-            propagate_positions=False,
-            maybe_placeholders=False,
-            cache=True,
-        ),
+    return Lark(
+        grammar,
+        start=["single", "legacy"],
+        parser="lalr",
+        lexer="contextual",
+        transformer=ToRaw(),
+        propagate_positions=False,
+        maybe_placeholders=False,
+        cache=True,
     )
 
 
 @functools.cache
-def _parser() -> _Parser:
+def _parser() -> Any:
     return _build()
 
 

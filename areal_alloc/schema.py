@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal_alloc.model import SchedulingStrategyType
+from areal_alloc.kinds import SchedulingStrategyType
 
 __all__ = [
     "ClusterConfig",

@@ -1,18 +1,18 @@
 """The syntax tree of an allocation string, before any meaning is checked.
 
-The parser produces these plain records, with the 1-based column of each piece,
+The parser produces these plain immutable records (named tuples: cheap to define
+and to build, which matters on the first parse of a process), with the 1-based column of each piece,
 so that validation can point at the exact character it rejects.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["RawComponent", "RawDim", "RawPart"]
 
 
-@dataclass(frozen=True, slots=True)
-class RawDim:
+class RawDim(NamedTuple):
     """One dimension token as written: ``letter`` ``digits`` at ``column``."""
 
     letter: str
@@ -20,8 +20,7 @@ class RawDim:
     column: int
 
 
-@dataclass(frozen=True, slots=True)
-class RawPart:
+class RawPart(NamedTuple):
     """One side of a hybrid layout, e.g. ``attn:d4p2``."""
 
     label: str
@@ -29,8 +28,7 @@ class RawPart:
     dims: tuple[RawDim, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class RawComponent:
+class RawComponent(NamedTuple):
     """One component: optional backend and name, then plain or hybrid dims."""
 
     backend: str | None

@@ -1,0 +1,163 @@
+"""Hydra-side costs of areal-alloc, printed side by side with their targets.
+
+Run: python benchmarks/bench_hydra.py
+
+1. Sweep validation: for a 100-job layout sweep, the time our hook spends
+   checking every job, against what Hydra itself spends composing every job
+   before the first launch (BasicSweeper.validate_batch_is_legal). Target ≤ 10 %.
+2. Start-up: a trivial Hydra app started with areal-alloc's plugin importable
+   against the same app with it blocked. Target ≤ 5 % slower.
+Figures are medians (this machine is shared and noisy).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+JOBS = 100
+
+
+def _multirun_config(conf_dir: Path) -> tuple[Any, list[str]]:
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+
+    # 100 jobs: 50 actor layouts × 2 rollout layouts
+    actors = ",".join(f"fsdp:d{d}" for d in range(1, 51))
+    overrides = [f"actor.backend={actors}", "rollout.backend=sglang:d2t4,sglang:d4t2"]
+    GlobalHydra.instance().clear()
+    initialize_config_dir(config_dir=str(conf_dir), version_base="1.3")
+    hydra = GlobalHydra.instance().hydra
+    assert hydra is not None
+    config = hydra.compose_config(
+        "config", overrides, run_mode=RunMode.MULTIRUN, with_log_configuration=False
+    )
+    return config, overrides
+
+
+def sweep_overhead() -> tuple[float, float]:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.types import HydraContext
+
+    from areal_alloc.sweep import check_sweep
+
+    with tempfile.TemporaryDirectory() as tmp:
+        conf = Path(tmp)
+        (conf / "config.yaml").write_text(
+            textwrap.dedent(
+                """\
+                defaults:
+                  - areal_alloc/validate
+                  - _self_
+                cluster: {n_nodes: 16, n_gpus_per_node: 8}
+                rollout: {backend: sglang:d2t4, max_concurrent_rollouts: 64}
+                actor: {backend: fsdp:d4, kl_ctl: 0.1, optimizer: {lr: 1e-5}}
+                ref:
+                  backend: ""
+                  scheduling_strategy: {type: colocation, target: actor}
+                critic: {backend: fsdp:d2t2}
+                teacher: {backend: vllm:d1t4}
+                """
+            )
+        )
+        config, overrides = _multirun_config(conf)
+        # imported after Hydra's plugin scan, which executes the module again
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+        from hydra.core.global_hydra import GlobalHydra
+
+        loader = GlobalHydra.instance().config_loader()
+        sweeper = BasicSweeper(max_batch_size=None)
+        sweeper.config = config
+        sweeper.hydra_context = HydraContext(config_loader=loader, callbacks=None)  # type: ignore[arg-type]
+        parsed = OverridesParser.create().parse_overrides(overrides)
+        batch = BasicSweeper.split_arguments(parsed, None)[0]
+        assert len(batch) == JOBS
+        hydra_times, ours_times = [], []
+        for _ in range(5):
+            start = time.perf_counter()
+            sweeper.validate_batch_is_legal(batch)
+            hydra_times.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            checks = check_sweep(config)
+            ours_times.append(time.perf_counter() - start)
+            assert len(checks) == JOBS
+        return statistics.median(hydra_times), statistics.median(ours_times)
+
+
+TRIVIAL_APP = """\
+import sys
+if sys.argv.pop(1) == "without":
+    # as if areal-alloc were not installed: Hydra's plugin scan never sees our modules
+    import pkgutil
+    _walk = pkgutil.walk_packages
+    def walk_packages(*args, **kwargs):
+        for info in _walk(*args, **kwargs):
+            if not info.name.startswith("hydra_plugins.areal_alloc"):
+                yield info
+    pkgutil.walk_packages = walk_packages
+import hydra
+@hydra.main(version_base=None, config_path=None)
+def app(cfg):
+    pass
+app()
+"""
+
+
+def startup(runs: int = 15) -> tuple[float, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp, "trivial_app.py")
+        script.write_text(TRIVIAL_APP)
+        base = [sys.executable, str(script)]
+        extra = [
+            "hydra.run.dir=.",
+            "hydra.output_subdir=null",
+            "hydra/job_logging=none",
+            "hydra/hydra_logging=none",
+        ]
+        # as installed: bytecode cached (this workplace sets PYTHONDONTWRITEBYTECODE)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        times: dict[str, list[float]] = {"with": [], "without": []}
+        for mode in ("without", "with"):  # warm-up: writes the bytecode
+            subprocess.run([*base, mode, *extra], cwd=tmp, check=True, env=env, capture_output=True)
+        for _ in range(runs):  # interleaved, so drift hits both alike
+            for mode in ("without", "with"):
+                start = time.perf_counter()
+                subprocess.run(
+                    [*base, mode, *extra], cwd=tmp, check=True, env=env, capture_output=True
+                )
+                times[mode].append(time.perf_counter() - start)
+        return statistics.median(times["without"]), statistics.median(times["with"])
+
+
+def main() -> int:
+    hydra_s, ours_s = sweep_overhead()
+    ratio = ours_s / hydra_s
+    print(f"sweep of {JOBS} jobs (median of 5)")
+    print(f"  Hydra composes every job before launch    {hydra_s * 1e3:9.1f} ms")
+    print(f"  areal-alloc checks every job              {ours_s * 1e3:9.1f} ms")
+    print(
+        f"  added to Hydra's multirun start-up        {ratio * 100:9.1f} %    target ≤ 10 %   "
+        f"{'ok' if ratio <= 0.10 else 'MISSED'}"
+    )
+    without, with_ = startup()
+    slower = with_ / without - 1
+    print("trivial Hydra app start-up (median of 15, interleaved)")
+    print(f"  areal-alloc plugin blocked               {without * 1e3:9.1f} ms")
+    print(f"  areal-alloc plugin installed             {with_ * 1e3:9.1f} ms")
+    print(
+        f"  slower by                                {slower * 100:9.1f} %    target ≤ 5 %    "
+        f"{'ok' if slower <= 0.05 else 'MISSED'}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
