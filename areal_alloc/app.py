@@ -21,7 +21,15 @@ def show_plan(cfg: DictConfig) -> None:
         plan = plan_config(cfg)
     except AllocationError as error:  # the hook normally stops this earlier
         raise SystemExit(f"areal-alloc: {error}") from None
-    print(render_plan(plan))
+    output = cfg.get("output", "text")
+    if output == "json":
+        import json
+
+        print(json.dumps(plan.to_dict(), indent=1))
+    elif output == "text":
+        print(render_plan(plan))
+    else:
+        raise SystemExit(f"areal-alloc: output={output!r}: must be 'text' or 'json'")
 
 
 @hydra.main(config_path=CONFIG_PATH, config_name="config", version_base="1.3")

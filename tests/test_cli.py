@@ -117,6 +117,16 @@ def test_bad_overrides(tmp_path: Path, args: list[str], stderr: str) -> None:
     assert (done.returncode, done.stdout, done.stderr) == (1, "", stderr)
 
 
+def test_json_output(tmp_path: Path) -> None:
+    done = run(tmp_path, "output=json")
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert plan["total_gpus"] == 16
+    assert [p["key"] for p in plan["placements"]] == ["rollout", "actor"]
+    assert plan["placements"][1]["shared_with"] == ["ref"]
+    assert plan["placements"][1]["gpus"][0] == {"node": 1, "gpu": 0, "global": 8}
+
+
 def test_bad_sweep_launches_nothing(tmp_path: Path) -> None:
     done = run(tmp_path, "-m", "actor.backend=fsdp:d4t2,fsdp:d8t2")
     assert done.returncode == 1
