@@ -52,17 +52,13 @@ BACKEND_DIMS: dict[str, str] = {
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
-def backends_taking(letter: str) -> str:
-    return ", ".join(b for b, dims in BACKEND_DIMS.items() if letter in dims)
-
-
 def dimension_not_supported(backend: str, letter: str, size: int) -> str:
     """The message for a dimension ``letter`` of ``size`` > 1 that ``backend`` refuses."""
     what = f"{DIM_NAMES[letter]} parallelism ({letter}{size})"
     if backend == "fsdp":
         return (
             f"FSDP backend only supports data/tensor/context parallelism (d, t, c), "
-            f"got {what}; {backends_taking(letter)} take {letter}"
+            f"got {what}; use megatron or archon for {letter}"
         )
     if backend in INFERENCE_BACKENDS:
         return f"{backend} does not support {what}; inference backends take d, t, p"

@@ -137,9 +137,7 @@ def create_placement_groups(
         ray.get([g.ready() for g in groups], timeout=timeout_s)
     except GetTimeoutError:
         pending = [
-            spec.name
-            for spec, group in zip(specs, groups, strict=True)
-            if not _is_ready(group)
+            spec.name for spec, group in zip(specs, groups, strict=True) if not _is_ready(group)
         ]
         for group in groups:
             remove_placement_group(group)

@@ -49,7 +49,7 @@ BAD_RUNS = [
         ["actor.backend=fsdp:d4p2"],
         "areal-alloc: actor.backend='fsdp:d4p2': FSDP backend only supports "
         "data/tensor/context parallelism (d, t, c), got pipeline parallelism (p2); "
-        "sglang, vllm, megatron, archon take p\n    fsdp:d4p2\n           ^\n",
+        "use megatron or archon for p\n    fsdp:d4p2\n           ^\n",
     ),
     (
         ["actor.backend=fsdp.d4"],
@@ -125,10 +125,10 @@ SWEEP = "actor.backend=fsdp:d8,fsdp:d4t2,fsdp:d4p2,fsdp:d2p2"
 BAD_JOBS = (
     "areal-alloc: job 2 [actor.backend=fsdp:d4p2]: actor.backend='fsdp:d4p2': FSDP backend "
     "only supports data/tensor/context parallelism (d, t, c), got pipeline parallelism (p2); "
-    "sglang, vllm, megatron, archon take p\n"
+    "use megatron or archon for p\n"
     "areal-alloc: job 3 [actor.backend=fsdp:d2p2]: actor.backend='fsdp:d2p2': FSDP backend "
     "only supports data/tensor/context parallelism (d, t, c), got pipeline parallelism (p2); "
-    "sglang, vllm, megatron, archon take p\n"
+    "use megatron or archon for p\n"
 )
 
 

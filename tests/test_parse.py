@@ -146,14 +146,14 @@ ERRORS: list[tuple[object, type[AllocationError], str, int | None]] = [
         "fsdp:d4p2",
         AllocationValidationError,
         "FSDP backend only supports data/tensor/context parallelism (d, t, c), got "
-        "pipeline parallelism (p2); sglang, vllm, megatron, archon take p",
+        "pipeline parallelism (p2); use megatron or archon for p",
         8,
     ),
     (
         "fsdp:d4e2",
         AllocationValidationError,
         "FSDP backend only supports data/tensor/context parallelism (d, t, c), got "
-        "expert parallelism (e2); megatron, archon take e",
+        "expert parallelism (e2); use megatron or archon for e",
         8,
     ),
     (
@@ -531,7 +531,7 @@ MODEL_ERRORS = [
             ),
         ),
         "FSDP backend only supports data/tensor/context parallelism (d, t, c), got "
-        "pipeline parallelism (p2); sglang, vllm, megatron, archon take p",
+        "pipeline parallelism (p2); use megatron or archon for p",
     ),
     (
         ("fsdp", None, ParallelStrategy(data_parallel_size=2, expert_tensor_parallel_size=2)),

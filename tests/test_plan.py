@@ -145,8 +145,7 @@ PLAN_ERRORS = [
     (
         cfg(actor={"backend": "fsdp:d4p2"}),
         "actor.backend='fsdp:d4p2': FSDP backend only supports data/tensor/context "
-        "parallelism (d, t, c), got pipeline parallelism (p2); sglang, vllm, megatron, "
-        "archon take p",
+        "parallelism (d, t, c), got pipeline parallelism (p2); use megatron or archon for p",
     ),
     (
         cfg(actor={"backend": "fsdp.d4"}),

@@ -53,8 +53,10 @@ def plan_2x8() -> Any:
             "rollout": {"backend": "sglang:d3t2"},
             "teacher": {"backend": "vllm:d1t4"},
             "actor": {"backend": "fsdp:d4"},
-            "ref": {"backend": "", "scheduling_strategy": {"type": "colocation",
-                                                          "target": "actor"}},
+            "ref": {
+                "backend": "",
+                "scheduling_strategy": {"type": "colocation", "target": "actor"},
+            },
         }
     )
 
