@@ -9,6 +9,7 @@ lark: parsing lives in :mod:`areal_alloc.parse`.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -298,7 +299,12 @@ class ModelAllocation:
         ``name`` and ``scheduling_strategy`` override what the string says; the
         scheduling defaults to separation.
         """
-        return _allocation_from_str(spec, name, scheduling_strategy)
+        parse = _FROM_STR[0]
+        if parse is None:  # bound on first use: validation needs this module
+            from areal_alloc.validation import allocation_from_str as parse
+
+            _FROM_STR[0] = parse
+        return parse(spec, name, scheduling_strategy)
 
     @property
     def world_size(self) -> int:
@@ -333,5 +339,5 @@ class ModelAllocation:
         return format_allocation(self)
 
 
-# Parsing needs the models defined above, so it is bound last.
-from areal_alloc.validation import allocation_from_str as _allocation_from_str  # noqa: E402
+#: areal_alloc.validation.allocation_from_str, once bound by from_str.
+_FROM_STR: list[Callable[[object, object, object], ModelAllocation] | None] = [None]
