@@ -301,9 +301,9 @@ class ModelAllocation:
         """
         parse = _FROM_STR[0]
         if parse is None:  # bound on first use: validation needs this module
-            from areal_alloc.validation import allocation_from_str as parse
+            from areal_alloc.validation import allocation_from_str
 
-            _FROM_STR[0] = parse
+            parse = _FROM_STR[0] = allocation_from_str
         return parse(spec, name, scheduling_strategy)
 
     @property
