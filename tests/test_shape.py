@@ -1,0 +1,183 @@
+"""Model-shape checks: the numbers Megatron and the inference servers would reject."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from areal_alloc import AllocationValidationError, ModelAllocation, validate
+from areal_alloc.shape import ModelShape, check_shape, shape_problems
+
+QWEN = ModelShape(num_layers=28, num_attention_heads=16, num_key_value_heads=8)
+MOE = ModelShape(num_layers=48, num_attention_heads=32, num_key_value_heads=4, num_experts=128)
+
+# (spec, shape) -> problems
+PROBLEMS = [
+    ("fsdp:d4t2", QWEN, []),
+    ("megatron:d1p4t4", QWEN, []),
+    (
+        "megatron:d1t16",
+        QWEN,
+        ["num_key_value_heads=8 is not divisible by tensor parallel size t16: 8 % 16 = 8"],
+    ),
+    (
+        "megatron:d2p8",
+        QWEN,
+        ["num_layers=28 is not divisible by p8·vpp1 = 8 pipeline stages: 28 % 8 = 4"],
+    ),
+    (
+        "megatron:d1t3",
+        ModelShape(num_attention_heads=16, num_key_value_heads=4),
+        [
+            "num_attention_heads=16 is not divisible by tensor parallel size t3: 16 % 3 = 1",
+            "num_key_value_heads=4 is not divisible by tensor parallel size t3: 4 % 3 = 1",
+        ],
+    ),
+    # inference replicates KV heads when tp is a multiple of them
+    ("sglang:d1t8", MOE, []),
+    (
+        "sglang:d1t8",
+        ModelShape(num_attention_heads=24, num_key_value_heads=3),
+        [
+            "num_key_value_heads=3 and tensor parallel size t8: neither divides the other, so "
+            "sglang cannot shard or replicate the KV heads",
+        ],
+    ),
+    ("megatron:d8e8", MOE, []),
+    (
+        "megatron:d6e3",
+        ModelShape(num_experts=64),
+        ["num_experts=64 is not divisible by expert parallel size e3: 64 % 3 = 1"],
+    ),
+    (
+        "megatron:d2p4",
+        ModelShape(num_layers=32, virtual_pipeline_size=3),
+        ["num_layers=32 is not divisible by p4·vpp3 = 12 pipeline stages: 32 % 12 = 8"],
+    ),
+    (
+        "megatron:d4e4",
+        QWEN,
+        [
+            "expert parallel size e4 needs a mixture-of-experts model, but "
+            "model_shape gives no number of experts"
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(("spec", "shape", "problems"), PROBLEMS)
+def test_shape_problems(spec: str, shape: ModelShape, problems: list[str]) -> None:
+    assert shape_problems(ModelAllocation.from_str(spec), shape) == problems
+
+
+def test_check_shape_message_names_the_key() -> None:
+    with pytest.raises(AllocationValidationError) as info:
+        check_shape(ModelAllocation.from_str("megatron:d2p8"), QWEN, "actor.backend")
+    assert info.value.message == (
+        "actor.backend='megatron:d2p8' does not fit the model (model_shape): num_layers=28 is "
+        "not divisible by p8·vpp1 = 8 pipeline stages: 28 % 8 = 4"
+    )
+
+
+def test_hugging_face_config(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["Qwen3MoeForCausalLM"],
+                "num_hidden_layers": 48,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 4,
+                "num_experts": 128,
+                "vocab_size": 151936,
+            }
+        )
+    )
+    shape = ModelShape.from_hf_config(tmp_path)
+    assert (
+        shape.num_layers,
+        shape.num_attention_heads,
+        shape.num_key_value_heads,
+        shape.num_experts,
+        shape.vocab_size,
+    ) == (48, 32, 4, 128, 151936)
+    no_kv = tmp_path / "no_kv"
+    no_kv.mkdir()
+    (no_kv / "config.json").write_text(json.dumps({"n_layer": 12, "n_head": 12}))
+    assert ModelShape.from_hf_config(no_kv).num_key_value_heads == 12
+
+
+SHAPE_ERRORS = [
+    ("missing", "does not exist"),
+    ("bad_json", "cannot be read"),
+    ("list_json", "is not a JSON object"),
+]
+
+
+@pytest.mark.parametrize(("case", "message"), SHAPE_ERRORS)
+def test_bad_hugging_face_config(tmp_path: Path, case: str, message: str) -> None:
+    path = tmp_path / "config.json"
+    if case == "bad_json":
+        path.write_text("{nope")
+    elif case == "list_json":
+        path.write_text("[1, 2]")
+    with pytest.raises(AllocationValidationError, match=message):
+        ModelShape.from_hf_config(path)
+
+
+def test_shape_values_are_checked() -> None:
+    with pytest.raises(AllocationValidationError, match="num_layers=0 must be an integer ≥ 1"):
+        ModelShape(num_layers=0)
+
+
+def _experiment(**extra: object) -> dict[str, object]:
+    config: dict[str, object] = {
+        "cluster": {"n_nodes": 2, "n_gpus_per_node": 8},
+        "rollout": {"backend": "sglang:d2t4"},
+        "actor": {"backend": "megatron:d1p8"},
+    }
+    config.update(extra)
+    return config
+
+
+def test_the_hook_checks_the_experiment_shape() -> None:
+    with pytest.raises(AllocationValidationError) as info:
+        validate(_experiment(model_shape={"num_layers": 28}))
+    assert info.value.message.startswith(
+        "actor.backend='megatron:d1p8' does not fit the model (model_shape): num_layers=28"
+    )
+    assert validate(_experiment(model_shape={"num_layers": 32})).total_gpus == 16
+
+
+def test_the_hook_reads_a_local_model_path(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(
+        json.dumps({"num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4})
+    )
+    config = _experiment()
+    config["actor"] = {"backend": "megatron:d1p8", "path": str(tmp_path)}
+    with pytest.raises(AllocationValidationError, match=r"\(.*config\.json\): num_layers=28"):
+        validate(config)
+    # the rollout serves the same model: t4 with 4 KV heads and 28 heads is fine
+    config["actor"] = {"backend": "megatron:d2p4", "path": str(tmp_path)}
+    assert validate(config).total_gpus == 16
+    # a hub id is not a local path: nothing to check
+    config["actor"] = {"backend": "megatron:d1p8", "path": "Qwen/Qwen2.5-7B"}
+    assert validate(config).total_gpus == 16
+
+
+def test_a_teacher_has_its_own_shape() -> None:
+    config = _experiment(
+        model_shape={"num_layers": 32},
+        teacher={
+            "backend": "vllm:d1t8",
+            "model_shape": {"num_attention_heads": 12, "num_key_value_heads": 12},
+        },
+    )
+    config["cluster"] = {"n_nodes": 3, "n_gpus_per_node": 8}
+    with pytest.raises(AllocationValidationError) as info:
+        validate(config)
+    assert info.value.message.startswith(
+        "teacher.backend='vllm:d1t8' does not fit the model (teacher.model_shape): "
+        "num_attention_heads=12 is not divisible by tensor parallel size t8"
+    )
