@@ -136,6 +136,33 @@ def test_bad_sweep_launches_nothing(tmp_path: Path) -> None:
     )
 
 
+def test_sweep_over_a_config_group(tmp_path: Path) -> None:
+    done = run(tmp_path, "-m", "experiment=grpo_1x8,grpo_2x8", "actor.backend=fsdp:d8")
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr.splitlines() == [
+        "areal-alloc: job 0 [experiment=grpo_1x8 actor.backend=fsdp:d8]: the engines need 12 "
+        "GPUs but the cluster has cluster.n_nodes=1 × cluster.n_gpus_per_node=8 = 8: rollout "
+        "sglang:d2t2 4 + actor fsdp:d8 8 = 12",
+        "areal-alloc: 1 of 2 sweep jobs are invalid; nothing was launched (set "
+        "hydra.callbacks.areal_alloc.on_invalid=skip to run the valid ones)",
+    ]
+
+
+def test_sweep_over_quoted_hybrid_layouts(tmp_path: Path) -> None:
+    done = run(
+        tmp_path,
+        "-m",
+        "actor.backend='megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)',"
+        "'megatron:(attn:d4p2t2c2|ffn:d2p2t4e3)'",
+        "experiment=moe_32",
+    )
+    assert done.returncode == 1
+    assert (
+        "World size of attn and ffn must be identical: attn d4·t2·p2·c2 = 32 ≠ ffn "
+        "d2·e3·t4·p2 = 48" in done.stderr.splitlines()[0]
+    )
+
+
 def test_explain(tmp_path: Path) -> None:
     done = run(tmp_path, "explain", "megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)")
     assert done.returncode == 0, done.stderr
