@@ -38,7 +38,7 @@ def _explain_text(spec: str, order: str, show: int) -> str:
     from areal_alloc.format import format_layout
     from areal_alloc.model import ModelAllocation
     from areal_alloc.rankgroups import all_rank_groups
-    from areal_alloc.render import _table
+    from areal_alloc.render import table
 
     alloc = ModelAllocation.from_str(spec)
     p = alloc.parallel
@@ -78,7 +78,7 @@ def _explain_text(spec: str, order: str, show: int) -> str:
             ],
         ]
     lines.append("")
-    lines.extend("  " + row for row in _table(rows))
+    lines.extend("  " + row for row in table(rows))
     lines.append("")
     lines.append(
         f"world size: d{p.dp_size}·t{p.tp_size}·p{p.pp_size}·c{p.cp_size} = {p.world_size} GPUs"
@@ -104,7 +104,7 @@ def _explain_text(spec: str, order: str, show: int) -> str:
         shown = " ".join(_short(g) for g in ranks[:show])
         more = " …" if len(ranks) > show else ""
         rows.append([name, str(len(ranks[0])), str(len(ranks)), shown + more])
-    lines.extend("  " + row for row in _table(rows))
+    lines.extend("  " + row for row in table(rows))
     return "\n".join(lines)
 
 

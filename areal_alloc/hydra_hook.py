@@ -25,10 +25,6 @@ _BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 PREFIX = "areal-alloc: "
 
 
-def _one_line(error: AllocationError) -> str:
-    return error.message
-
-
 def _internal(error: Exception) -> str:
     first = str(error).splitlines()[0] if str(error) else ""
     return (
@@ -85,8 +81,9 @@ class ValidateAllocations(Callback):
         if not bad:
             return
         lines = [
-            f"{PREFIX}job {c.index} [{' '.join(c.overrides)}]: {_one_line(c.error)}"  # type: ignore[arg-type]
+            f"{PREFIX}job {c.index} [{' '.join(c.overrides)}]: {c.error.message}"
             for c in bad
+            if c.error is not None
         ]
         if self.on_invalid == "fail":
             lines.append(

@@ -160,15 +160,18 @@ def _fail(key: str, value: object, error: AllocationError | str) -> AllocationVa
 
 
 def _child(node: object, key: str) -> Any:
+    """``node[key]`` or None; an interpolation that cannot be resolved names its key."""
     if isinstance(node, Mapping) or hasattr(node, "get"):
         try:
             return node.get(key)
         except AllocationError:
             raise
-        except Exception as error:  # an interpolation that cannot be resolved
-            raise AllocationValidationError(
-                f"{key}: cannot be read: {type(error).__name__}: {error}".splitlines()[0]
-            ) from None
+        except Exception as error:
+            full_key = getattr(node, "_get_full_key", lambda k: k)(key)
+            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+            for prefix in ("AllocationValidationError", "AllocationSyntaxError"):
+                reason = reason.replace(f"{prefix} raised while resolving interpolation: ", "")
+            raise AllocationValidationError(f"{full_key}: cannot be resolved: {reason}") from None
     return None
 
 
@@ -208,8 +211,8 @@ def _scheduling(section: object, key: str) -> SchedulingStrategy:
     target = _child(node, "target")
     if kind is None:
         kind = "separation"
-    kind = getattr(kind, "value", kind)
-    kind = getattr(kind, "name", kind) if not isinstance(kind, str) else kind
+    if isinstance(kind, SchedulingStrategyType):  # from the strict schema
+        kind = kind.value
     if not isinstance(kind, str) or kind not in ("separation", "colocation"):
         raise AllocationValidationError(
             f"{path}.type={kind!r}: must be 'separation' or 'colocation'"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from areal_alloc.model import ModelAllocation
 from areal_alloc.plan import Plan
 
-__all__ = ["describe_dims", "render_plan", "symbols"]
+__all__ = ["describe_dims", "render_plan", "symbols", "table"]
 
 FREE = "·"
 
@@ -37,7 +37,8 @@ def symbols(keys: list[str]) -> dict[str, str]:
     return out
 
 
-def _table(rows: list[list[str]]) -> list[str]:
+def table(rows: list[list[str]]) -> list[str]:
+    """Left-aligned columns, two spaces apart, trailing spaces trimmed."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return [
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
@@ -71,7 +72,7 @@ def render_plan(plan: Plan, title: str = "allocation plan") -> str:
             ]
         )
     lines.append("")
-    lines.extend("  " + line for line in _table(rows))
+    lines.extend("  " + line for line in table(rows))
     lines.append("")
     if plan.cpu_only:
         lines.append(f"total: {plan.total_gpus} GPUs of layout (not checked: CPU-only run)")

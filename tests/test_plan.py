@@ -328,6 +328,27 @@ def test_real_experiment_file_with_many_unrelated_keys() -> None:
     assert loaded.sglang.tp_size == 2  # ${alloc.dim:${rollout.backend},tp}
 
 
+@pytest.mark.parametrize(
+    ("backend", "message"),
+    [
+        (
+            "${nothing.here}",
+            "actor.backend: cannot be resolved: Interpolation key 'nothing.here' not found",
+        ),
+        (
+            "${alloc.world_size:fsdp:d4p2}",
+            "actor.backend: cannot be resolved: FSDP backend "
+            "only supports data/tensor/context parallelism (d, t, c), got pipeline parallelism "
+            "(p2); use megatron or archon for p",
+        ),
+    ],
+)
+def test_unresolvable_interpolations_name_the_key(backend: str, message: str) -> None:
+    with pytest.raises(AllocationValidationError) as info:
+        validate(OmegaConf.create({"actor": {"backend": backend}}))
+    assert info.value.message == message
+
+
 def test_validate_rejects_non_mappings() -> None:
     with pytest.raises(AllocationError, match="expected a config mapping"):
         validate(["actor"])
