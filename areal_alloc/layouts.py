@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.format import format_layout
 from areal_alloc.model import BACKEND_DIMS, HYBRID_BACKENDS, ModelAllocation, ParallelStrategy
+from areal_alloc.shape import ModelShape, layout_problems
 
 __all__ = ["LayoutConstraints", "enumerate_layouts"]
 
@@ -44,6 +45,23 @@ class LayoutConstraints:
     hybrid: bool = False
     experts: bool = False
 
+    def shape(self) -> ModelShape | None:
+        """The model-shape rules as a :class:`ModelShape`, or None when none are given."""
+        if (
+            self.num_layers is None
+            and self.num_attention_heads is None
+            and self.num_key_value_heads is None
+            and self.num_experts is None
+        ):
+            return None
+        return ModelShape(
+            num_layers=self.num_layers,
+            num_attention_heads=self.num_attention_heads,
+            num_key_value_heads=self.num_key_value_heads,
+            num_experts=self.num_experts,
+            source="layout constraints",
+        )
+
 
 @functools.cache
 def _divisors(n: int) -> tuple[int, ...]:
@@ -55,18 +73,6 @@ def _within(value: int, limit: int | None) -> bool:
     return limit is None or value <= limit
 
 
-def _shape_ok(tp: int, pp: int, ep: int, c: LayoutConstraints) -> bool:
-    if c.num_attention_heads is not None and c.num_attention_heads % tp:
-        return False
-    if c.num_key_value_heads is not None and (
-        c.num_key_value_heads % tp and tp % c.num_key_value_heads
-    ):
-        return False
-    if c.num_layers is not None and c.num_layers % pp:
-        return False
-    return not (c.num_experts is not None and c.num_experts % ep)
-
-
 def enumerate_layouts(
     backend: str, gpus: int, constraints: LayoutConstraints | None = None
 ) -> list[str]:
@@ -76,6 +82,7 @@ def enumerate_layouts(
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
         raise AllocationValidationError(f"GPU count must be an integer ≥ 1, got {gpus!r}")
     c = constraints or LayoutConstraints()
+    shape = c.shape()
     allowed = BACKEND_DIMS[backend]
     inference = backend in ("sglang", "vllm")
     node = c.gpus_per_node
@@ -97,7 +104,7 @@ def enumerate_layouts(
                 with_experts = c.experts or c.hybrid or c.num_experts or c.max_ep
                 eps = _divisors(gpus // pp) if "e" in allowed and with_experts else (1,)
                 for ep in eps:
-                    if not _within(ep, c.max_ep) or not _shape_ok(tp, pp, ep, c):
+                    if not _within(ep, c.max_ep):
                         continue
                     etps: tuple[int, ...] = (1,)
                     if c.hybrid and backend in HYBRID_BACKENDS and ep > 1:
@@ -108,6 +115,8 @@ def enumerate_layouts(
                         )
                     for etp in etps:
                         parallel = ParallelStrategy(tp, pp, dp, cp, ep, etp)
+                        if shape is not None and layout_problems(backend, parallel, shape):
+                            continue
                         text = f"{backend}:{format_layout(parallel)}"
                         found.append(((-dp, cp, pp, tp, ep, etp), text))
     found.sort()

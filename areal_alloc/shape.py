@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from areal_alloc.errors import AllocationValidationError
-from areal_alloc.model import ModelAllocation
+from areal_alloc.model import INFERENCE_BACKENDS, ModelAllocation, ParallelStrategy
 
-__all__ = ["ModelShape", "check_shape", "shape_problems"]
+__all__ = ["ModelShape", "check_shape", "layout_problems", "shape_problems"]
 
 _HF_KEYS = {
     "num_layers": ("num_layers", "num_hidden_layers", "n_layer"),
@@ -92,7 +92,12 @@ class ModelShape:
 
 def shape_problems(allocation: ModelAllocation, shape: ModelShape) -> list[str]:
     """Every way ``allocation`` does not fit ``shape``, each with its numbers."""
-    p = allocation.parallel
+    return layout_problems(allocation.backend, allocation.parallel, shape)
+
+
+def layout_problems(backend: str, p: ParallelStrategy, shape: ModelShape) -> list[str]:
+    """Every way the layout ``p`` of ``backend`` does not fit ``shape``."""
+    inference = backend in INFERENCE_BACKENDS
     problems: list[str] = []
     tp = p.tp_size
     heads, kv = shape.num_attention_heads, shape.num_key_value_heads
@@ -102,11 +107,11 @@ def shape_problems(allocation: ModelAllocation, shape: ModelShape) -> list[str]:
             f"{heads} % {tp} = {heads % tp}"
         )
     if kv is not None and tp > 1:
-        if allocation.is_inference:
+        if inference:
             if kv % tp and tp % kv:
                 problems.append(
                     f"num_key_value_heads={kv} and tensor parallel size t{tp}: neither divides "
-                    f"the other, so {allocation.backend} cannot shard or replicate the KV heads"
+                    f"the other, so {backend} cannot shard or replicate the KV heads"
                 )
         elif kv % tp:
             problems.append(

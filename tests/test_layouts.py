@@ -1,0 +1,135 @@
+"""Layout search: every valid layout, the constraints, and the errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from areal_alloc import AllocationValidationError, ModelAllocation
+from areal_alloc.layouts import LayoutConstraints, enumerate_layouts, parse_constraints
+
+C = LayoutConstraints
+
+LAYOUTS = [
+    (
+        "fsdp",
+        4,
+        C(),
+        ["fsdp:d4", "fsdp:d2t2", "fsdp:d2c2", "fsdp:d1t4", "fsdp:d1t2c2", "fsdp:d1c4"],
+    ),
+    (
+        "vllm",
+        4,
+        C(),
+        ["vllm:d4", "vllm:d2t2", "vllm:d2p2", "vllm:d1t4", "vllm:d1p2t2", "vllm:d1p4"],
+    ),
+    (
+        "sglang",
+        16,
+        C(max_pp=1, gpus_per_node=8),
+        ["sglang:d16", "sglang:d8t2", "sglang:d4t4", "sglang:d2t8", "sglang:d1t16"],
+    ),
+    ("megatron", 4, C(max_cp=1, max_pp=1), ["megatron:d4", "megatron:d2t2", "megatron:d1t4"]),
+    (
+        "megatron",
+        4,
+        C(max_cp=1, max_pp=1, max_tp=1, experts=True),
+        ["megatron:d4", "megatron:d4e2", "megatron:d4e4"],
+    ),
+    # hybrid: the experts' own tensor parallel size etp, also bounded by max_tp
+    (
+        "megatron",
+        4,
+        C(max_cp=1, max_pp=1, max_tp=2, hybrid=True),
+        [
+            "megatron:d4",
+            "megatron:d4e2",
+            "megatron:(attn:d4|ffn:d1t2e2)",
+            "megatron:d4e4",
+            "megatron:d2t2",
+            "megatron:d2t2e2",
+            "megatron:(attn:d2t2|ffn:d1t2e2)",
+            "megatron:d2t2e4",
+        ],
+    ),
+    (
+        "megatron",
+        4,
+        C(max_cp=1, max_pp=1, max_tp=1, hybrid=True),
+        ["megatron:d4", "megatron:d4e2", "megatron:d4e4"],
+    ),
+    # training shards KV heads: t8 needs kv % 8 = 0; inference may replicate them
+    (
+        "megatron",
+        8,
+        C(max_cp=1, max_pp=1, num_key_value_heads=4),
+        ["megatron:d8", "megatron:d4t2", "megatron:d2t4"],
+    ),
+    (
+        "sglang",
+        8,
+        C(max_pp=1, num_key_value_heads=4),
+        ["sglang:d8", "sglang:d4t2", "sglang:d2t4", "sglang:d1t8"],
+    ),
+    ("megatron", 8, C(max_cp=1, max_tp=1, num_layers=6), ["megatron:d8", "megatron:d4p2"]),
+    ("archon", 8, C(max_cp=1, max_tp=1, max_pp=1, num_experts=6), ["archon:d8", "archon:d8e2"]),
+    ("fsdp", 6, C(min_dp=3), ["fsdp:d6", "fsdp:d3t2", "fsdp:d3c2"]),
+]
+
+
+@pytest.mark.parametrize(("backend", "gpus", "constraints", "expected"), LAYOUTS)
+def test_layouts(
+    backend: str, gpus: int, constraints: LayoutConstraints, expected: list[str]
+) -> None:
+    assert enumerate_layouts(backend, gpus, constraints) == expected
+
+
+@pytest.mark.parametrize("backend", ["fsdp", "sglang", "vllm", "megatron", "archon"])
+@pytest.mark.parametrize("gpus", [1, 6, 12, 16, 24])
+def test_every_layout_is_valid_spans_the_gpus_and_round_trips(backend: str, gpus: int) -> None:
+    found = enumerate_layouts(backend, gpus, C(hybrid=True))
+    assert len(found) == len(set(found))
+    for spec in found:
+        alloc = ModelAllocation.from_str(spec)
+        assert alloc.parallel.world_size == gpus
+        assert str(alloc) == spec
+
+
+ERRORS = [
+    (("fdsp", 8, None), "unknown backend 'fdsp'; did you mean 'fsdp'?"),
+    (("fsdp", 0, None), "GPU count must be an integer ≥ 1, got 0"),
+    (("fsdp", "8", None), "GPU count must be an integer ≥ 1, got '8'"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), ERRORS)
+def test_errors(args: tuple[object, ...], message: str) -> None:
+    with pytest.raises(AllocationValidationError) as info:
+        enumerate_layouts(*args)  # type: ignore[arg-type]
+    assert info.value.message.startswith(message)
+
+
+CONSTRAINTS = [
+    (["max_tp=4", "hybrid=true"], C(max_tp=4, hybrid=True)),
+    (["gpus-per-node=8", "experts=no"], C(gpus_per_node=8, experts=False)),
+    ([], C()),
+]
+
+
+@pytest.mark.parametrize(("options", "expected"), CONSTRAINTS)
+def test_parse_constraints(options: list[str], expected: LayoutConstraints) -> None:
+    assert parse_constraints(options) == expected
+
+
+CONSTRAINT_ERRORS = [
+    (["max_xx=2"], "unknown layout constraint 'max_xx=2'; use key=value with key one of"),
+    (["max_tp"], "unknown layout constraint 'max_tp'"),
+    (["max_tp=0"], "max_tp='0': must be an integer ≥ 1"),
+    (["hybrid=maybe"], "hybrid='maybe': must be true or false"),
+]
+
+
+@pytest.mark.parametrize(("options", "message"), CONSTRAINT_ERRORS)
+def test_parse_constraint_errors(options: list[str], message: str) -> None:
+    with pytest.raises(AllocationValidationError) as info:
+        parse_constraints(options)
+    assert info.value.message.startswith(message)
