@@ -110,8 +110,7 @@ class ValidateAllocations(Callback):
             file=sys.stderr,
         )
         # The sweeper is built from this very config right after this callback.
-        sweeper = OmegaConf.to_container(config.hydra.sweeper, resolve=False)
-        assert isinstance(sweeper, dict)
+        sweeper = dict(OmegaConf.to_container(config.hydra.sweeper, resolve=False) or {})
         sweeper.update(_target_=SKIPPING_SWEEPER, skip=[list(c.raw) for c in bad])
         with read_write(config.hydra), open_dict(config.hydra):
             config.hydra.sweeper = OmegaConf.create(sweeper)

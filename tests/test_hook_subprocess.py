@@ -177,6 +177,30 @@ def test_sweep_values_from_a_resolver_in_sweeper_params(tmp_path: Path) -> None:
     assert run.markers == []
 
 
+def test_skip_with_every_job_invalid_launches_nothing(tmp_path: Path) -> None:
+    run = run_app(
+        tmp_path,
+        "-m",
+        "actor.backend=fsdp:d4p2,fsdp:d2p2",
+        "hydra.callbacks.areal_alloc.on_invalid=skip",
+    )
+    assert run.code == 1
+    assert run.err == BAD_JOBS.replace("job 2", "job 0").replace("job 3", "job 1") + (
+        "areal-alloc: all 2 sweep jobs are invalid; nothing to launch\n"
+    )
+    assert run.markers == []
+
+
+def test_a_wrong_setting_stops_the_run(tmp_path: Path) -> None:
+    run = run_app(tmp_path, "hydra.callbacks.areal_alloc.on_invalid=sometimes")
+    assert run.code == 1
+    assert run.err == (
+        "areal-alloc: hydra.callbacks.areal_alloc.on_invalid='sometimes': must be 'fail' or "
+        "'skip'\n"
+    )
+    assert run.markers == []
+
+
 def test_good_sweep_runs_every_job(tmp_path: Path) -> None:
     run = run_app(tmp_path, "-m", "actor.backend=fsdp:d8,fsdp:d2t4")
     assert run.code == 0, run.err
