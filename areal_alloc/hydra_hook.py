@@ -110,7 +110,8 @@ class ValidateAllocations(Callback):
             file=sys.stderr,
         )
         # The sweeper is built from this very config right after this callback.
-        sweeper = dict(OmegaConf.to_container(config.hydra.sweeper, resolve=False) or {})
+        current = OmegaConf.to_container(config.hydra.sweeper, resolve=False)
+        sweeper: dict[Any, Any] = dict(current) if isinstance(current, dict) else {}
         sweeper.update(_target_=SKIPPING_SWEEPER, skip=[list(c.raw) for c in bad])
         with read_write(config.hydra), open_dict(config.hydra):
             config.hydra.sweeper = OmegaConf.create(sweeper)
