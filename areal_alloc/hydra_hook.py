@@ -71,6 +71,17 @@ class ValidateAllocations(Callback):
     def _check_sweep(self, config: DictConfig) -> None:
         from areal_alloc.sweep import check_sweep
 
+        target = config.hydra.sweeper.get("_target_")
+        if target not in (_BASIC_SWEEPER, SKIPPING_SWEEPER):
+            # Optuna, Nevergrad …: they choose the jobs as they go, so only the
+            # fixed part of the config can be checked now.
+            self.on_run_start(config)
+            print(
+                f"{PREFIX}{target} chooses its jobs while it runs: checked the fixed part of "
+                f"the config only",
+                file=sys.stderr,
+            )
+            return
         try:
             checks = check_sweep(config)
         except AllocationError as error:  # the base config itself is broken
@@ -94,13 +105,6 @@ class ValidateAllocations(Callback):
             raise SystemExit("\n".join(lines))
         if len(bad) == len(checks):
             lines.append(f"{PREFIX}all {len(checks)} sweep jobs are invalid; nothing to launch")
-            raise SystemExit("\n".join(lines))
-        target = config.hydra.sweeper.get("_target_")
-        if target not in (_BASIC_SWEEPER, SKIPPING_SWEEPER):
-            lines.append(
-                f"{PREFIX}on_invalid=skip works with Hydra's basic sweeper; this sweep uses "
-                f"{target}, so nothing was launched"
-            )
             raise SystemExit("\n".join(lines))
         for line in lines:
             print(line.replace(": job", ": skipping job", 1), file=sys.stderr)

@@ -229,7 +229,7 @@ def _scheduling(section: object, key: str) -> SchedulingStrategy:
     return SchedulingStrategy(SchedulingStrategyType(kind), target)
 
 
-def _backend_source(cfg: object, key: str, section: object) -> tuple[str, object]:
+def _backend_source(key: str, section: object) -> tuple[str, object]:
     """Where an engine's backend field lives (the teacher has three spellings)."""
     if key != "teacher":
         return f"{key}.backend", _child(section, "backend")
@@ -305,7 +305,7 @@ def _read_engines(cfg: object) -> list[EnginePlan]:
                 f"{key}={section!r}: must be a section with a backend field, "
                 f"e.g. {key}.backend=fsdp:d4"
             )
-        backend_key, value = _backend_source(cfg, key, section)
+        backend_key, value = _backend_source(key, section)
         note = None
         if (value is None or value == "") and key in _INHERITS_ACTOR and actor_backend:
             value, note = actor_backend, "backend from actor.backend"

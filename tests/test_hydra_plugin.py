@@ -221,3 +221,30 @@ def test_resolver_errors_are_the_core_messages(expression: str, message: str) ->
         _ = cfg.value
     assert message in str(info.value)
     assert "AllocationValidationError raised while resolving" in str(info.value)
+
+
+# --- the hook with a sweeper that picks its jobs as it runs ----------------------
+
+
+def test_hook_with_another_sweeper_checks_the_fixed_config(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from areal_alloc.hydra_hook import ValidateAllocations
+
+    def config(backend: str) -> Any:
+        return OmegaConf.create(
+            {
+                "hydra": {"sweeper": {"_target_": "hydra_plugins.optuna.OptunaSweeper"}},
+                "actor": {"backend": backend},
+            }
+        )
+
+    hook = ValidateAllocations()
+    hook.on_multirun_start(config("fsdp:d4"))
+    assert capsys.readouterr().err == (
+        "areal-alloc: hydra_plugins.optuna.OptunaSweeper chooses its jobs while it runs: "
+        "checked the fixed part of the config only\n"
+    )
+    with pytest.raises(SystemExit) as info:
+        hook.on_multirun_start(config("fsdp:d4p2"))
+    assert str(info.value).startswith("areal-alloc: actor.backend='fsdp:d4p2': FSDP backend")
