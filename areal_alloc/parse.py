@@ -113,8 +113,30 @@ def _build() -> Any:
         transformer=ToRaw(),
         propagate_positions=False,
         maybe_placeholders=False,
-        cache=True,
+        cache=_cache_file(),
     )
+
+
+def _cache_file() -> str | bool:
+    """Where lark keeps the analysed grammar: a private folder of the user's cache.
+
+    lark checks the grammar's hash and its own version before using the file, so
+    a stale cache is rebuilt. Not /tmp: the cache is a pickle, and a shared
+    folder would let another user plant one. Without a writable home, no cache.
+    """
+    import os
+    import sys
+
+    from lark import __version__ as lark_version
+
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    folder = os.path.join(base, "areal-alloc")
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+    except OSError:
+        return False
+    version = "".join(map(str, sys.version_info[:2]))
+    return os.path.join(folder, f"grammar-lark{lark_version}-py{version}.cache")
 
 
 @functools.cache
