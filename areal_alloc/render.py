@@ -86,12 +86,16 @@ def render_plan(plan: Plan, title: str = "allocation plan") -> str:
 
 
 def _node_map(plan: Plan) -> list[str]:
+    """One row per node, one column per GPU; inference instances alternate case (R r R r)."""
     per_node = plan.n_gpus_per_node
     symbol = symbols([p.key for p in plan.placements])
     owner: dict[int, str] = {}
     for placement in plan.placements:
-        for gpu in placement.gpus:
-            owner[gpu] = symbol[placement.key]
+        allocation = plan[placement.key].allocation
+        size = allocation.instance_size if allocation.is_inference else len(placement.gpus)
+        for index, gpu in enumerate(placement.gpus):
+            letter = symbol[placement.key]
+            owner[gpu] = letter.lower() if (index // size) % 2 else letter
     lines = ["", f"node map (one column per GPU, {FREE} free):"]
     header = " ".join(str(g % 10) for g in range(per_node))
     lines.append(f"  {'GPU':<8}{header}")
@@ -101,10 +105,18 @@ def _node_map(plan: Plan) -> list[str]:
     lines.append("")
     for placement in plan.placements:
         engine = plan[placement.key]
-        extra = (
-            f" + {', '.join(placement.shared_with)} (colocated)" if placement.shared_with else ""
-        )
+        a = engine.allocation
+        letter = symbol[placement.key]
+        if a.is_inference and a.n_instances > 1:
+            letter = f"{letter}/{letter.lower()}"
+            gpus = "GPU" if a.instance_size == 1 else "GPUs"
+            what = f"{a.n_instances} instances of {a.instance_size} {gpus}"
+            extra = f", {what}"
+        else:
+            extra = ""
+        if placement.shared_with:
+            extra += f" + {', '.join(placement.shared_with)} (colocated)"
         nodes = sorted({g // per_node for g in placement.gpus})
         where = ", ".join(f"node {n}" for n in nodes)
-        lines.append(f"  {symbol[placement.key]} = {placement.key} {engine.spec}{extra}  ({where})")
+        lines.append(f"  {letter} = {placement.key} {engine.spec}{extra}  ({where})")
     return lines

@@ -26,10 +26,10 @@ total: 16 of 16 GPUs used, 0 free
 
 node map (one column per GPU, · free):
   GPU     0 1 2 3 4 5 6 7
-  node 0  R R R R R R R R
+  node 0  R R R R r r r r
   node 1  A A A A A A A A
 
-  R = rollout sglang:d2t4  (node 0)
+  R/r = rollout sglang:d2t4, 2 instances of 4 GPUs  (node 0)
   A = actor fsdp:d4t2 + ref (colocated)  (node 1)
 """
 
@@ -63,7 +63,7 @@ def test_default_run_prints_the_plan_and_writes_nothing(tmp_path: Path) -> None:
             ["experiment=distill_teacher"],
             [
                 "  teacher  vllm:d1t4  d1 t4  4      1 × 4      separate    4",
-                "  node 0  R R R R T T T T",
+                "  node 0  R r R r T T T T",
             ],
         ),
         (
