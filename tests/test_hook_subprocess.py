@@ -202,6 +202,12 @@ def test_a_wrong_setting_stops_the_run(tmp_path: Path) -> None:
 
 
 def test_good_sweep_runs_every_job(tmp_path: Path) -> None:
-    run = run_app(tmp_path, "-m", "actor.backend=fsdp:d8,fsdp:d2t4")
+    run = run_app(
+        tmp_path,
+        "-m",
+        "actor.backend=fsdp:d8,fsdp:d2t4",
+        "hydra.callbacks.areal_alloc.verbose=true",
+    )
     assert run.code == 0, run.err
+    assert run.err.startswith("areal-alloc: checked 2 sweep jobs\n")
     assert run.markers == ["ran-fsdp_d2t4", "ran-fsdp_d8", "user-callback-ran"]
