@@ -111,3 +111,132 @@ def test_non_strings_raise_allocation_errors(value: object) -> None:
         except AllocationError:
             continue
         raise AssertionError(f"{value!r} was accepted")
+
+
+# --- legacy strings, rank groups and whole configs --------------------------------
+
+
+@st.composite
+def legacy_modes(draw: st.DrawFn) -> str:
+    text = ""
+    anchor: ModelAllocation | None = None
+    for index in range(draw(st.integers(1, 4))):
+        if anchor is not None and draw(st.booleans()):
+            # colocate with the group's anchor: the same layout under a new name
+            member = ModelAllocation(anchor.backend, f"c{index}", anchor.parallel)
+            text += "|" + str(member)
+            continue
+        alloc = draw(allocations())
+        anchor = ModelAllocation(alloc.backend, f"c{index}", alloc.parallel)
+        text += ("+" if text else "") + str(anchor)
+    return text
+
+
+@settings(max_examples=200, deadline=None)
+@given(legacy_modes())
+def test_legacy_modes_round_trip(text: str) -> None:
+    mode = parse_allocation_mode(text)
+    assert parse_allocation_mode(str(mode)) == mode
+    assert mode.world_size == sum(
+        a.parallel.world_size for a in mode.allocations if not a.scheduling_strategy.is_colocated
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(allocations(), st.sampled_from(["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"]))
+def test_rank_groups_partition_the_world(alloc: ModelAllocation, order: str) -> None:
+    from areal_alloc import AllocationValidationError
+    from areal_alloc.rankgroups import all_rank_groups
+
+    try:
+        groups = all_rank_groups(alloc, order)
+    except AllocationValidationError:
+        assume(False)  # a layout Megatron itself refuses in this order
+        raise
+    world = list(range(alloc.parallel.world_size))
+    for name, ranks in groups.items():
+        assert sorted(r for g in ranks for r in g) == world, name
+        assert len({len(g) for g in ranks}) == 1, name
+
+
+values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-2, 20),
+    st.sampled_from(
+        [
+            "",
+            "fsdp:d4",
+            "sglang:d2t4",
+            "megatron:d2p2",
+            "colocation",
+            "actor",
+            "separation",
+            "rollout",
+            "train",
+            "vllm:d1t2",
+            "fsdp.d4",
+            "x",
+        ]
+    ),
+)
+sections = st.dictionaries(
+    st.sampled_from(
+        [
+            "backend",
+            "scheduling_strategy",
+            "engine_type",
+            "rollout",
+            "train",
+            "kl_ctl",
+            "weight_update_mode",
+            "path",
+            "model_shape",
+            "type",
+            "target",
+            "num_layers",
+        ]
+    ),
+    st.recursive(
+        values,
+        lambda inner: st.dictionaries(
+            st.sampled_from(["backend", "type", "target", "num_layers", "n_nodes"]),
+            inner,
+            max_size=3,
+        ),
+        max_leaves=6,
+    ),
+    max_size=5,
+)
+configs = st.dictionaries(
+    st.sampled_from(
+        [
+            "actor",
+            "critic",
+            "ref",
+            "rollout",
+            "teacher",
+            "cluster",
+            "model_shape",
+            "allocation_mode",
+            "other",
+        ]
+    ),
+    st.one_of(sections, values),
+    max_size=6,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(configs)
+def test_any_config_gives_a_plan_or_an_allocation_error(config: dict[str, object]) -> None:
+    from omegaconf import OmegaConf
+
+    from areal_alloc import validate
+
+    for form in (config, OmegaConf.create(config)):
+        try:
+            plan = validate(form)
+        except AllocationError:
+            continue
+        assert plan.total_gpus >= 0
