@@ -258,11 +258,13 @@ def migration_overrides(text: str) -> Migration:
     _check_names(groups, text)
     notes: list[str] = []
     filled: list[list[RawComponent]] = []
-    suggested: set[int] = set()
+    suggested: list[list[bool]] = []  # per component: was its backend suggested?
     for group in groups:
         members: list[RawComponent] = []
+        marks: list[bool] = []
         for raw in group:
-            if raw.backend is None and raw.hybrid is None and raw.name is None:
+            bare = raw.backend is None and raw.hybrid is None and raw.name is None
+            if bare:
                 sizes = read_dims(raw.dims, text, "dtpce", "megatron")
                 backend = suggest_backend(sizes)
                 notes.append(
@@ -271,18 +273,17 @@ def migration_overrides(text: str) -> Migration:
                     f"this is a suggestion, check it"
                 )
                 raw = raw._replace(backend=backend)
-                suggested.add(id(raw))
             members.append(raw)
+            marks.append(bare)
         filled.append(members)
-    allocations = _build_groups(tuple(tuple(g) for g in filled), text)
+        suggested.append(marks)
+    allocations = iter(_build_groups(tuple(tuple(g) for g in filled), text))
     used: set[str] = set()
     assignments: list[EngineAssignment] = []
-    index = 0
-    for members in filled:
+    for members, marks in zip(filled, suggested, strict=True):
         anchor_key = ""
-        for position, raw in enumerate(members):
-            allocation = allocations[index]
-            index += 1
+        for position, (raw, bare) in enumerate(zip(members, marks, strict=True)):
+            allocation = next(allocations)
             key = _assign_key(raw, allocation.is_inference, used, text)
             used.add(key)
             if key not in ENGINE_KEYS:
@@ -293,11 +294,6 @@ def migration_overrides(text: str) -> Migration:
             if position == 0:
                 anchor_key = key
             assignments.append(
-                EngineAssignment(
-                    key,
-                    allocation,
-                    anchor_key if position else None,
-                    id(raw) in suggested,
-                )
+                EngineAssignment(key, allocation, anchor_key if position else None, bare)
             )
     return Migration(text.strip(), tuple(assignments), tuple(notes))
