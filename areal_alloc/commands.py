@@ -35,7 +35,6 @@ def _parser(name: str, description: str, epilog: str = "") -> _Parser:
 
 
 def _explain_text(spec: str, order: str, show: int) -> str:
-    from areal_alloc.format import format_layout
     from areal_alloc.model import ModelAllocation
     from areal_alloc.rankgroups import all_rank_groups
     from areal_alloc.render import table
@@ -95,7 +94,7 @@ def _explain_text(spec: str, order: str, show: int) -> str:
             f"{p.expert_model_parallel_size}, expert data parallel {p.expert_mesh_dp_size} "
             f"(world / {p.expert_model_parallel_size})"
         )
-    lines.append(f"canonical: {alloc.backend}:{format_layout(p)}")
+    lines.append(f"canonical: {alloc.spec}")
     lines.append("")
     lines.append(f"rank groups (Megatron order {order}; the first name varies fastest):")
     groups = all_rank_groups(alloc, order)

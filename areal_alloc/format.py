@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from areal_alloc.model import ModelAllocation, ParallelStrategy
 
-__all__ = ["format_allocation", "format_layout"]
+__all__ = ["format_allocation", "format_layout", "format_spec"]
 
 
 def _dims(pairs: tuple[tuple[str, int], ...], keep: str = "") -> str:
@@ -36,7 +36,13 @@ def format_layout(parallel: ParallelStrategy) -> str:
     )
 
 
+def format_spec(backend: str, parallel: ParallelStrategy) -> str:
+    """``backend:dims`` without a name: what an engine's ``backend`` field holds."""
+    return f"{backend}:{format_layout(parallel)}"
+
+
 def format_allocation(allocation: ModelAllocation) -> str:
     """``backend[name]:dims``, e.g. ``fsdp[actor]:d4t2``."""
-    name = f"[{allocation.name}]" if allocation.name else ""
-    return f"{allocation.backend}{name}:{format_layout(allocation.parallel)}"
+    if not allocation.name:
+        return format_spec(allocation.backend, allocation.parallel)
+    return f"{allocation.backend}[{allocation.name}]:{format_layout(allocation.parallel)}"

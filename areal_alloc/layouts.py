@@ -9,10 +9,10 @@ parallelism is the cheapest way to split a model within a node), then experts.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from areal_alloc.errors import AllocationValidationError
-from areal_alloc.format import format_layout
+from areal_alloc.format import format_spec
 from areal_alloc.model import BACKEND_DIMS, HYBRID_BACKENDS, ModelAllocation, ParallelStrategy
 from areal_alloc.shape import ModelShape, layout_problems
 
@@ -117,26 +117,14 @@ def enumerate_layouts(
                         parallel = ParallelStrategy(tp, pp, dp, cp, ep, etp)
                         if shape is not None and layout_problems(backend, parallel, shape):
                             continue
-                        text = f"{backend}:{format_layout(parallel)}"
+                        text = format_spec(backend, parallel)
                         found.append(((-dp, cp, pp, tp, ep, etp), text))
     found.sort()
     return [text for _, text in found]
 
 
-_INT_FIELDS = {
-    "max_tp",
-    "max_pp",
-    "max_cp",
-    "max_ep",
-    "max_dp",
-    "min_dp",
-    "gpus_per_node",
-    "num_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "num_experts",
-}
-_BOOL_FIELDS = {"hybrid", "experts"}
+_BOOL_FIELDS = {f.name for f in fields(LayoutConstraints) if f.type == "bool"}
+_INT_FIELDS = {f.name for f in fields(LayoutConstraints)} - _BOOL_FIELDS
 
 
 def parse_constraints(options: object) -> LayoutConstraints:

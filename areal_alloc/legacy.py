@@ -12,7 +12,6 @@ import re
 from dataclasses import dataclass
 
 from areal_alloc.errors import AllocationValidationError
-from areal_alloc.format import format_layout
 from areal_alloc.model import (
     ModelAllocation,
     ParallelStrategy,
@@ -188,7 +187,7 @@ class EngineAssignment:
 
     @property
     def spec(self) -> str:
-        return f"{self.allocation.backend}:{format_layout(self.allocation.parallel)}"
+        return self.allocation.spec
 
 
 def _override(key: str, value: str) -> str:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from areal_alloc.errors import AllocationValidationError
+from areal_alloc.format import format_allocation, format_spec
 from areal_alloc.kinds import SchedulingStrategyType
 
 __all__ = [
@@ -249,8 +249,6 @@ class ModelAllocation:
     parallel: ParallelStrategy
     scheduling_strategy: SchedulingStrategy = field(default_factory=SchedulingStrategy)
 
-    MAX_SPEC_LENGTH: ClassVar[int] = 1000
-
     def __post_init__(self) -> None:
         if self.backend not in BACKEND_DIMS:
             raise AllocationValidationError(unknown_backend(str(self.backend)))
@@ -307,6 +305,11 @@ class ModelAllocation:
         return parse(spec, name, scheduling_strategy)
 
     @property
+    def spec(self) -> str:
+        """The canonical string without the name, as an engine's ``backend`` field holds it."""
+        return format_spec(self.backend, self.parallel)
+
+    @property
     def world_size(self) -> int:
         """GPUs this allocation adds: its layout's world size, 0 when colocated."""
         if self.scheduling_strategy.is_colocated:
@@ -334,8 +337,6 @@ class ModelAllocation:
         return self.parallel.data_parallel_size if self.is_inference else 1
 
     def __str__(self) -> str:
-        from areal_alloc.format import format_allocation
-
         return format_allocation(self)
 
 

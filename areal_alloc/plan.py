@@ -11,7 +11,7 @@ Everything else in an engine section is left alone.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
 from areal_alloc.errors import AllocationError, AllocationValidationError
@@ -49,13 +49,7 @@ class EnginePlan:
 
     @property
     def spec(self) -> str:
-        return f"{self.allocation.backend}:{_layout(self.allocation)}"
-
-
-def _layout(allocation: ModelAllocation) -> str:
-    from areal_alloc.format import format_layout
-
-    return format_layout(allocation.parallel)
+        return self.allocation.spec
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +69,7 @@ class Plan:
     n_nodes: int
     n_gpus_per_node: int
     placements: tuple[Placement, ...] = ()
-    warnings: tuple[str, ...] = field(default=())
+    warnings: tuple[str, ...] = ()
 
     @property
     def cpu_only(self) -> bool:
@@ -89,10 +83,6 @@ class Plan:
     def total_gpus(self) -> int:
         """GPUs the run needs: separated, active engines; colocated ones count once."""
         return sum(e.gpus for e in self.engines)
-
-    @property
-    def active(self) -> tuple[EnginePlan, ...]:
-        return tuple(e for e in self.engines if e.active)
 
     def __getitem__(self, key: str) -> EnginePlan:
         for engine in self.engines:
@@ -327,8 +317,6 @@ def _read_engines(cfg: object) -> list[EnginePlan]:
 
 def _apply_run_rules(cfg: object, engines: list[EnginePlan]) -> list[EnginePlan]:
     """Engines the run will not create, and implicit colocation, as the reference does."""
-    from dataclasses import replace
-
     actor = _child(cfg, "actor")
     kl_ctl = _child(actor, "kl_ctl") if actor is not None else None
     mode = _child(actor, "weight_update_mode") if actor is not None else None

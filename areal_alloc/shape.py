@@ -140,11 +140,9 @@ def layout_problems(backend: str, p: ParallelStrategy, shape: ModelShape) -> lis
 
 def check_shape(allocation: ModelAllocation, shape: ModelShape, key: str = "backend") -> None:
     """Raise an :class:`AllocationValidationError` naming ``key`` when the shape does not fit."""
-    from areal_alloc.format import format_layout
-
     problems = shape_problems(allocation, shape)
     if problems:
-        spec = f"{allocation.backend}:{format_layout(allocation.parallel)}"
         raise AllocationValidationError(
-            f"{key}={spec!r} does not fit the model ({shape.source}): {'; '.join(problems)}"
+            f"{key}={allocation.spec!r} does not fit the model ({shape.source}): "
+            f"{'; '.join(problems)}"
         )
