@@ -34,9 +34,9 @@ def _parser(name: str, description: str, epilog: str = "") -> _Parser:
 # --- explain ---------------------------------------------------------------------
 
 
-def _explain_text(spec: str, order: str, show: int) -> str:
+def _explain_text(spec: str, order: str, show: int) -> tuple[str, AllocationError | None]:
     from areal_alloc.model import ModelAllocation
-    from areal_alloc.rankgroups import all_rank_groups
+    from areal_alloc.rankgroups import summarize_rank_groups
     from areal_alloc.render import table
 
     alloc = ModelAllocation.from_str(spec)
@@ -87,7 +87,7 @@ def _explain_text(spec: str, order: str, show: int) -> str:
             f"inference: {alloc.n_instances} server instance(s) of t{p.tp_size}·p{p.pp_size} = "
             f"{alloc.instance_size} GPUs each"
         )
-        return "\n".join(lines)
+        return "\n".join(lines), None
     if p.ep_size > 1 or p.etp_size > 1:
         lines.append(
             f"experts: expert model-parallel size p{p.pp_size}·etp{p.etp_size}·e{p.ep_size} = "
@@ -96,40 +96,76 @@ def _explain_text(spec: str, order: str, show: int) -> str:
         )
     lines.append(f"canonical: {alloc.spec}")
     lines.append("")
+    try:
+        summaries = summarize_rank_groups(alloc, order, limit=show)
+    except AllocationError as error:
+        lines.append(f"rank groups: megatron-core refuses this layout in order {order}")
+        return "\n".join(lines), error
     lines.append(f"rank groups (Megatron order {order}; the first name varies fastest):")
-    groups = all_rank_groups(alloc, order)
     rows = [["group", "size", "count", "first groups"]]
-    for name, ranks in groups.items():
-        shown = " ".join(_short(g) for g in ranks[:show])
-        more = " …" if len(ranks) > show else ""
-        rows.append([name, str(len(ranks[0])), str(len(ranks)), shown + more])
+    for summary in summaries:
+        shown = " ".join(_short(g) for g in summary.first)
+        more = f" … ({summary.omitted:,} more)" if summary.omitted else ""
+        rows.append([summary.name, str(summary.size), f"{summary.count:,}", shown + more])
     lines.extend("  " + row for row in table(rows))
-    return "\n".join(lines)
+    return "\n".join(lines), None
 
 
-def _short(group: list[int]) -> str:
+def _short(group: tuple[int, ...]) -> str:
     if len(group) > 8:
         return "[" + ", ".join(map(str, group[:4])) + f", … {group[-1]}]"
     return "[" + ", ".join(map(str, group)) + "]"
 
 
+#: Ranks ``explain --json`` lists per group kind at most (every group of 16,384 GPUs).
+JSON_MAX_RANKS = 16_384
+
+
+def _positive(text: str) -> int:
+    """An argparse type: an integer from 1 to the GPU limit."""
+    from areal_alloc.limits import MAX_GPUS, grouped
+
+    digits = text.strip()
+    if not digits.isdigit() or int(digits[:30]) < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer ≥ 1, got {text[:40]!r}")
+    if len(digits) > 30 or int(digits) > MAX_GPUS:
+        shown = digits if len(digits) <= 24 else f"a {len(digits)}-digit number"
+        raise argparse.ArgumentTypeError(f"{shown} is over the limit of {grouped(MAX_GPUS)}")
+    return int(digits)
+
+
 def explain(args: list[str]) -> int:
+    from areal_alloc.rankgroups import DEFAULT_ORDER
+
     parser = _parser(
         "explain",
         "Explain one backend string: its dimensions, world size and Megatron rank groups.",
         "example:\n  areal-alloc explain 'megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)'",
     )
     parser.add_argument("spec", help="a backend string, e.g. fsdp:d4t2 (quote hybrid layouts)")
-    parser.add_argument("--order", default="tp-cp-ep-dp-pp", help="Megatron rank order")
-    parser.add_argument("--groups", type=int, default=3, help="groups shown per kind")
-    parser.add_argument("--json", action="store_true", help="print every rank group as JSON")
+    parser.add_argument("--order", default=DEFAULT_ORDER, help="Megatron rank order")
+    parser.add_argument(
+        "--groups", type=_positive, default=None, metavar="N", help="groups listed per kind"
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help=f"print the rank groups as JSON (every group, up to {JSON_MAX_RANKS:,} ranks "
+        f"per kind)",
+    )
     ns = parser.parse_args(args)
     if ns.json:
         from areal_alloc.model import ModelAllocation
-        from areal_alloc.rankgroups import all_rank_groups
+        from areal_alloc.rankgroups import summarize_rank_groups
 
         alloc = ModelAllocation.from_str(ns.spec)
         p = alloc.parallel
+        summaries = summarize_rank_groups(
+            alloc,
+            ns.order,
+            limit=ns.groups or p.world_size,
+            max_ranks=JSON_MAX_RANKS,
+        )
         print(
             json.dumps(
                 {
@@ -144,13 +180,20 @@ def explain(args: list[str]) -> int:
                     "etp": p.etp_size,
                     "edp": p.expert_mesh_dp_size,
                     "order": ns.order,
-                    "rank_groups": all_rank_groups(alloc, ns.order),
+                    "rank_groups": {s.name: [list(g) for g in s.first] for s in summaries},
+                    "rank_group_counts": {
+                        s.name: {"size": s.size, "count": s.count, "omitted": s.omitted}
+                        for s in summaries
+                    },
                 },
                 indent=1,
             )
         )
         return 0
-    print(_explain_text(ns.spec, ns.order, ns.groups))
+    text, refused = _explain_text(ns.spec, ns.order, ns.groups or 3)
+    print(text)
+    if refused is not None:
+        raise refused
     return 0
 
 
@@ -181,7 +224,20 @@ def migrate(args: list[str]) -> int:
 # --- layouts ---------------------------------------------------------------------
 
 
+_LAYOUT_HELP = {
+    "gpus_per_node": "keep tensor parallelism (and inference instances) within a node",
+    "hybrid": "also list attn/ffn layouts with expert tensor parallelism",
+    "experts": "also list expert parallelism e > 1 (implied by --num-experts, --max-ep, "
+    "--hybrid or a MoE --model-config)",
+}
+_SHAPE_FIELDS = ("num_layers", "num_attention_heads", "num_key_value_heads", "num_experts")
+
+
 def layouts(args: list[str]) -> int:
+    from dataclasses import fields
+
+    from areal_alloc.layouts import LayoutConstraints, enumerate_layouts
+
     parser = _parser(
         "layouts",
         "List every valid layout of a backend for a GPU count.",
@@ -190,58 +246,33 @@ def layouts(args: list[str]) -> int:
         "  areal-alloc layouts megatron 32 --model-config /models/qwen3-30b-a3b --hybrid",
     )
     parser.add_argument("backend")
-    parser.add_argument("gpus", type=int)
-    for flag in ("tp", "pp", "cp", "ep", "dp"):
-        parser.add_argument(f"--max-{flag}", type=int, metavar="N")
-    parser.add_argument(
-        "--gpus-per-node",
-        type=int,
-        metavar="N",
-        help="keep tensor parallelism (and inference instances) within a node",
-    )
+    parser.add_argument("gpus", type=_positive)
+    # one flag per constraint field: --max-tp N … --hybrid
+    for field in fields(LayoutConstraints):
+        flag = "--" + field.name.replace("_", "-")
+        if field.type == "bool":
+            parser.add_argument(flag, action="store_true", help=_LAYOUT_HELP.get(field.name))
+        else:
+            parser.add_argument(
+                flag, type=_positive, metavar="N", help=_LAYOUT_HELP.get(field.name)
+            )
     parser.add_argument(
         "--model-config",
         metavar="PATH",
         help="a local Hugging Face config.json (or its folder): shape rules",
     )
-    parser.add_argument("--num-layers", type=int, metavar="N")
-    parser.add_argument("--num-attention-heads", type=int, metavar="N")
-    parser.add_argument("--num-key-value-heads", type=int, metavar="N")
-    parser.add_argument("--num-experts", type=int, metavar="N")
-    parser.add_argument(
-        "--hybrid",
-        action="store_true",
-        help="also list attn/ffn layouts with expert tensor parallelism",
-    )
-    parser.add_argument(
-        "--experts",
-        action="store_true",
-        help="also list expert parallelism e > 1 (implied by --num-experts, "
-        "--max-ep, --hybrid or a MoE --model-config)",
-    )
     parser.add_argument(
         "--sweep", action="store_true", help="one comma-separated line, ready for -m key=…"
     )
     ns = parser.parse_args(args)
-    from areal_alloc.layouts import LayoutConstraints, enumerate_layouts
     from areal_alloc.shape import ModelShape
 
     shape = ModelShape.from_hf_config(ns.model_config) if ns.model_config else ModelShape()
-    constraints = LayoutConstraints(
-        max_tp=ns.max_tp,
-        max_pp=ns.max_pp,
-        max_cp=ns.max_cp,
-        max_ep=ns.max_ep,
-        max_dp=ns.max_dp,
-        gpus_per_node=ns.gpus_per_node,
-        num_layers=ns.num_layers or shape.num_layers,
-        num_attention_heads=ns.num_attention_heads or shape.num_attention_heads,
-        num_key_value_heads=ns.num_key_value_heads or shape.num_key_value_heads,
-        num_experts=ns.num_experts or shape.num_experts,
-        hybrid=ns.hybrid,
-        experts=ns.experts,
-    )
-    found = enumerate_layouts(ns.backend, ns.gpus, constraints)
+    values = {f.name: getattr(ns, f.name) for f in fields(LayoutConstraints)}
+    values = {k: v for k, v in values.items() if v is not None}
+    for name in _SHAPE_FIELDS:
+        values.setdefault(name, getattr(shape, name))
+    found = enumerate_layouts(ns.backend, ns.gpus, LayoutConstraints(**values))
     if not found:
         raise AllocationError(f"no {ns.backend} layout of {ns.gpus} GPUs meets the constraints")
     print(",".join(found) if ns.sweep else "\n".join(found))
@@ -251,38 +282,67 @@ def layouts(args: list[str]) -> int:
 # --- check -----------------------------------------------------------------------
 
 
+_CHECK_USAGE = (
+    "areal-alloc check FILE.yaml [FILE.yaml …] [key=value …] [--json] "
+    "(the reference's spelling --config FILE works too)"
+)
+
+
+def _is_override(word: str) -> bool:
+    return "=" in word or word.startswith(("+", "~"))
+
+
 def check(args: list[str]) -> int:
     parser = _parser(
         "check",
-        "Validate an existing experiment YAML (unrelated keys are fine) and print its plan.",
-        "example:\n  areal-alloc check gsm8k_grpo.yaml actor.backend=fsdp:d4t2",
+        "Validate experiment YAMLs and print their plans. Each file is composed as the "
+        "reference's launchers compose it (its defaults list, interpolations, Hydra "
+        "overrides), so unrelated keys are fine.",
+        "examples:\n  areal-alloc check gsm8k_grpo.yaml actor.backend=fsdp:d4t2\n"
+        "  areal-alloc check experiments/*.yaml\n"
+        "  areal-alloc check --config gsm8k_grpo.yaml cluster.n_nodes=4",
     )
-    parser.add_argument("path", help="an experiment YAML file")
-    parser.add_argument("overrides", nargs="*", help="key=value changes, as on the command line")
-    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.add_argument(
+        "items", nargs="*", metavar="FILE|OVERRIDE", help="experiment YAMLs and key=value overrides"
+    )
+    parser.add_argument(
+        "--config", action="append", default=[], metavar="FILE", help="an experiment YAML"
+    )
+    parser.add_argument("--json", action="store_true", help="print the plans as JSON")
     ns = parser.parse_args(args)
-    from omegaconf import OmegaConf
-
+    from areal_alloc.compose import compose_file
     from areal_alloc.plan import plan_config
     from areal_alloc.render import render_plan
 
-    try:
-        cfg = OmegaConf.load(ns.path)
-    except FileNotFoundError:
-        raise AllocationError(f"{ns.path}: no such file") from None
-    except Exception as error:
-        raise AllocationError(f"{ns.path}: not a readable YAML file: {error}") from None
-    if ns.overrides:
-        bad = [o for o in ns.overrides if "=" not in o]
-        if bad:
-            raise AllocationError(f"override {bad[0]!r} is not key=value")
-        cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(ns.overrides))
-    plan = plan_config(cfg)
+    overrides = [item for item in ns.items if _is_override(item)]
+    files = [*ns.config, *(item for item in ns.items if not _is_override(item))]
+    if not files:
+        raise AllocationError(f"no experiment file given; usage: {_CHECK_USAGE}")
+    results: list[dict[str, Any]] = []
+    failed: list[str] = []
+    for path in files:
+        try:
+            plan = plan_config(compose_file(path, overrides))
+        except AllocationError as error:
+            failed.append(path)
+            message = str(error) if len(files) == 1 else f"{path}: {error}"
+            print(f"areal-alloc check: {message}", file=sys.stderr)
+            results.append({"path": path, "error": error.message})
+            continue
+        results.append({"path": path, "plan": plan.to_dict()})
+        if not ns.json:
+            if len(results) > 1:
+                print()
+            print(render_plan(plan, title=path))
     if ns.json:
-        print(json.dumps(plan.to_dict(), indent=1))
-    else:
-        print(render_plan(plan, title=f"{ns.path}"))
-    return 0
+        single = len(files) == 1 and not failed
+        print(json.dumps(results[0]["plan"] if single else results, indent=1))
+    if failed and len(files) > 1:
+        print(
+            f"areal-alloc check: {len(failed)} of {len(files)} files failed: {', '.join(failed)}",
+            file=sys.stderr,
+        )
+    return 1 if failed else 0
 
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {

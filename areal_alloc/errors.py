@@ -21,7 +21,9 @@ __all__ = [
 def render_caret(text: str, column: int, indent: str = "    ") -> str:
     """Return ``text`` and a caret under its 1-based ``column``, on two lines."""
     column = max(1, min(column, len(text) + 1))
-    return f"{indent}{text}\n{indent}{' ' * (column - 1)}^"
+    # one printable character per character, so that the caret stays in its column
+    shown = "".join(c if c.isprintable() else "?" for c in text.replace("\t", " "))
+    return f"{indent}{shown}\n{indent}{' ' * (column - 1)}^"
 
 
 class AllocationError(ValueError):

@@ -33,6 +33,17 @@ def _internal(error: Exception) -> str:
     )
 
 
+def _drop_unset_allocation_mode(config: DictConfig) -> None:
+    """Remove the ``allocation_mode: ???`` our hook config declared, when nothing set it.
+
+    The run's config is copied for the task right after ``on_run_start``, so the
+    task never sees the placeholder.
+    """
+    if "allocation_mode" in config and OmegaConf.is_missing(config, "allocation_mode"):
+        with read_write(config), open_dict(config):
+            del config["allocation_mode"]
+
+
 class ValidateAllocations(Callback):
     """Validate every engine's allocation at compose time, for runs and whole sweeps.
 
@@ -54,11 +65,14 @@ class ValidateAllocations(Callback):
         from areal_alloc.plan import plan_config
 
         try:
-            plan_config(config)
+            plan = plan_config(config)
         except AllocationError as error:
             raise SystemExit(f"{PREFIX}{error}") from None
         except Exception as error:  # Hydra would turn it into a warning and run anyway
             raise SystemExit(_internal(error)) from None
+        _drop_unset_allocation_mode(config)
+        for line in (*plan.warnings, *plan.assumptions):
+            print(f"{PREFIX}warning: {line}", file=sys.stderr)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:

@@ -9,14 +9,32 @@ parallelism is the cheapest way to split a model within a node), then experts.
 from __future__ import annotations
 
 import functools
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.format import format_spec
-from areal_alloc.model import BACKEND_DIMS, HYBRID_BACKENDS, ModelAllocation, ParallelStrategy
+from areal_alloc.limits import MAX_GPUS, MAX_LAYOUTS, grouped
+from areal_alloc.model import (
+    BACKEND_DIMS,
+    HYBRID_BACKENDS,
+    INFERENCE_BACKENDS,
+    ModelAllocation,
+    ParallelStrategy,
+)
 from areal_alloc.shape import ModelShape, layout_problems
 
-__all__ = ["LayoutConstraints", "enumerate_layouts"]
+__all__ = [
+    "MAX_CANDIDATES",
+    "LayoutConstraints",
+    "TooManyLayouts",
+    "enumerate_layouts",
+    "iter_layouts",
+]
+
+#: Candidate layouts one search examines at most (about a second of work).
+MAX_CANDIDATES = 200_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,38 +91,59 @@ def _within(value: int, limit: int | None) -> bool:
     return limit is None or value <= limit
 
 
-def enumerate_layouts(
+class TooManyLayouts(AllocationValidationError):
+    """A search that would list or examine more layouts than the limit."""
+
+
+def iter_layouts(
     backend: str, gpus: int, constraints: LayoutConstraints | None = None
-) -> list[str]:
-    """Every valid ``backend`` layout spanning exactly ``gpus`` GPUs, as canonical strings."""
+) -> Iterator[str]:
+    """Every valid ``backend`` layout spanning exactly ``gpus`` GPUs, in the listed order.
+
+    The loops run in the order of the listing (most data parallelism first, then
+    the least context, pipeline and tensor parallelism, then experts), so the
+    first layouts come without the rest being built. Raises :class:`TooManyLayouts`
+    after examining :data:`MAX_CANDIDATES` candidates, so that any GPU count
+    answers quickly.
+    """
     if backend not in BACKEND_DIMS:
         ModelAllocation(backend, None, ParallelStrategy())  # raises the unknown-backend error
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
         raise AllocationValidationError(f"GPU count must be an integer ≥ 1, got {gpus!r}")
+    if gpus > MAX_GPUS:
+        raise AllocationValidationError(
+            f"GPU count {gpus if len(str(gpus)) <= 24 else 'of ' + str(len(str(gpus))) + ' digits'}"
+            f" is over the limit of {grouped(MAX_GPUS)}"
+        )
     c = constraints or LayoutConstraints()
     shape = c.shape()
     allowed = BACKEND_DIMS[backend]
-    inference = backend in ("sglang", "vllm")
+    inference = backend in INFERENCE_BACKENDS
     node = c.gpus_per_node
-    found: list[tuple[tuple[int, ...], str]] = []
-    for tp in _divisors(gpus) if "t" in allowed else (1,):
-        if not _within(tp, c.max_tp) or (node and tp > node and not inference):
+    with_experts = "e" in allowed and bool(c.experts or c.hybrid or c.num_experts or c.max_ep)
+    examined = 0
+    for dp in reversed(_divisors(gpus)):
+        if not (_within(dp, c.max_dp) and dp >= c.min_dp):
             continue
-        rest_t = gpus // tp
-        for pp in _divisors(rest_t) if "p" in allowed else (1,):
-            if not _within(pp, c.max_pp):
+        rest_d = gpus // dp
+        for cp in _divisors(rest_d) if "c" in allowed else (1,):
+            if not _within(cp, c.max_cp):
                 continue
-            if inference and node and (tp * pp) % node and node % (tp * pp):
-                continue
-            rest_p = rest_t // pp
-            for cp in _divisors(rest_p) if "c" in allowed else (1,):
-                dp = rest_p // cp
-                if not (_within(cp, c.max_cp) and _within(dp, c.max_dp) and dp >= c.min_dp):
+            rest_c = rest_d // cp
+            for pp in _divisors(rest_c) if "p" in allowed else (1,):
+                tp = rest_c // pp
+                if not (_within(pp, c.max_pp) and _within(tp, c.max_tp)):
                     continue
-                with_experts = c.experts or c.hybrid or c.num_experts or c.max_ep
-                eps = _divisors(gpus // pp) if "e" in allowed and with_experts else (1,)
-                for ep in eps:
+                if tp > 1 and "t" not in allowed:
+                    continue
+                if node and tp > node and not inference:
+                    continue
+                if inference and node and (tp * pp) % node and node % (tp * pp):
+                    continue
+                for ep in _divisors(gpus // pp) if with_experts else (1,):
                     if not _within(ep, c.max_ep):
+                        continue
+                    if c.num_experts is not None and c.num_experts % ep:
                         continue
                     etps: tuple[int, ...] = (1,)
                     if c.hybrid and backend in HYBRID_BACKENDS and ep > 1:
@@ -114,13 +153,38 @@ def enumerate_layouts(
                             if (not node or e <= node) and _within(e, c.max_tp)
                         )
                     for etp in etps:
+                        examined += 1
+                        if examined > MAX_CANDIDATES:
+                            raise TooManyLayouts(
+                                f"stopped after examining {grouped(MAX_CANDIDATES)} candidate "
+                                f"{backend} layouts of {grouped(gpus)} GPUs; narrow the search "
+                                f"with limits such as --max-tp, --max-pp, --max-cp, --max-ep "
+                                f"or a model shape"
+                            )
                         parallel = ParallelStrategy(tp, pp, dp, cp, ep, etp)
                         if shape is not None and layout_problems(backend, parallel, shape):
                             continue
-                        text = format_spec(backend, parallel)
-                        found.append(((-dp, cp, pp, tp, ep, etp), text))
-    found.sort()
-    return [text for _, text in found]
+                        yield format_spec(backend, parallel)
+
+
+def enumerate_layouts(
+    backend: str,
+    gpus: int,
+    constraints: LayoutConstraints | None = None,
+    limit: int = MAX_LAYOUTS,
+) -> list[str]:
+    """Every valid ``backend`` layout spanning exactly ``gpus`` GPUs, as canonical strings.
+
+    More than ``limit`` layouts raise :class:`TooManyLayouts`, which asks for
+    tighter constraints instead of printing an unreadable list.
+    """
+    found = list(itertools.islice(iter_layouts(backend, gpus, constraints), limit + 1))
+    if len(found) > limit:
+        raise TooManyLayouts(
+            f"more than {grouped(limit)} {backend} layouts of {grouped(gpus)} GPUs; narrow the "
+            f"search with limits such as max_tp, max_pp, max_cp, max_ep or a model shape"
+        )
+    return found
 
 
 _BOOL_FIELDS = {f.name for f in fields(LayoutConstraints) if f.type == "bool"}
@@ -143,7 +207,7 @@ def parse_constraints(options: object) -> LayoutConstraints:
                 raise AllocationValidationError(f"{key}={raw!r}: must be true or false")
             values[key] = raw.lower() in ("true", "1", "yes")
         else:
-            if not raw.isdigit() or int(raw) < 1:
+            if not raw.isdigit() or int(raw) < 1 or len(raw) > 9:
                 raise AllocationValidationError(f"{key}={raw!r}: must be an integer ≥ 1")
             values[key] = int(raw)
     return LayoutConstraints(**values)  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ from areal_alloc.model import (
     ParallelStrategy,
     SchedulingStrategy,
     SchedulingStrategyType,
+    missing_hybrid_backend,
 )
 from areal_alloc.parse import Groups, parse_legacy
 from areal_alloc.syntax import RawComponent
@@ -113,7 +114,19 @@ class LegacyAllocationMode:
         return text
 
 
+def _check_bare_hybrid(groups: Groups, text: str) -> None:
+    """``attn:…|ffn:…`` without parentheses and backend is a hybrid layout, not two engines."""
+    for group in groups:
+        labels = [c.backend for c in group]
+        if len(group) == 2 and set(labels) == {"attn", "ffn"} and group[0].name is None:
+            parts = "|".join(f"{c.backend}:{raw_spec(c)}" for c in group)
+            raise AllocationValidationError(
+                missing_hybrid_backend(f"({parts})"), text, group[0].column
+            )
+
+
 def _check_names(groups: Groups, text: str) -> None:
+    _check_bare_hybrid(groups, text)
     components = [c for group in groups for c in group]
     for group in groups:
         if len(group) > 1 and any(c.name is None for c in group):
@@ -191,9 +204,10 @@ class EngineAssignment:
 
 
 def _override(key: str, value: str) -> str:
+    """``++key=value``: adds the key or replaces it, whether or not the engine exists yet."""
     if _SAFE_VALUE.match(value):
-        return f"{key}={value}"
-    return f"\"{key}='{value}'\""
+        return f"++{key}={value}"
+    return f"\"++{key}='{value}'\""
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,8 +225,8 @@ class Migration:
         for a in self.assignments:
             out.append(_override(f"{a.key}.backend", a.spec))
             if a.colocate_with:
-                out.append(f"{a.key}.scheduling_strategy.type=colocation")
-                out.append(f"{a.key}.scheduling_strategy.target={a.colocate_with}")
+                out.append(_override(f"{a.key}.scheduling_strategy.type", "colocation"))
+                out.append(_override(f"{a.key}.scheduling_strategy.target", a.colocate_with))
         return tuple(out)
 
     def yaml(self) -> str:

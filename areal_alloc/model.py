@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.format import format_allocation, format_spec
 from areal_alloc.kinds import SchedulingStrategyType
+from areal_alloc.limits import MAX_GPUS, grouped
 
 __all__ = [
     "BACKEND_DIMS",
@@ -53,6 +54,12 @@ BACKEND_DIMS: dict[str, str] = {
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
+def _quoted(number: int) -> str:
+    """A size for a message: grouped digits, or its digit count when absurdly long."""
+    text = str(number)
+    return grouped(number) if len(text) <= 24 else f"a {len(text)}-digit number"
+
+
 def dimension_not_supported(backend: str, letter: str, size: int) -> str:
     """The message for a dimension ``letter`` of ``size`` > 1 that ``backend`` refuses."""
     what = f"{DIM_NAMES[letter]} parallelism ({letter}{size})"
@@ -64,6 +71,14 @@ def dimension_not_supported(backend: str, letter: str, size: int) -> str:
     if backend in INFERENCE_BACKENDS:
         return f"{backend} does not support {what}; inference backends take d, t, p"
     return f"{backend} does not support {what}"  # pragma: no cover - all take every dim
+
+
+def missing_hybrid_backend(layout: str) -> str:
+    """The message for a hybrid ``(attn:…|ffn:…)`` layout written without its backend."""
+    return (
+        f"Backend must be explicitly specified in {layout!r}: hybrid attn/ffn layouts run on "
+        f"{' or '.join(HYBRID_BACKENDS)}; write e.g. {'megatron:' + layout!r}"
+    )
 
 
 def unknown_backend(backend: str) -> str:
@@ -159,6 +174,16 @@ class ParallelStrategy:
                 )
             if value < 1:
                 raise AllocationValidationError(f"{attr} ({short}) must be ≥ 1, got {value}")
+            if value > MAX_GPUS:
+                raise AllocationValidationError(
+                    f"{attr} ({short}) is {_quoted(value)}; the limit is {grouped(MAX_GPUS)} GPUs"
+                )
+        if self.world_size > MAX_GPUS:
+            raise AllocationValidationError(
+                f"world size d{self.data_parallel_size}·t{self.tensor_parallel_size}"
+                f"·p{self.pipeline_parallel_size}·c{self.context_parallel_size} = "
+                f"{_quoted(self.world_size)} GPUs is over the limit of {grouped(MAX_GPUS)}"
+            )
         if self.expert_parallel_size > 1 or self.expert_tensor_parallel_size > 1:
             emp = self.expert_model_parallel_size
             if self.world_size % emp:

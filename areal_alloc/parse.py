@@ -16,6 +16,7 @@ from areal_alloc.errors import (
     AllocationSyntaxError,
     AllocationValidationError,
 )
+from areal_alloc.model import missing_hybrid_backend
 from areal_alloc.syntax import RawComponent, RawDim, RawPart
 
 if TYPE_CHECKING:
@@ -157,7 +158,30 @@ def _check_text(text: object, what: str) -> str:
         raise AllocationValidationError(
             f"{what} is empty; write BACKEND:DIMS, e.g. 'fsdp:d4t2' or 'sglang:d2t4'"
         )
+    if not text.isascii() or not text.replace("\t", " ").isprintable():
+        raise _odd_character(text, what)
     return text
+
+
+def _odd_character(text: str, what: str) -> AllocationSyntaxError:
+    """Name the first character outside printable ASCII, with its column and a fix."""
+    import unicodedata
+
+    index = next(
+        i
+        for i, char in enumerate(text)
+        if not (char.isascii() and (char.isprintable() or char == "\t"))
+    )
+    char = text[index]
+    name = unicodedata.name(char, f"U+{ord(char):04X}")
+    plain = unicodedata.normalize("NFKC", char)
+    hint = f"; write {plain!r}" if plain != char and plain.isascii() and plain.isprintable() else ""
+    return AllocationSyntaxError(
+        f"{what} {text!r} holds {char!r} ({name}) at column {index + 1}; only plain ASCII "
+        f"letters, digits and ':[]()|+' are allowed{hint}",
+        text,
+        index + 1,
+    )
 
 
 def parse_single(text: object) -> RawComponent:
@@ -249,12 +273,8 @@ def _explain(text: str, exc: Any, start: str) -> AllocationError:
     if found == "|" and start == "single":
         head = text.lstrip().split(":", 1)[0].strip()
         if head in ("attn", "ffn"):
-            return AllocationValidationError(
-                f"Backend must be explicitly specified in {text!r}: a hybrid layout is "
-                f"written megatron:(attn:DIMS|ffn:DIMS) or archon:(attn:DIMS|ffn:DIMS)",
-                text,
-                1,
-            )
+            layout = "(" + "".join(text.split()) + ")"
+            return AllocationValidationError(missing_hybrid_backend(layout), text, 1)
         return AllocationSyntaxError(
             f"unexpected '|' {where}: an engine's backend field holds one component; "
             f"to share another engine's GPUs set its scheduling_strategy to "

@@ -10,12 +10,18 @@ Everything else in an engine section is left alone.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import enum
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from areal_alloc.errors import AllocationError, AllocationValidationError
+from areal_alloc.limits import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES, grouped
 from areal_alloc.model import ModelAllocation, SchedulingStrategy, SchedulingStrategyType
+from areal_alloc.placement import Placement, place
 
 __all__ = [
     "ENGINE_ORDER",
@@ -53,15 +59,6 @@ class EnginePlan:
 
 
 @dataclass(frozen=True, slots=True)
-class Placement:
-    """Where one separated engine sits: global GPU indices, in rank order."""
-
-    key: str
-    gpus: tuple[int, ...]
-    shared_with: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
 class Plan:
     """Every configured engine, the cluster, and where each engine lands."""
 
@@ -70,6 +67,8 @@ class Plan:
     n_gpus_per_node: int
     placements: tuple[Placement, ...] = ()
     warnings: tuple[str, ...] = ()
+    #: What was assumed because the config did not say (e.g. the cluster size).
+    assumptions: tuple[str, ...] = ()
 
     @property
     def cpu_only(self) -> bool:
@@ -91,7 +90,7 @@ class Plan:
         raise KeyError(key)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready description of the plan."""
+        """A JSON-ready description of the plan (GPU runs, never one entry per GPU)."""
         per_node = self.n_gpus_per_node or 1
         return {
             "cluster": {
@@ -125,13 +124,20 @@ class Plan:
                 {
                     "key": p.key,
                     "shared_with": list(p.shared_with),
-                    "gpus": [
-                        {"node": g // per_node, "gpu": g % per_node, "global": g} for g in p.gpus
+                    "gpu_ranges": [
+                        {
+                            "start": start,
+                            "stop": stop,
+                            "first_node": start // per_node,
+                            "last_node": (stop - 1) // per_node,
+                        }
+                        for start, stop in p.runs
                     ],
                 }
                 for p in self.placements
             ],
             "warnings": list(self.warnings),
+            "assumptions": list(self.assumptions),
         }
 
 
@@ -150,10 +156,16 @@ def _fail(key: str, value: object, error: AllocationError | str) -> AllocationVa
 
 
 def _child(node: object, key: str) -> Any:
-    """``node[key]`` or None; an interpolation that cannot be resolved names its key."""
-    if isinstance(node, Mapping) or hasattr(node, "get"):
+    """``node[key]`` or None; an interpolation that cannot be resolved names its key.
+
+    ``node`` is a mapping, a DictConfig, or a dataclass instance (the object the
+    reference's ``load_expr_config`` returns); enum members come back as their value.
+    """
+    if dataclasses.is_dataclass(node) and not isinstance(node, type):
+        value = getattr(node, key, None)
+    elif _is_mapping(node):
         try:
-            return node.get(key)
+            value = node.get(key)  # type: ignore[attr-defined]
         except AllocationError:
             raise
         except Exception as error:
@@ -162,11 +174,13 @@ def _child(node: object, key: str) -> Any:
             for prefix in ("AllocationValidationError", "AllocationSyntaxError"):
                 reason = reason.replace(f"{prefix} raised while resolving interpolation: ", "")
             raise AllocationValidationError(f"{full_key}: cannot be resolved: {reason}") from None
-    return None
+    else:
+        return None
+    return value.value if isinstance(value, enum.Enum) else value
 
 
 def _is_mapping(node: object) -> bool:
-    if isinstance(node, Mapping):
+    if isinstance(node, Mapping) or (dataclasses.is_dataclass(node) and not isinstance(node, type)):
         return True
     try:
         from omegaconf import DictConfig
@@ -175,40 +189,90 @@ def _is_mapping(node: object) -> bool:
     return isinstance(node, DictConfig)
 
 
-def _int(node: object, path: str, default: int, minimum: int) -> int:
+def _keys(node: object) -> list[str]:
+    if dataclasses.is_dataclass(node) and not isinstance(node, type):
+        return [f.name for f in dataclasses.fields(node)]
+    return [str(k) for k in node] if _is_mapping(node) else []  # type: ignore[attr-defined]
+
+
+def _shown(value: object) -> str:
+    """A value for a message, cut to a readable length."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+_INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*\Z")
+
+
+def _int(node: object, path: str, default: int, minimum: int, maximum: int) -> int | None:
+    """An integer setting; numbers written as strings convert, as a structured config does.
+
+    None when the key is absent (the caller applies and reports the default).
+    """
     key = path.rsplit(".", 1)[-1]
     value = _child(node, key) if node is not None else None
     if value is None:
-        return default
+        return None
+    if isinstance(value, str) and _INTEGER.match(value) and len(value.strip()) <= 30:
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise AllocationValidationError(f"{path}={value!r}: must be an integer ≥ {minimum}")
+        raise AllocationValidationError(
+            f"{path}={_shown(value)}: must be an integer ≥ {minimum}, e.g. {path}={default}"
+        )
     if value < minimum:
-        raise AllocationValidationError(f"{path}={value!r}: must be ≥ {minimum}")
+        raise AllocationValidationError(f"{path}={value}: must be ≥ {minimum}")
+    if value > maximum:
+        shown = grouped(value) if len(str(value)) <= 24 else f"a {len(str(value))}-digit number"
+        raise AllocationValidationError(f"{path}={shown}: the limit is {grouped(maximum)}")
     return value
 
 
-def _scheduling(section: object, key: str) -> SchedulingStrategy:
+def _number(value: object) -> float | None:
+    """A float setting such as ``kl_ctl``; strings convert, as a structured config does."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+#: The keys of the reference's SchedulingStrategy (areal/api/cli_args.py).
+_SCHEDULING_KEYS = ("type", "target", "fork")
+
+
+def _scheduling(section: object, path: str) -> SchedulingStrategy:
     node = _child(section, "scheduling_strategy")
     if node is None:
         return SchedulingStrategy()
-    path = f"{key}.scheduling_strategy"
+    path = f"{path}.scheduling_strategy"
     if not _is_mapping(node):
         raise AllocationValidationError(
-            f"{path}={node!r}: must be a mapping with type and target, e.g. "
+            f"{path}={_shown(node)}: must be a mapping with type and target, e.g. "
             f"{{type: colocation, target: actor}}"
         )
+    for key in _keys(node):
+        if key not in _SCHEDULING_KEYS:
+            close = difflib.get_close_matches(key, _SCHEDULING_KEYS, n=1, cutoff=0.5)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise AllocationValidationError(
+                f"{path}.{key}: unknown key; {hint}scheduling_strategy takes "
+                f"{', '.join(_SCHEDULING_KEYS)}"
+            )
     kind = _child(node, "type")
     target = _child(node, "target")
     if kind is None:
         kind = "separation"
-    if isinstance(kind, SchedulingStrategyType):  # from the strict schema
-        kind = kind.value
     if not isinstance(kind, str) or kind not in ("separation", "colocation"):
         raise AllocationValidationError(
-            f"{path}.type={kind!r}: must be 'separation' or 'colocation'"
+            f"{path}.type={_shown(kind)}: must be 'separation' or 'colocation'"
         )
     if target is not None and not isinstance(target, str):
-        raise AllocationValidationError(f"{path}.target={target!r}: must be an engine name")
+        raise AllocationValidationError(f"{path}.target={_shown(target)}: must be an engine name")
     if kind == "colocation" and not target:
         raise AllocationValidationError(
             f"{path}.target is empty: colocation needs the engine whose GPUs are shared, "
@@ -219,44 +283,108 @@ def _scheduling(section: object, key: str) -> SchedulingStrategy:
     return SchedulingStrategy(SchedulingStrategyType(kind), target)
 
 
-def _backend_source(key: str, section: object) -> tuple[str, object]:
-    """Where an engine's backend field lives (the teacher has three spellings)."""
-    if key != "teacher":
-        return f"{key}.backend", _child(section, "backend")
+@dataclass(frozen=True, slots=True)
+class _Source:
+    """Where an engine's backend lives, and which kind of backend it must be."""
+
+    backend_key: str
+    value: object
+    section: object  # holds the backend and the scheduling_strategy
+    role: str  # "inference", "training" or "any"
+    warning: str | None = None
+
+
+_EXAMPLE = {"inference": "sglang:d1t2", "training": "fsdp:d4", "any": "fsdp:d4"}
+
+
+def _teacher_source(section: object) -> _Source:
+    """The teacher as the reference reads it (``TeacherConfig`` in areal/api/cli_args.py).
+
+    ``engine_type`` (default ``rollout``) selects ``teacher.rollout`` (an inference
+    engine) or ``teacher.train`` (a training engine); the selected one must be
+    set. Older configs write a flat ``teacher.backend`` of any kind.
+    """
     engine_type = _child(section, "engine_type")
-    if engine_type is None or _child(section, "backend") is not None:
-        return "teacher.backend", _child(section, "backend")
+    rollout, train = _child(section, "rollout"), _child(section, "train")
+    rollout = None if _unset(rollout) else rollout  # a strict schema's empty sections
+    train = None if _unset(train) else train
+    if engine_type is None and rollout is None and train is None:
+        return _Source("teacher.backend", _child(section, "backend"), section, "any")
+    if engine_type is None:
+        engine_type = "rollout"  # the reference's default
     if engine_type not in ("rollout", "train"):
         raise AllocationValidationError(
-            f"teacher.engine_type={engine_type!r}: must be 'rollout' or 'train'"
+            f"teacher.engine_type={_shown(engine_type)}: must be 'rollout' or 'train'"
         )
-    sub = _child(section, engine_type)
-    return f"teacher.{engine_type}.backend", _child(sub, "backend") if sub is not None else None
+    role = "inference" if engine_type == "rollout" else "training"
+    sub = rollout if engine_type == "rollout" else train
+    if sub is None:
+        raise AllocationValidationError(
+            f"teacher.{engine_type} must be provided when teacher.engine_type={engine_type!r}: "
+            f"set it, e.g. ++teacher.{engine_type}.backend={_EXAMPLE[role]} "
+            f"({'an inference' if role == 'inference' else 'a training'} backend)"
+        )
+    if not _is_mapping(sub):
+        raise AllocationValidationError(
+            f"teacher.{engine_type}={_shown(sub)}: must be a section with a backend field, "
+            f"e.g. teacher.{engine_type}.backend={_EXAMPLE[role]}"
+        )
+    warnings = []
+    if rollout is not None and train is not None:
+        warnings.append(
+            f"teacher.rollout and teacher.train are both set; "
+            f"teacher.engine_type={engine_type!r} selects teacher.{engine_type}"
+        )
+    if _child(section, "backend") not in (None, ""):
+        warnings.append(
+            f"teacher.backend is not read when teacher.engine_type or teacher.rollout/train is "
+            f"set; the teacher runs teacher.{engine_type}.backend"
+        )
+    return _Source(
+        f"teacher.{engine_type}.backend",
+        _child(sub, "backend"),
+        sub,
+        role,
+        "; ".join(warnings) or None,
+    )
 
 
-def _allocation(
-    key: str, backend_key: str, value: object, scheduling: SchedulingStrategy, role: str
-) -> ModelAllocation:
+def _source(key: str, section: object) -> _Source:
+    if key == "teacher":
+        return _teacher_source(section)
+    role = "inference" if key == "rollout" else "training"
+    return _Source(f"{key}.backend", _child(section, "backend"), section, role)
+
+
+def _allocation(key: str, source: _Source, scheduling: SchedulingStrategy) -> ModelAllocation:
+    backend_key, value, role = source.backend_key, source.value, source.role
     if not isinstance(value, str):
         raise AllocationValidationError(
-            f"{backend_key}={value!r}: must be a string such as 'fsdp:d4t2'"
+            f"{backend_key}={_shown(value)}: must be a string such as {_EXAMPLE[role]!r}"
+        )
+    if "${" in value:
+        raise AllocationValidationError(
+            f"{backend_key}={_shown(value)}: an unresolved interpolation; the config was read "
+            f"without OmegaConf (e.g. yaml.safe_load), so ${{…}} stayed text. Load it with "
+            f"OmegaConf.load(path), or compose it with Hydra, then validate"
         )
     try:
         allocation = ModelAllocation.from_str(value, name=key, scheduling_strategy=scheduling)
     except AllocationError as error:
         raise _fail(backend_key, value, error) from None
+    where = backend_key.rsplit(".", 1)[0]
     if role == "training" and allocation.is_inference:
         raise _fail(
             backend_key,
             value,
-            f"{key} is a training engine; use fsdp, megatron or archon "
+            f"{where} is a training engine; use fsdp, megatron or archon "
             f"(sglang and vllm serve the rollout)",
         )
     if role == "inference" and allocation.is_training:
         raise _fail(
             backend_key,
             value,
-            f"{key} is an inference engine; use sglang or vllm (fsdp, megatron and archon train)",
+            f"{where} is an inference engine; use sglang or vllm (fsdp, megatron and archon train)",
         )
     return allocation
 
@@ -271,9 +399,9 @@ def _legacy_check(cfg: object) -> None:
         migration = migration_overrides(str(value))
     except AllocationError as error:
         raise AllocationValidationError(
-            f"allocation_mode={value!r} is deprecated and no longer read; give each engine its "
-            f"own backend field (rollout.backend=…, actor.backend=…); it also does not "
-            f"parse: {error.message}"
+            f"allocation_mode={_shown(value)} is deprecated and no longer read; give each "
+            f"engine its own backend field (rollout.backend=…, actor.backend=…); it also does "
+            f"not parse: {error.message}"
         ) from None
     notes = f" ({'; '.join(migration.notes)})" if migration.notes else ""
     raise AllocationValidationError(
@@ -282,53 +410,78 @@ def _legacy_check(cfg: object) -> None:
     )
 
 
-def _read_engines(cfg: object) -> list[EnginePlan]:
+def _unset(node: object, key: str = "") -> bool:
+    """True for a section that configures nothing: only nulls, defaults and empty sections.
+
+    A strict structured schema creates every engine section with null fields;
+    such a section is an engine nobody configured, not an empty backend.
+    """
+    if node is None:
+        return True
+    if key == "type" and node == "separation":
+        return True
+    if key == "fork" and not _is_mapping(node):
+        return True
+    if _is_mapping(node):
+        return all(_unset(_child(node, k), k) for k in _keys(node))
+    return False
+
+
+def _read_engines(cfg: object) -> tuple[list[EnginePlan], list[str]]:
     actor_section = _child(cfg, "actor")
-    actor_backend = _child(actor_section, "backend") if actor_section is not None else None
+    actor_backend = _child(actor_section, "backend") if _is_mapping(actor_section) else None
     engines: list[EnginePlan] = []
+    warnings: list[str] = []
     for key in ENGINE_ORDER:
         section = _child(cfg, key)
         if section is None:
             continue
         if not _is_mapping(section):
             raise AllocationValidationError(
-                f"{key}={section!r}: must be a section with a backend field, "
-                f"e.g. {key}.backend=fsdp:d4"
+                f"{key}={_shown(section)}: {key} must be a mapping (a section with a backend "
+                f"field), not {type(section).__name__}; e.g. {key}.backend="
+                f"{_EXAMPLE['inference' if key == 'rollout' else 'training']}"
             )
-        backend_key, value = _backend_source(key, section)
-        note = None
+        if _unset(section):
+            continue
+        source = _source(key, section)
+        value, note = source.value, None
         if (value is None or value == "") and key in _INHERITS_ACTOR and actor_backend:
             value, note = actor_backend, "backend from actor.backend"
+            source = dataclasses.replace(source, value=value)
         if value is None or value == "":
             raise AllocationValidationError(
-                f"{backend_key} is empty: set it, e.g. {backend_key}="
-                f"{'sglang:d2t4' if key == 'rollout' else 'fsdp:d4'}"
+                f"{source.backend_key} is empty: set it, e.g. "
+                f"++{source.backend_key}={_EXAMPLE[source.role]}"
             )
-        role = "inference" if key == "rollout" else "training" if key in _TRAINING_ONLY else "any"
-        allocation = _allocation(key, backend_key, value, _scheduling(section, key), role)
-        engines.append(EnginePlan(key, backend_key, allocation, True, note))
+        path = source.backend_key.rsplit(".", 1)[0]
+        allocation = _allocation(key, source, _scheduling(source.section, path))
+        engines.append(EnginePlan(key, source.backend_key, allocation, True, note))
+        if source.warning:
+            warnings.append(source.warning)
     if not engines:
         raise AllocationValidationError(
             "no engine found: the config needs at least one of "
             f"{', '.join(ENGINE_ORDER)} with a backend field, e.g. actor.backend=fsdp:d4"
         )
-    return engines
+    return engines, warnings
 
 
 def _apply_run_rules(cfg: object, engines: list[EnginePlan]) -> list[EnginePlan]:
     """Engines the run will not create, and implicit colocation, as the reference does."""
     actor = _child(cfg, "actor")
-    kl_ctl = _child(actor, "kl_ctl") if actor is not None else None
+    kl_ctl = _number(_child(actor, "kl_ctl")) if actor is not None else None
     mode = _child(actor, "weight_update_mode") if actor is not None else None
     version = _child(actor, "_version") if actor is not None else None
     keys = {e.key for e in engines}
     out: list[EnginePlan] = []
     for engine in engines:
-        if engine.key == "ref" and isinstance(kl_ctl, (int, float)) and kl_ctl <= 0:
+        if engine.key == "ref" and kl_ctl is not None and kl_ctl <= 0:
+            written = _child(actor, "kl_ctl")
             engine = replace(
                 engine,
                 active=False,
-                note=f"inactive: actor.kl_ctl={kl_ctl}, so the run creates no reference model",
+                note=f"inactive: actor.kl_ctl={written}, so the run creates no reference model",
             )
         elif (
             engine.key == "rollout"
@@ -430,7 +583,7 @@ def _model_shape(cfg: object, key: str) -> Any:
 
     section = _child(cfg, key)
     own = _child(section, "model_shape")
-    if own is not None:
+    if not _unset(own):
         return _shape_from(own, f"{key}.model_shape")
     path = _child(section, "path")
     if isinstance(path, str) and path and (Path(path).expanduser() / "config.json").is_file():
@@ -438,7 +591,7 @@ def _model_shape(cfg: object, key: str) -> Any:
     if key == "teacher":
         return None  # a teacher is another model: only its own shape applies
     top = _child(cfg, "model_shape")
-    return _shape_from(top, "model_shape") if top is not None else None
+    return None if _unset(top) else _shape_from(top, "model_shape")
 
 
 def _check_shapes(cfg: object, engines: list[EnginePlan]) -> None:
@@ -452,34 +605,68 @@ def _check_shapes(cfg: object, engines: list[EnginePlan]) -> None:
             check_shape(engine.allocation, shape, engine.backend_key)
 
 
+#: The reference's cluster defaults (ClusterSpecConfig in areal/api/cli_args.py).
+DEFAULT_N_NODES = 32
+DEFAULT_GPUS_PER_NODE = 8
+
+
+def _cluster(cfg: object) -> tuple[int, int, list[str]]:
+    cluster = _child(cfg, "cluster")
+    if cluster is not None and not _is_mapping(cluster):
+        raise AllocationValidationError(
+            f"cluster={_shown(cluster)}: must be a mapping with n_nodes and n_gpus_per_node"
+        )
+    n_nodes = _int(cluster, "cluster.n_nodes", DEFAULT_N_NODES, 1, MAX_NODES)
+    per_node = _int(cluster, "cluster.n_gpus_per_node", DEFAULT_GPUS_PER_NODE, 0, MAX_GPUS_PER_NODE)
+    assumed = []
+    if n_nodes is None:
+        n_nodes = DEFAULT_N_NODES
+        assumed.append(f"cluster.n_nodes={n_nodes}")
+    if per_node is None:
+        per_node = DEFAULT_GPUS_PER_NODE
+        assumed.append(f"cluster.n_gpus_per_node={per_node}")
+    if n_nodes * per_node > MAX_GPUS:
+        raise AllocationValidationError(
+            f"cluster.n_nodes={n_nodes} × cluster.n_gpus_per_node={per_node} = "
+            f"{grouped(n_nodes * per_node)} GPUs is over the limit of {grouped(MAX_GPUS)}"
+        )
+    notes = []
+    if assumed:
+        notes.append(
+            f"{' and '.join(assumed)} assumed (not set in the config; the reference's defaults)"
+        )
+    return n_nodes, per_node, notes
+
+
 def plan_config(cfg: object) -> Plan:
     """Read, check and place every engine of a composed config."""
     if not _is_mapping(cfg):
         raise AllocationValidationError(
-            f"expected a config mapping (DictConfig or dict), got {type(cfg).__name__}"
+            f"expected a config mapping (DictConfig, dict or a dataclass instance), "
+            f"got {type(cfg).__name__}"
         )
     _legacy_check(cfg)
-    cluster = _child(cfg, "cluster")
-    if cluster is not None and not _is_mapping(cluster):
-        raise AllocationValidationError(
-            f"cluster={cluster!r}: must be a mapping with n_nodes and n_gpus_per_node"
-        )
-    n_nodes = _int(cluster, "cluster.n_nodes", 1, 1)
-    per_node = _int(cluster, "cluster.n_gpus_per_node", 8, 0)
-    engines = _apply_run_rules(cfg, _read_engines(cfg))
+    n_nodes, per_node, assumptions = _cluster(cfg)
+    read, warnings = _read_engines(cfg)
+    engines = _apply_run_rules(cfg, read)
     _check_scheduling(engines)
     _check_capacity(engines, n_nodes, per_node)
     _check_shapes(cfg, engines)
-    from areal_alloc.placement import place
-
-    placements, warnings = place(engines, n_nodes, per_node)
-    return Plan(tuple(engines), n_nodes, per_node, placements, warnings)
+    placements, placement_warnings = place(engines, n_nodes, per_node)
+    return Plan(
+        tuple(engines),
+        n_nodes,
+        per_node,
+        placements,
+        (*warnings, *placement_warnings),
+        tuple(assumptions),
+    )
 
 
 def validate(cfg: object) -> Plan:
     """Check a composed config and return its plan, or raise an AllocationError naming the key.
 
-    ``cfg`` is a DictConfig from ``hydra.compose`` or ``OmegaConf.load``, or a
-    plain mapping.
+    ``cfg`` is a DictConfig from ``hydra.compose`` or ``OmegaConf.load``, a plain
+    mapping, or the dataclass object the reference's ``load_expr_config`` returns.
     """
     return plan_config(cfg)

@@ -11,12 +11,24 @@ edp = world / (etp × ep × pp).
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+import itertools
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.model import ModelAllocation, ParallelStrategy
 
-__all__ = ["ATTENTION_GROUPS", "DEFAULT_ORDER", "EXPERT_GROUPS", "all_rank_groups", "rank_groups"]
+__all__ = [
+    "ATTENTION_GROUPS",
+    "DEFAULT_ORDER",
+    "EXPERT_GROUPS",
+    "GroupSummary",
+    "all_rank_groups",
+    "check_order",
+    "group_names",
+    "rank_groups",
+    "summarize_rank_groups",
+]
 
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
 _NAMES = ("tp", "cp", "ep", "dp", "pp")
@@ -57,25 +69,39 @@ def _parse_order(order: str, sizes: dict[str, int]) -> list[str]:
     return names
 
 
-def _groups(sizes: dict[str, int], order: list[str], varying: Iterable[str]) -> list[list[int]]:
-    """Rank groups of the mesh ``sizes`` laid out in ``order``, varying ``varying``."""
+def _strides(sizes: dict[str, int], order: list[str]) -> dict[str, int]:
     stride = 1
     strides: dict[str, int] = {}
     for name in order:
         strides[name] = stride
         stride *= sizes[name]
+    return strides
+
+
+def _iter_groups(
+    sizes: dict[str, int], order: list[str], varying: Iterable[str]
+) -> Iterator[list[int]]:
+    """Rank groups of the mesh ``sizes`` laid out in ``order``, varying ``varying``.
+
+    Yields them by ascending first rank without building the others first: the
+    fixed coordinates are counted like digits, the largest stride outermost.
+    """
+    strides = _strides(sizes, order)
     varying = set(varying)
     offsets = [0]
-    bases = [0]
     for name in order:
-        step, size = strides[name], sizes[name]
         if name in varying:
+            step, size = strides[name], sizes[name]
             offsets = [o + i * step for i in range(size) for o in offsets]
-        else:
-            bases = [b + i * step for i in range(size) for b in bases]
-    groups = [[base + offset for offset in offsets] for base in bases]
-    groups.sort(key=lambda g: g[0])
-    return groups
+    offsets.sort()
+    fixed = [name for name in reversed(order) if name not in varying and sizes[name] > 1]
+    for digits in itertools.product(*(range(sizes[name]) for name in fixed)):
+        base = sum(d * strides[name] for d, name in zip(digits, fixed, strict=True))
+        yield [base + offset for offset in offsets]
+
+
+def _groups(sizes: dict[str, int], order: list[str], varying: Iterable[str]) -> list[list[int]]:
+    return list(_iter_groups(sizes, order, varying))
 
 
 def _mesh(parallel: ParallelStrategy, expert: bool) -> dict[str, int]:
@@ -96,6 +122,29 @@ def _mesh(parallel: ParallelStrategy, expert: bool) -> dict[str, int]:
     }
 
 
+def _prepare(
+    allocation: ModelAllocation | ParallelStrategy, group: str, order: str
+) -> tuple[dict[str, int], list[str], list[str]]:
+    """Check the group name and the order; return the mesh, its order and the varied names."""
+    parallel = allocation.parallel if isinstance(allocation, ModelAllocation) else allocation
+    if not isinstance(group, str) or not group:
+        raise AllocationValidationError(f"group must be a name like 'tp' or 'dp-cp', got {group!r}")
+    names = [n.strip() for n in group.lower().split("-")]
+    expert = any(n in ("etp", "ep", "edp") for n in names)
+    allowed = set(_EXPERT_MESH) if expert else {"tp", "cp", "dp", "pp"}
+    if not set(names) <= allowed or len(set(names)) != len(names):
+        raise AllocationValidationError(
+            f"unknown rank group {group[:40]!r}: attention groups combine tp, cp, dp, pp "
+            f"(e.g. {', '.join(ATTENTION_GROUPS)}); expert groups combine etp, ep, edp, pp "
+            f"(e.g. {', '.join(EXPERT_GROUPS)})"
+        )
+    mesh = _mesh(parallel, expert)
+    varying = [_EXPERT_MESH[n] for n in names] if expert else names
+    layout = _parse_order(order, mesh)
+    check_order(parallel, order)
+    return mesh, layout, varying
+
+
 def rank_groups(
     allocation: ModelAllocation | ParallelStrategy,
     group: str,
@@ -106,46 +155,92 @@ def rank_groups(
     Each group is in ascending order; groups are sorted by their first rank.
     Attention groups: tp, cp, dp, pp, dp-cp, tp-pp, tp-dp-cp, tp-dp, tp-cp (any
     combination of tp, cp, dp, pp). Expert groups: etp, ep, edp, etp-ep,
-    etp-ep-pp (any combination of etp, ep, edp, pp).
+    etp-ep-pp (any combination of etp, ep, edp, pp). A layout megatron-core
+    refuses in ``order`` raises an :class:`AllocationValidationError` saying why.
+    """
+    return _groups(*_prepare(allocation, group, order))
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSummary:
+    """One kind of rank group: its size, how many there are, and the first few."""
+
+    name: str
+    size: int
+    count: int
+    first: tuple[tuple[int, ...], ...]
+
+    @property
+    def omitted(self) -> int:
+        return self.count - len(self.first)
+
+
+def summarize_rank_groups(
+    allocation: ModelAllocation | ParallelStrategy,
+    order: str = DEFAULT_ORDER,
+    limit: int = 3,
+    max_ranks: int | None = None,
+) -> list[GroupSummary]:
+    """Every group kind with at most ``limit`` groups (and ``max_ranks`` ranks) listed.
+
+    Costs what is listed, not the world size: a million-rank layout is summarised
+    as fast as an eight-rank one.
     """
     parallel = allocation.parallel if isinstance(allocation, ModelAllocation) else allocation
-    if not isinstance(group, str) or not group:
-        raise AllocationValidationError(f"group must be a name like 'tp' or 'dp-cp', got {group!r}")
-    names = [n.strip() for n in group.lower().split("-")]
-    expert = any(n in ("etp", "ep", "edp") for n in names)
-    allowed = set(_EXPERT_MESH) if expert else {"tp", "cp", "dp", "pp"}
-    if not set(names) <= allowed or len(set(names)) != len(names):
-        raise AllocationValidationError(
-            f"unknown rank group {group!r}: attention groups combine tp, cp, dp, pp "
-            f"(e.g. {', '.join(ATTENTION_GROUPS)}); expert groups combine etp, ep, edp, pp "
-            f"(e.g. {', '.join(EXPERT_GROUPS)})"
-        )
-    mesh = _mesh(parallel, expert)
-    varying = [_EXPERT_MESH[n] for n in names] if expert else names
-    layout = _parse_order(order, mesh)
+    out: list[GroupSummary] = []
+    for name in group_names(parallel):
+        mesh, layout, varying = _prepare(parallel, name, order)
+        size = 1
+        for v in varying:
+            size *= mesh[v]
+        count = parallel.world_size // size
+        take = min(limit, count)
+        if max_ranks is not None:
+            take = min(take, max_ranks // size)
+        first = tuple(tuple(g) for g in itertools.islice(_iter_groups(mesh, layout, varying), take))
+        out.append(GroupSummary(name, size, count, first))
+    return out
+
+
+def group_names(allocation: ModelAllocation | ParallelStrategy) -> tuple[str, ...]:
+    """The attention group kinds, and the expert ones when the layout has experts."""
+    parallel = allocation.parallel if isinstance(allocation, ModelAllocation) else allocation
     if parallel.ep_size > 1 or parallel.etp_size > 1:
-        _check_expert_order(parallel, order)
-    return _groups(mesh, layout, varying)
+        return ATTENTION_GROUPS + EXPERT_GROUPS
+    return ATTENTION_GROUPS
 
 
 @functools.lru_cache(maxsize=256)
-def _check_expert_order(parallel: ParallelStrategy, order: str) -> None:
-    """Megatron's own conditions for the two meshes to share one world."""
+def check_order(parallel: ParallelStrategy, order: str) -> None:
+    """Refuse what megatron-core's ``initialize_model_parallel`` refuses for ``order``.
+
+    The reference's Megatron engine passes ``expert_tensor_parallel_size`` = etp
+    (1 for a dense layout), so an expert mesh etp × ep × edp × pp with edp =
+    world / (etp·ep·pp) is always built. megatron-core then asserts that the
+    order ends with pp, or pp = 1, or edp = dp; and that attention and expert
+    pipeline groups are identical, which holds exactly when the ranks below pp
+    in the order span as many GPUs in both meshes (the pp stride).
+    """
     attention, experts = _mesh(parallel, False), _mesh(parallel, True)
     names = _parse_order(order, attention)
-    pp_last = names[-1] == "pp" or order.lower().rstrip().endswith("pp")
     dp, edp, pp = parallel.dp_size, parallel.expert_mesh_dp_size, parallel.pp_size
-    if not (pp_last or pp == 1 or edp == dp):
+    etp, ep = parallel.etp_size, parallel.ep_size
+    if not (order.endswith("pp") or pp == 1 or edp == dp):
         raise AllocationValidationError(
             f"order {order!r} does not end with pp, so Megatron needs the same data-parallel "
             f"size for attention and experts: dp {dp} ≠ edp {edp} "
-            f"(world {parallel.world_size} / p{pp}·etp{parallel.etp_size}·e{parallel.ep_size})"
+            f"(world {parallel.world_size} / p{pp}·etp{etp}·e{ep})"
         )
-    if _groups(attention, names, ["pp"]) != _groups(experts, _parse_order(order, experts), ["pp"]):
+    below = names[: names.index("pp")]
+    mine = _strides(attention, names)["pp"]
+    theirs = _strides(experts, _parse_order(order, experts))["pp"]
+    if pp > 1 and mine != theirs:
+        shown = "·".join(f"{n}{attention[n]}" for n in below) or "1"
+        expert_shown = "·".join(f"{'e' if n == 'tp' else ''}{n}{experts[n]}" for n in below) or "1"
         raise AllocationValidationError(
-            f"order {order!r}: attention and expert layers would get different pipeline groups "
-            f"(tp{parallel.tp_size}·cp{parallel.cp_size} ≠ etp{parallel.etp_size}·"
-            f"e{parallel.ep_size} below pp); Megatron requires them identical"
+            f"order {order!r}: attention and expert layers would get different pipeline groups: "
+            f"below pp the attention mesh spans {shown} = {mine} ranks but the expert mesh "
+            f"{expert_shown} = {theirs}; Megatron requires them identical"
         )
 
 
@@ -153,8 +248,4 @@ def all_rank_groups(
     allocation: ModelAllocation | ParallelStrategy, order: str = DEFAULT_ORDER
 ) -> dict[str, list[list[int]]]:
     """Every attention group, and the expert groups when the layout has experts."""
-    parallel = allocation.parallel if isinstance(allocation, ModelAllocation) else allocation
-    names = list(ATTENTION_GROUPS)
-    if parallel.ep_size > 1 or parallel.etp_size > 1:
-        names += EXPERT_GROUPS
-    return {name: rank_groups(parallel, name, order) for name in names}
+    return {name: rank_groups(allocation, name, order) for name in group_names(allocation)}

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
+from dataclasses import dataclass
+
 from areal_alloc.model import ModelAllocation
 from areal_alloc.plan import Plan
 
@@ -80,28 +83,136 @@ def render_plan(plan: Plan, title: str = "allocation plan") -> str:
         free = plan.capacity - plan.total_gpus
         lines.append(f"total: {plan.total_gpus} of {plan.capacity} GPUs used, {free} free")
         lines.extend(_node_map(plan))
+    for assumption in plan.assumptions:
+        lines.append(f"assumed: {assumption}")
     for warning in plan.warnings:
         lines.append(f"warning: {warning}")
     return "\n".join(lines)
 
 
-def _node_map(plan: Plan) -> list[str]:
-    """One row per node, one column per GPU; inference instances alternate case (R r R r)."""
-    per_node = plan.n_gpus_per_node
-    symbol = symbols([p.key for p in plan.placements])
-    owner: dict[int, str] = {}
+#: Node rows drawn at most; beyond it the middle of the map is summarised.
+MAX_MAP_ROWS = 40
+#: GPUs per node drawn as columns at most.
+MAX_MAP_COLUMNS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class _Piece:
+    """A run of consecutive GPUs with one owner (or none): ``[start, stop)``."""
+
+    start: int
+    stop: int
+    letter: str  # FREE for unowned GPUs
+    offset: int = 0  # GPUs of the same placement before ``start``
+    size: int = 0  # instance size for alternating case; 0: one case
+
+
+def _pieces(plan: Plan, symbol: dict[str, str]) -> list[_Piece]:
+    owned: list[_Piece] = []
     for placement in plan.placements:
         allocation = plan[placement.key].allocation
-        size = allocation.instance_size if allocation.is_inference else len(placement.gpus)
-        for index, gpu in enumerate(placement.gpus):
-            letter = symbol[placement.key]
-            owner[gpu] = letter.lower() if (index // size) % 2 else letter
-    lines = ["", f"node map (one column per GPU, {FREE} free):"]
-    header = " ".join(str(g % 10) for g in range(per_node))
-    lines.append(f"  {'GPU':<8}{header}")
-    for node in range(plan.n_nodes):
-        cells = [owner.get(node * per_node + g, FREE) for g in range(per_node)]
-        lines.append(f"  {'node ' + str(node):<8}{' '.join(cells)}")
+        size = allocation.instance_size if allocation.is_inference else 0
+        offset = 0
+        for start, stop in placement.runs:
+            owned.append(_Piece(start, stop, symbol[placement.key], offset, size))
+            offset += stop - start
+    owned.sort(key=lambda piece: piece.start)
+    pieces: list[_Piece] = []
+    cursor = 0
+    for piece in owned:
+        if piece.start > cursor:
+            pieces.append(_Piece(cursor, piece.start, FREE))
+        pieces.append(piece)
+        cursor = piece.stop
+    if cursor < plan.capacity:
+        pieces.append(_Piece(cursor, plan.capacity, FREE))
+    return pieces
+
+
+def _cell(piece: _Piece, gpu: int) -> str:
+    if piece.size and ((piece.offset + gpu - piece.start) // piece.size) % 2:
+        return piece.letter.lower()
+    return piece.letter
+
+
+def _rows(plan: Plan, pieces: list[_Piece]) -> list[tuple[int, int, str]]:
+    """``(first node, last node, cells)``: consecutive nodes alike up to case are merged.
+
+    A small map draws every node and merges only identical rows. A large one draws
+    only the nodes where an owner changes: a node inside one piece looks like every
+    other node of that piece (up to the case that tells instances apart), so a
+    million GPUs take as many steps as there are pieces.
+    """
+    per_node = plan.n_gpus_per_node
+    starts = [piece.start for piece in pieces]
+    exact = plan.n_nodes <= MAX_MAP_ROWS  # small maps: every node drawn, instances told apart
+    rows: list[tuple[int, int, str]] = []
+    node = 0
+    while node < plan.n_nodes:
+        first = node * per_node
+        cells = []
+        for gpu in range(first, first + per_node):
+            piece = pieces[bisect.bisect_right(starts, gpu) - 1]
+            cells.append(_cell(piece, gpu))
+        row = " ".join(cells)
+        piece = pieces[bisect.bisect_right(starts, first) - 1]
+        last = node
+        if piece.stop >= first + per_node and not exact:  # the whole node lies in one piece
+            last = max(node, piece.stop // per_node - 1)
+        same = rows[-1][2] == row if exact and rows else rows and rows[-1][2].lower() == row.lower()
+        if same and rows[-1][1] == node - 1:
+            rows[-1] = (rows[-1][0], last, rows[-1][2])
+        else:
+            rows.append((node, last, row))
+        node = last + 1
+    return rows
+
+
+def _node_label(first: int, last: int) -> str:
+    if first == last:
+        return f"node {first}"
+    return f"nodes {first}–{last}"
+
+
+def _where(ranges: list[tuple[int, int]]) -> str:
+    parts: list[str] = []
+    for first, last in ranges:
+        if last - first == 1:
+            parts += [f"node {first}", f"node {last}"]
+        elif first == last:
+            parts.append(f"node {first}")
+        else:
+            parts.append(f"nodes {first}–{last}")
+    return ", ".join(parts)
+
+
+def _node_map(plan: Plan) -> list[str]:
+    """One row per node, one column per GPU; inference instances alternate case (R r R r).
+
+    Consecutive nodes that look alike share one row (``nodes 2–31``).
+    """
+    per_node = plan.n_gpus_per_node
+    symbol = symbols([p.key for p in plan.placements])
+    lines = [""]
+    if per_node > MAX_MAP_COLUMNS:
+        lines.append(
+            f"node map omitted: {per_node} GPUs per node are too many columns to draw "
+            f"(at most {MAX_MAP_COLUMNS})"
+        )
+    else:
+        rows = _rows(plan, _pieces(plan, symbol))
+        if len(rows) > MAX_MAP_ROWS:
+            head, tail = rows[: MAX_MAP_ROWS - 10], rows[-10:]
+            hidden = rows[len(head) : len(rows) - 10]
+            skipped = sum(last - first + 1 for first, last, _ in hidden)
+            rows = [*head, (-1, -1, f"… {skipped} more nodes in {len(hidden)} rows …"), *tail]
+        labels = [_node_label(first, last) if first >= 0 else "" for first, last, _ in rows]
+        width = max(8, *(len(label) + 2 for label in labels))
+        lines.append(f"node map (one column per GPU, {FREE} free):")
+        header = " ".join(str(g % 10) for g in range(per_node))
+        lines.append(f"  {'GPU':<{width}}{header}")
+        for label, (_, _, cells) in zip(labels, rows, strict=True):
+            lines.append(f"  {label:<{width}}{cells}".rstrip())
     lines.append("")
     for placement in plan.placements:
         engine = plan[placement.key]
@@ -116,7 +227,6 @@ def _node_map(plan: Plan) -> list[str]:
             extra = ""
         if placement.shared_with:
             extra += f" + {', '.join(placement.shared_with)} (colocated)"
-        nodes = sorted({g // per_node for g in placement.gpus})
-        where = ", ".join(f"node {n}" for n in nodes)
+        where = _where(placement.nodes(per_node))
         lines.append(f"  {letter} = {placement.key} {engine.spec}{extra}  ({where})")
     return lines

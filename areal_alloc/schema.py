@@ -1,23 +1,28 @@
 """Structured-config dataclasses for the engines, registered in Hydra's ConfigStore.
 
 The default is lenient: experiment YAMLs carry many keys areal-alloc does not
-own (optimizer, mb_spec, path…), and the validation hook type-checks only the
-fields it owns. Users who want unknown keys rejected put the strict schema in
-their defaults list: ``- areal_alloc/schema``.
+own (optimizer, mb_spec, …), and the validation hook type-checks only the
+fields it owns. Users who want every unknown key rejected put the strict schema
+in their defaults list: ``- areal_alloc/schema``. It declares exactly the keys
+the plan reads, with the reference's names (areal/api/cli_args.py); every field
+defaults to null, and an engine section left all-null is an engine nobody
+configured, so the schema accepts every config the plain hook accepts.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from areal_alloc.kinds import SchedulingStrategyType
 
 __all__ = [
+    "ActorConfig",
     "ClusterConfig",
     "EngineConfig",
     "ExperimentConfig",
+    "ModelShapeConfig",
     "SchedulingConfig",
+    "TeacherConfig",
     "register_configs",
 ]
 
@@ -28,37 +33,69 @@ class SchedulingConfig:
 
     type: SchedulingStrategyType = SchedulingStrategyType.separation
     target: str | None = None
+    fork: bool | None = None  # the reference's process-isolation flag; not read here
+
+
+@dataclass
+class ModelShapeConfig:
+    """The model sizes a layout must divide, or ``path`` to a local model folder."""
+
+    path: str | None = None
+    num_layers: int | None = None
+    num_attention_heads: int | None = None
+    num_key_value_heads: int | None = None
+    num_experts: int | None = None
+    vocab_size: int | None = None
+    virtual_pipeline_size: int | None = None
 
 
 @dataclass
 class EngineConfig:
-    """One engine: its backend string and scheduling."""
+    """One engine: its backend string and scheduling (null: not configured)."""
 
-    backend: str = ""
+    backend: str | None = None
     scheduling_strategy: SchedulingConfig = field(default_factory=SchedulingConfig)
+    path: str | None = None
+    model_shape: ModelShapeConfig = field(default_factory=ModelShapeConfig)
+
+
+@dataclass
+class ActorConfig(EngineConfig):
+    """The actor, with the run settings that decide which other engines exist."""
+
+    kl_ctl: float | None = None
+    weight_update_mode: str | None = None
+    _version: str | None = None
+
+
+@dataclass
+class TeacherConfig(EngineConfig):
+    """The teacher: ``engine_type`` selects ``rollout`` or ``train``; flat ``backend`` is older."""
+
+    engine_type: str | None = None
+    rollout: EngineConfig = field(default_factory=EngineConfig)
+    train: EngineConfig = field(default_factory=EngineConfig)
 
 
 @dataclass
 class ClusterConfig:
-    n_nodes: int = 1
-    n_gpus_per_node: int = 8
+    """The cluster; null sizes take the reference's defaults (32 nodes × 8 GPUs)."""
+
+    n_nodes: int | None = None
+    n_gpus_per_node: int | None = None
 
 
 @dataclass
 class ExperimentConfig:
-    """The strict schema: rollout and actor, optional critic/ref/teacher, the cluster.
+    """The strict schema: every engine, the cluster and the model shape, nothing else."""
 
-    critic, ref and teacher are untyped (``Any``) so that one command-line
-    override adds them (``+critic.backend=fsdp:d4``); OmegaConf 2.3 cannot fill
-    a ``None`` dataclass field from the command line. The hook checks them.
-    """
-
-    actor: EngineConfig = field(default_factory=EngineConfig)
     rollout: EngineConfig = field(default_factory=EngineConfig)
-    critic: Any = None
-    ref: Any = None
-    teacher: Any = None
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    critic: EngineConfig = field(default_factory=EngineConfig)
+    ref: EngineConfig = field(default_factory=EngineConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    model_shape: ModelShapeConfig = field(default_factory=ModelShapeConfig)
     # Declared so the deprecated key reaches the hook's migration message
     # instead of a generic "not in struct" error.
     allocation_mode: str | None = None

@@ -15,6 +15,7 @@ from areal_alloc.errors import (
     AllocationValidationError,
     InvalidAllocationModeError,
 )
+from areal_alloc.limits import MAX_GPUS, grouped
 from areal_alloc.model import (
     BACKEND_DIMS,
     DIM_NAMES,
@@ -24,6 +25,7 @@ from areal_alloc.model import (
     ParallelStrategy,
     SchedulingStrategy,
     dimension_not_supported,
+    missing_hybrid_backend,
     unknown_backend,
 )
 from areal_alloc.parse import MAX_LENGTH, parse_single
@@ -92,7 +94,15 @@ def read_dims(dims: tuple[RawDim, ...], text: str, allowed: str, owner: str) -> 
                 dim.column,
             )
         seen[letter] = dim
-        size = int(dim.digits)
+        size = int(dim.digits) if len(dim.digits) <= 24 else MAX_GPUS + 1
+        if size > MAX_GPUS:
+            shown = token if len(token) <= 26 else f"{letter}<{len(dim.digits)} digits>"
+            raise _fail(
+                f"{DIM_NAMES[letter]} parallel size {shown} is over the limit of "
+                f"{grouped(MAX_GPUS)} GPUs",
+                text,
+                dim.column,
+            )
         if size > 1 and letter not in allowed:
             if owner in _PART_DIMS:
                 other = "ffn" if owner == "attn" else "attn"
@@ -125,9 +135,8 @@ def _component_text(raw: RawComponent) -> str:
 def _missing_backend(raw: RawComponent, text: str) -> AllocationValidationError:
     spec = _component_text(raw)
     if raw.hybrid is not None:
-        example = f"megatron:{spec}"
-        why = "hybrid attn/ffn layouts run on megatron or archon"
-    elif raw.name is not None:
+        return _fail(missing_hybrid_backend(spec), text, raw.column)
+    if raw.name is not None:
         example = f"fsdp{spec}"
         why = "the backend comes before the name"
     else:
@@ -204,6 +213,14 @@ def _hybrid_strategy(
                 part.column,
             )
         by_label[part.label] = part
+    if parts[0].label == "ffn":
+        attn_text, ffn_text = (f"{p.label}:{_written(p.dims)}" for p in (parts[1], parts[0]))
+        raise _fail(
+            f"attn comes first in a hybrid layout: write "
+            f"{backend}:({attn_text}|{ffn_text}), not ffn before attn",
+            text,
+            parts[0].column,
+        )
     attn_part, ffn_part = by_label["attn"], by_label["ffn"]
     attn = read_dims(attn_part.dims, text, _PART_DIMS["attn"], "attn")
     ffn = read_dims(ffn_part.dims, text, _PART_DIMS["ffn"], "ffn")

@@ -108,7 +108,7 @@ def test_overrides_and_experiments(tmp_path: Path, args: list[str], lines: list[
             ["+allocation_mode=vllm:d2t4+megatron:d2p2t1"],
             "areal-alloc: allocation_mode='vllm:d2t4+megatron:d2p2t1' is deprecated and no "
             "longer read; remove it and give each engine its own backend field: "
-            "rollout.backend=vllm:d2t4 actor.backend=megatron:d2p2\n",
+            "++rollout.backend=vllm:d2t4 ++actor.backend=megatron:d2p2\n",
         ),
     ],
 )
@@ -124,7 +124,12 @@ def test_json_output(tmp_path: Path) -> None:
     assert plan["total_gpus"] == 16
     assert [p["key"] for p in plan["placements"]] == ["rollout", "actor"]
     assert plan["placements"][1]["shared_with"] == ["ref"]
-    assert plan["placements"][1]["gpus"][0] == {"node": 1, "gpu": 0, "global": 8}
+    assert plan["placements"][1]["gpu_ranges"][0] == {
+        "start": 8,
+        "stop": 16,
+        "first_node": 1,
+        "last_node": 1,
+    }
 
 
 def test_bad_sweep_launches_nothing(tmp_path: Path) -> None:
@@ -175,8 +180,8 @@ def test_explain(tmp_path: Path) -> None:
         "  ffn   2  2  4  -  2  32",
         "",
     ]
-    assert "  tp         2     16     [0, 1] [2, 3] [4, 5] …" in lines
-    assert "  etp        4     8      [0, 1, 2, 3] [4, 5, 6, 7] [8, 9, 10, 11] …" in lines
+    assert "  tp         2     16     [0, 1] [2, 3] [4, 5] … (13 more)" in lines
+    assert "  etp        4     8      [0, 1, 2, 3] [4, 5, 6, 7] [8, 9, 10, 11] … (5 more)" in lines
 
 
 def test_explain_json_has_every_group(tmp_path: Path) -> None:
@@ -197,8 +202,8 @@ def test_migrate(tmp_path: Path) -> None:
         "critic:\n  backend: fsdp:d4\n  scheduling_strategy:\n    type: colocation\n"
         "    target: actor\n"
         "# or on the command line:\n"
-        "rollout.backend=sglang:d2 actor.backend=fsdp:d4 critic.backend=fsdp:d4 "
-        "critic.scheduling_strategy.type=colocation critic.scheduling_strategy.target=actor\n"
+        "++rollout.backend=sglang:d2 ++actor.backend=fsdp:d4 ++critic.backend=fsdp:d4 "
+        "++critic.scheduling_strategy.type=colocation ++critic.scheduling_strategy.target=actor\n"
     )
 
 

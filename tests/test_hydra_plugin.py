@@ -138,15 +138,15 @@ def test_strict_schema_rejects_unknown_keys_and_still_adds_a_critic(tmp_path: Pa
         "defaults:\n  - areal_alloc/schema\n  - _self_\nactor:\n  backend: fsdp:d4\n  optimzer: 1\n"
     )
     with initialize_config_dir(str(conf)):
-        cfg = compose("strict", overrides=["+critic.backend=fsdp:d4"])
+        cfg = compose("strict", overrides=["++critic.backend=fsdp:d4"])
         assert OmegaConf.is_missing(cfg, "cluster") is False
         assert areal_alloc.validate(cfg)["critic"].gpus == 4
         with pytest.raises(Exception, match="optimzer"):
             compose("typo")
-        with pytest.raises(ConfigAttributeError, match="not in 'EngineConfig'"):
+        with pytest.raises(ConfigAttributeError, match="not in 'ActorConfig'"):
             cfg.actor.unknown = 1
         legacy = compose("strict", overrides=["allocation_mode=sglang:d4+fsdp:d4"])
-        with pytest.raises(AllocationError, match=r"rollout\.backend=sglang:d4 actor\.backend"):
+        with pytest.raises(AllocationError, match=r"rollout\.backend=sglang:d4 \+\+actor\.backend"):
             areal_alloc.validate(legacy)
 
 
@@ -237,6 +237,7 @@ def test_hook_with_another_sweeper_checks_the_fixed_config(
             {
                 "hydra": {"sweeper": {"_target_": "hydra_plugins.optuna.OptunaSweeper"}},
                 "actor": {"backend": backend},
+                "cluster": {"n_nodes": 1, "n_gpus_per_node": 8},
             }
         )
 

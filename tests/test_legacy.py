@@ -139,29 +139,29 @@ def test_legacy_errors(text: str, message: str) -> None:
 
 
 MIGRATIONS = [
-    ("sglang:d4+fsdp:d4", ("rollout.backend=sglang:d4", "actor.backend=fsdp:d4"), False),
+    ("sglang:d4+fsdp:d4", ("++rollout.backend=sglang:d4", "++actor.backend=fsdp:d4"), False),
     (
         "sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4",
         (
-            "rollout.backend=sglang:d2",
-            "actor.backend=fsdp:d4",
-            "critic.backend=fsdp:d4",
-            "critic.scheduling_strategy.type=colocation",
-            "critic.scheduling_strategy.target=actor",
+            "++rollout.backend=sglang:d2",
+            "++actor.backend=fsdp:d4",
+            "++critic.backend=fsdp:d4",
+            "++critic.scheduling_strategy.type=colocation",
+            "++critic.scheduling_strategy.target=actor",
         ),
         False,
     ),
     (
         "sglang:d4p1t2+megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)",
         (
-            "rollout.backend=sglang:d4t2",
-            "\"actor.backend='megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)'\"",
+            "++rollout.backend=sglang:d4t2",
+            "\"++actor.backend='megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)'\"",
         ),
         False,
     ),
-    ("sglang:d1+d1", ("rollout.backend=sglang:d1", "actor.backend=fsdp:d1"), True),
-    ("vllm:d4p1t2+d4p1t1c2", ("rollout.backend=vllm:d4t2", "actor.backend=fsdp:d4c2"), True),
-    ("vllm:d4+d2p2", ("rollout.backend=vllm:d4", "actor.backend=megatron:d2p2"), True),
+    ("sglang:d1+d1", ("++rollout.backend=sglang:d1", "++actor.backend=fsdp:d1"), True),
+    ("vllm:d4p1t2+d4p1t1c2", ("++rollout.backend=vllm:d4t2", "++actor.backend=fsdp:d4c2"), True),
+    ("vllm:d4+d2p2", ("++rollout.backend=vllm:d4", "++actor.backend=megatron:d2p2"), True),
 ]
 
 
@@ -183,7 +183,7 @@ def test_migration_yaml() -> None:
 
 def test_migration_of_unknown_engine_names_says_so() -> None:
     migration = migration_overrides("vllm[rollout1]:d2t2+fsdp[actor1]:d4+vllm[rollout2]:d4")
-    assert migration.overrides[0] == "rollout1.backend=vllm:d2t2"
+    assert migration.overrides[0] == "++rollout1.backend=vllm:d2t2"
     assert any("'rollout1' is not one of the engines" in note for note in migration.notes)
 
 

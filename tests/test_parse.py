@@ -37,10 +37,6 @@ VALID = [
         "archon:(attn:d4p2t2c2|ffn:t4e2)",
         ("archon", None, (4, 2, 2, 2, 2, 4), 32, "archon:(attn:d4p2t2c2|ffn:d2p2t4e2)"),
     ),
-    (
-        "megatron:(ffn:d2p2t4e2|attn:d4p2t2c2)",
-        ("megatron", None, (4, 2, 2, 2, 2, 4), 32, "megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)"),
-    ),
     ("fsdp[actor]:d4", ("fsdp", "actor", (4, 1, 1, 1, 1, 1), 4, "fsdp[actor]:d4")),
     ("fsdp[actor_2]:d8", ("fsdp", "actor_2", (8, 1, 1, 1, 1, 1), 8, "fsdp[actor_2]:d8")),
     # a dimension of size 1 is always accepted, even one the backend does not take
@@ -138,9 +134,52 @@ ERRORS: list[tuple[object, type[AllocationError], str, int | None]] = [
     (
         "attn:d4|ffn:d2e2",
         AllocationValidationError,
-        "Backend must be explicitly specified in 'attn:d4|ffn:d2e2': a hybrid layout is "
-        "written megatron:(attn:DIMS|ffn:DIMS) or archon:(attn:DIMS|ffn:DIMS)",
+        "Backend must be explicitly specified in '(attn:d4|ffn:d2e2)': hybrid attn/ffn "
+        "layouts run on megatron or archon; write e.g. 'megatron:(attn:d4|ffn:d2e2)'",
         1,
+    ),
+    # the reference rejects ffn before attn, so a config passing here would fail there
+    (
+        "megatron:(ffn:d2p2t4e2|attn:d4p2t2c2)",
+        AllocationValidationError,
+        "attn comes first in a hybrid layout: write megatron:(attn:d4p2t2c2|ffn:d2p2t4e2), "
+        "not ffn before attn",
+        11,
+    ),
+    # odd characters are named, with their column
+    (
+        "fsdp:d\uff14t2",
+        AllocationSyntaxError,
+        "allocation string 'fsdp:d\uff14t2' holds '\uff14' (FULLWIDTH DIGIT FOUR) at column 7; "
+        "only plain ASCII letters, digits and ':[]()|+' are allowed; write '4'",
+        7,
+    ),
+    (
+        "fsdp:d4\x00",
+        AllocationSyntaxError,
+        "allocation string 'fsdp:d4\\x00' holds '\\x00' (U+0000) at column 8; only plain ASCII "
+        "letters, digits and ':[]()|+' are allowed",
+        8,
+    ),
+    # sizes beyond the documented bound (areal_alloc.limits.MAX_GPUS)
+    (
+        "fsdp:d99999999999999999999",
+        AllocationValidationError,
+        "data parallel size d99999999999999999999 is over the limit of 1,048,576 GPUs",
+        6,
+    ),
+    (
+        "megatron:d100000000t8",
+        AllocationValidationError,
+        "data parallel size d100000000 is over the limit of 1,048,576 GPUs",
+        10,
+    ),
+    (
+        "fsdp:d1048576t2",
+        AllocationValidationError,
+        "world size d1048576·t2·p1·c1 = 2,097,152 GPUs is over the limit of 1,048,576 in "
+        "'fsdp:d1048576t2'",
+        None,
     ),
     (
         "fsdp:d4p2",
@@ -327,8 +366,8 @@ ERRORS: list[tuple[object, type[AllocationError], str, int | None]] = [
         "sglang:d4+fsdp:d4",
         AllocationValidationError,
         "ModelAllocation.from_str() takes one component, but 'sglang:d4+fsdp:d4' joins 2 "
-        "with '+'; put each into its own engine's backend field: rollout.backend=sglang:d4 "
-        "actor.backend=fsdp:d4",
+        "with '+'; put each into its own engine's backend field: ++rollout.backend=sglang:d4 "
+        "++actor.backend=fsdp:d4",
         10,
     ),
     (

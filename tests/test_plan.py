@@ -154,11 +154,11 @@ PLAN_ERRORS = [
     ),
     (
         cfg(actor={"backend": 4}),
-        "actor.backend=4: must be a string such as 'fsdp:d4t2'",
+        "actor.backend=4: must be a string such as 'fsdp:d4'",
     ),
     (
         cfg(actor={"backend": ""}),
-        "actor.backend is empty: set it, e.g. actor.backend=fsdp:d4",
+        "actor.backend is empty: set it, e.g. ++actor.backend=fsdp:d4",
     ),
     (
         cfg(rollout={"backend": "fsdp:d4"}, actor={"backend": "fsdp:d4"}),
@@ -218,8 +218,8 @@ PLAN_ERRORS = [
         "cluster.n_nodes=0: must be ≥ 1",
     ),
     (
-        {"cluster": {"n_gpus_per_node": "8"}, "actor": {"backend": "fsdp:d4"}},
-        "cluster.n_gpus_per_node='8': must be an integer ≥ 0",
+        {"cluster": {"n_gpus_per_node": "eight"}, "actor": {"backend": "fsdp:d4"}},
+        "cluster.n_gpus_per_node='eight': must be an integer ≥ 0, e.g. cluster.n_gpus_per_node=8",
     ),
     (
         {"cluster": {}, "trainer": {"backend": "fsdp:d4"}},
@@ -232,25 +232,27 @@ PLAN_ERRORS = [
     ),
     (
         cfg(actor="fsdp:d4"),
-        "actor='fsdp:d4': must be a section with a backend field, e.g. actor.backend=fsdp:d4",
+        "actor='fsdp:d4': actor must be a mapping (a section with a backend field), not str; "
+        "e.g. actor.backend=fsdp:d4",
     ),
     (
         cfg(allocation_mode="sglang:d4+fsdp:d4", actor={"backend": "fsdp:d4"}),
         "allocation_mode='sglang:d4+fsdp:d4' is deprecated and no longer read; remove it and "
-        "give each engine its own backend field: rollout.backend=sglang:d4 actor.backend=fsdp:d4",
+        "give each engine its own backend field: ++rollout.backend=sglang:d4 "
+        "++actor.backend=fsdp:d4",
     ),
     (
         cfg(allocation_mode="sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4"),
         "allocation_mode='sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4' is deprecated and "
         "no longer read; remove it and give each engine its own backend field: "
-        "rollout.backend=sglang:d2 actor.backend=fsdp:d4 critic.backend=fsdp:d4 "
-        "critic.scheduling_strategy.type=colocation critic.scheduling_strategy.target=actor",
+        "++rollout.backend=sglang:d2 ++actor.backend=fsdp:d4 ++critic.backend=fsdp:d4 "
+        "++critic.scheduling_strategy.type=colocation ++critic.scheduling_strategy.target=actor",
     ),
     (
         cfg(allocation_mode="vllm:d4p1t2+d4p1t1c2"),
         "allocation_mode='vllm:d4p1t2+d4p1t1c2' is deprecated and no longer read; remove it and "
-        "give each engine its own backend field: rollout.backend=vllm:d4t2 "
-        "actor.backend=fsdp:d4c2 (bare dimensions 'd4p1t1c2' get 'fsdp', the backend the old "
+        "give each engine its own backend field: ++rollout.backend=vllm:d4t2 "
+        "++actor.backend=fsdp:d4c2 (bare dimensions 'd4p1t1c2' get 'fsdp', the backend the old "
         "automatic choice took (fsdp unless p or e > 1, else megatron); this is a suggestion, "
         "check it)",
     ),
@@ -280,7 +282,9 @@ def test_placement_of_the_default_experiment() -> None:
     }
     assert plan.warnings == ()
     as_dict = plan.to_dict()
-    assert as_dict["placements"][1]["gpus"][0] == {"node": 1, "gpu": 0, "global": 8}
+    assert as_dict["placements"][1]["gpu_ranges"] == [
+        {"start": 8, "stop": 16, "first_node": 1, "last_node": 1}
+    ]
 
 
 def test_inference_instances_do_not_straddle_nodes() -> None:

@@ -1,0 +1,76 @@
+"""An experiment file composed exactly as the reference's launchers compose it.
+
+The reference (``parse_cli_args`` in its ``areal/api/cli_args.py``) takes
+``--config FILE`` plus ``key=value`` overrides, skips a leading ``*.py`` script
+argument, ignores flags it does not know, and composes the file with Hydra's
+compose API: the file's folder is the search path, its name without ``.yaml``
+the config name, ``version_base=None``. Defaults lists, interpolations and
+overrides therefore behave here as they will in the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from areal_alloc.errors import AllocationError
+
+__all__ = ["LaunchArgs", "compose_file", "read_launch_args"]
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchArgs:
+    """What the reference's ``parse_cli_args`` reads from a command line."""
+
+    config: str
+    overrides: tuple[str, ...]
+
+
+def read_launch_args(argv: Sequence[str]) -> LaunchArgs:
+    """``--config FILE`` and the overrides, from a script's arguments, as the reference reads them.
+
+    ``argv`` are the arguments after the interpreter (and after ``-m module``):
+    a first argument ending in ``.py`` is the training script and is skipped;
+    unknown flags are ignored, every other word is a Hydra override.
+    """
+    args = list(argv)
+    if args and args[0].endswith(".py"):
+        args = args[1:]
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--config")
+    known, rest = parser.parse_known_args(args)
+    if not known.config:
+        raise AllocationError(
+            "the launch command has no --config FILE: the reference's launchers and training "
+            "scripts read their experiment from --config path/to/experiment.yaml followed by "
+            "key=value overrides"
+        )
+    overrides = tuple(word for word in rest if not word.startswith("-"))
+    return LaunchArgs(known.config, overrides)
+
+
+def compose_file(path: str, overrides: Sequence[str] = ()) -> Any:
+    """Compose ``path`` with ``overrides`` through Hydra's compose API, as the reference does."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise AllocationError(f"{path}: no such file")
+    folder = str(file.absolute().parent)
+    name = file.name.split(".yaml")[0]
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=folder, job_name="app", version_base=None):
+            return compose(config_name=name, overrides=list(overrides))
+    except AllocationError:
+        raise
+    except Exception as error:  # Hydra's own errors: bad override, missing default, bad YAML
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        reason = " ".join(lines) or type(error).__name__
+        raise AllocationError(f"{path}: cannot be composed: {reason}") from None
+    finally:
+        GlobalHydra.instance().clear()

@@ -1,0 +1,24 @@
+"""Upper bounds on every size areal-alloc accepts, far beyond any real cluster.
+
+They keep every answer fast and every output readable: a layout or a cluster
+past them is rejected with an :class:`AllocationValidationError` that states the
+bound, instead of a hang, a ``MemoryError`` or an ``OverflowError``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["MAX_GPUS", "MAX_GPUS_PER_NODE", "MAX_LAYOUTS", "MAX_NODES", "grouped"]
+
+#: GPUs of one layout (d × t × p × c) and of one cluster (n_nodes × n_gpus_per_node): 2**20.
+MAX_GPUS = 1_048_576
+#: Nodes of one cluster: 2**17.
+MAX_NODES = 131_072
+#: GPUs of one node.
+MAX_GPUS_PER_NODE = 1024
+#: Layouts one search lists before it asks for tighter constraints.
+MAX_LAYOUTS = 50_000
+
+
+def grouped(number: int) -> str:
+    """``1048576`` → ``'1,048,576'`` (the form every bound is quoted in)."""
+    return f"{number:,}"
