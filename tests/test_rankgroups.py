@@ -137,13 +137,15 @@ def _megatron_groups(alloc: ModelAllocation, order: str) -> dict[str, Any]:
     # (initialize_model_parallel), dense layouts included.
     edp = p.world_size // (p.etp_size * p.ep_size * p.pp_size)
     mesh = {"etp": "tp", "ep": "ep", "edp": "dp", "pp": "pp"}
+    has_experts = p.ep_size > 1 or p.etp_size > 1
     names = tuple("-".join(mesh[n] for n in name.split("-")) for name in EXPERT_GROUPS)
-    experts = _megatron_mesh(p.etp_size, p.ep_size, edp, p.pp_size, 1, order, (*names, "pp"))
+    wanted = (*names, "pp") if has_experts else ("pp",)  # dense: only the pp check
+    experts = _megatron_mesh(p.etp_size, p.ep_size, edp, p.pp_size, 1, order, wanted)
     if not (order.endswith("pp") or p.pp_size == 1 or edp == p.dp_size):
         return {"rejected": True}
     if out["pp"] != experts[-1]:
         return {"rejected": True}
-    if p.ep_size > 1 or p.etp_size > 1:
+    if has_experts:
         out.update(zip(EXPERT_GROUPS, experts[:-1], strict=True))
     return {k: [list(g) for g in v] for k, v in out.items()}
 
