@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -309,9 +310,15 @@ def check(args: list[str]) -> int:
         "--config", action="append", default=[], metavar="FILE", help="an experiment YAML"
     )
     parser.add_argument("--json", action="store_true", help="print the plans as JSON")
+    parser.add_argument(
+        "--skip-without-engines",
+        action="store_true",
+        help="pass over files that configure no engine (config fragments, other YAML): "
+        "for pre-commit and CI over a whole folder",
+    )
     ns = parser.parse_args(args)
     from areal_alloc.compose import compose_file
-    from areal_alloc.plan import plan_config
+    from areal_alloc.plan import ENGINE_ORDER, plan_config
     from areal_alloc.render import render_plan
 
     overrides = [item for item in ns.items if _is_override(item)]
@@ -322,7 +329,10 @@ def check(args: list[str]) -> int:
     failed: list[str] = []
     for path in files:
         try:
-            plan = plan_config(compose_file(path, overrides))
+            cfg = compose_file(path, overrides)
+            if ns.skip_without_engines and not any(cfg.get(key) for key in ENGINE_ORDER):
+                continue
+            plan = plan_config(cfg)
         except AllocationError as error:
             failed.append(path)
             message = str(error) if len(files) == 1 else f"{path}: {error}"
@@ -335,7 +345,7 @@ def check(args: list[str]) -> int:
                 print()
             print(render_plan(plan, title=path))
     if ns.json:
-        single = len(files) == 1 and not failed
+        single = len(files) == 1 and len(results) == 1 and not failed
         print(json.dumps(results[0]["plan"] if single else results, indent=1))
     if failed and len(files) > 1:
         print(
@@ -345,11 +355,57 @@ def check(args: list[str]) -> int:
     return 1 if failed else 0
 
 
+# --- preflight -------------------------------------------------------------------
+
+
+def preflight(args: list[str]) -> int:
+    parser = _parser(
+        "preflight",
+        "Check the experiment a launch command will run, then run it. The command's --config "
+        "FILE and key=value overrides are read and composed exactly as the reference's "
+        "launchers and training scripts read them (parse_cli_args); a bad allocation stops "
+        "here with one line naming the key, and nothing is started. A good one replaces this "
+        "process with the command (same arguments, environment, stdin/stdout/stderr, signals "
+        "and exit status). The plan goes to stderr, so the command's stdout stays its own.",
+        "examples:\n"
+        "  areal-alloc preflight -- python3 examples/math/gsm8k_rl.py --config "
+        "examples/math/gsm8k_grpo.yaml actor.backend=fsdp:d4\n"
+        "  areal-alloc preflight -- python3 -m areal.infra.launcher.local "
+        "examples/math/gsm8k_rl.py --config examples/math/gsm8k_grpo.yaml",
+    )
+    parser.add_argument("--quiet", action="store_true", help="print nothing when the plan is fine")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the launch command")
+    ns = parser.parse_args(args)
+    command = list(ns.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    from areal_alloc.compose import compose_file, read_launch_args, script_args
+    from areal_alloc.plan import plan_config
+    from areal_alloc.render import render_plan
+
+    launch = read_launch_args(script_args(command))
+    plan = plan_config(compose_file(launch.config, launch.overrides))
+    if not ns.quiet:
+        print(render_plan(plan, title=f"{launch.config}"), file=sys.stderr)
+        print(f"areal-alloc preflight: ok; running {' '.join(command)[:200]}", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvp(command[0], command)
+    except OSError as error:
+        print(
+            f"areal-alloc preflight: cannot run {command[0]!r}: {error.strerror}", file=sys.stderr
+        )
+        return 127
+    return 0  # pragma: no cover - execvp does not return
+
+
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "explain": explain,
     "migrate": migrate,
     "layouts": layouts,
     "check": check,
+    "preflight": preflight,
 }
 
 

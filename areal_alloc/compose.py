@@ -11,6 +11,7 @@ overrides therefore behave here as they will in the run.
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,10 @@ from typing import Any
 
 from areal_alloc.errors import AllocationError
 
-__all__ = ["LaunchArgs", "compose_file", "read_launch_args"]
+__all__ = ["LaunchArgs", "compose_file", "read_launch_args", "script_args"]
+
+#: Python's own options that take a value (``python -X dev -W error script.py``).
+_PYTHON_VALUE_OPTIONS = ("-X", "-W", "--check-hash-based-pycs")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +54,42 @@ def read_launch_args(argv: Sequence[str]) -> LaunchArgs:
         )
     overrides = tuple(word for word in rest if not word.startswith("-"))
     return LaunchArgs(known.config, overrides)
+
+
+def _is_python(word: str) -> bool:
+    name = os.path.basename(word)
+    return name.startswith(("python", "pypy")) and not name.endswith(".py")
+
+
+def script_args(command: Sequence[str]) -> list[str]:
+    """The arguments the training script (or launcher) itself sees in a launch command.
+
+    ``python3 train.py A…``, ``torchrun --nproc-per-node 8 train.py A…`` and
+    ``./train.py A…`` give ``A…`` (what follows the first ``*.py``);
+    ``python3 -m areal.infra.launcher.local train.py A…`` gives ``train.py A…``
+    (the launcher's own arguments: the reference then skips the script);
+    ``some-console-script A…`` gives ``A…``.
+    """
+    words = list(command)
+    if not words:
+        raise AllocationError("no launch command given: write areal-alloc preflight -- COMMAND …")
+    if _is_python(words[0]):
+        index = 1
+        while index < len(words) and words[index].startswith("-"):
+            option = words[index]
+            if option == "-m":
+                return words[index + 2 :]
+            if option == "-c":
+                raise AllocationError(
+                    "python -c runs no script file, so there is no --config to read; "
+                    "launch the training script or launcher module instead"
+                )
+            index += 2 if option in _PYTHON_VALUE_OPTIONS else 1
+        return words[index + 1 :]
+    for index, word in enumerate(words):
+        if word.endswith(".py") and not word.startswith("-"):
+            return words[index + 1 :]
+    return words[1:]
 
 
 def compose_file(path: str, overrides: Sequence[str] = ()) -> Any:
