@@ -111,8 +111,8 @@ def test_the_launcher_module_form(workdir: Path) -> None:
     )
     assert done.returncode == 7, done.stderr
     assert done.stdout.splitlines()[:3] == [
-        "LAUNCHER",
-        "ARGV ['train.py', '--config', 'exp.yaml', 'rollout.backend=sglang:d1t4']",
+        "LAUNCHER ['train.py', '--config', 'exp.yaml', 'rollout.backend=sglang:d1t4']",
+        "ARGV ['--config', 'exp.yaml', 'rollout.backend=sglang:d1t4']",
         "LOADED actor.backend fsdp:d4",
     ]
 
@@ -229,7 +229,7 @@ def test_the_pre_commit_hook_with_try_repo(tmp_path: Path) -> None:
     sample = tmp_path / "configs"
     (sample / "experiments").mkdir(parents=True)
     (sample / "experiments" / "good.yaml").write_text(GOOD)
-    (sample / "experiments" / "bad.yaml").write_text(GOOD.replace("sglang:d2t2", "sglang:d2t3"))
+    (sample / "experiments" / "bad.yaml").write_text(GOOD.replace("fsdp:d4", "fsdp:d4p2"))
     (sample / "ci.yaml").write_text("name: ci\n")
     _git(sample, "init", "-q")
     _git(sample, "add", ".")
@@ -251,7 +251,7 @@ def test_the_pre_commit_hook_with_try_repo(tmp_path: Path) -> None:
     bad = try_repo("experiments/good.yaml", "experiments/bad.yaml")
     assert bad.returncode == 1
     assert (
-        "areal-alloc check: experiments/bad.yaml: rollout.backend='sglang:d2t3': one sglang "
-        "instance spans t3·p1 = 3 GPUs, which neither divides nor is a multiple of "
-        "cluster.n_gpus_per_node=8, so instances would straddle nodes" in bad.stdout
+        "areal-alloc check: experiments/bad.yaml: actor.backend='fsdp:d4p2': FSDP backend only "
+        "supports data/tensor/context parallelism (d, t, c), got pipeline parallelism (p2); "
+        "use megatron or archon for p" in bad.stdout.splitlines()
     )

@@ -1,15 +1,16 @@
 """A stand-in for ``python -m areal.infra.launcher.local SCRIPT --config FILE …``.
 
-The reference's launchers read the same arguments (the script first, skipped by
-parse_cli_args) and then start the script; this one loads the config and prints.
+A launcher reads the same arguments (the script first), then starts the script
+with the rest; this one runs it in-process.
 """
 
 from __future__ import annotations
 
+import runpy
 import sys
 
-from train import main
-
 if __name__ == "__main__":
-    print("LAUNCHER")
-    sys.exit(main(sys.argv[1:]))
+    print("LAUNCHER", sys.argv[1:])
+    script, *rest = sys.argv[1:]
+    sys.argv = [script, *rest]
+    runpy.run_path(script, run_name="__main__")
