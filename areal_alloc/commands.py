@@ -311,6 +311,9 @@ def check(args: list[str]) -> int:
     )
     parser.add_argument("--json", action="store_true", help="print the plans as JSON")
     parser.add_argument(
+        "--quiet", action="store_true", help="print only the failures, not the plans"
+    )
+    parser.add_argument(
         "--skip-without-engines",
         action="store_true",
         help="pass over files that configure no engine (config fragments, other YAML): "
@@ -340,7 +343,7 @@ def check(args: list[str]) -> int:
             results.append({"path": path, "error": error.message})
             continue
         results.append({"path": path, "plan": plan.to_dict()})
-        if not ns.json:
+        if not ns.json and not ns.quiet:
             if len(results) > 1:
                 print()
             print(render_plan(plan, title=path))

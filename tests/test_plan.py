@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 import areal_alloc
 from areal_alloc import AllocationError, AllocationValidationError
-from areal_alloc.plan import plan_config, validate
+from areal_alloc.plan import validate
 
 DATA = Path(__file__).parent / "data"
 
@@ -357,7 +357,3 @@ def test_validate_rejects_non_mappings() -> None:
     with pytest.raises(AllocationError, match="expected a config mapping"):
         validate(["actor"])
 
-
-def test_plan_config_is_validate() -> None:
-    config = cfg(actor={"backend": "fsdp:d4"})
-    assert plan_config(config) == validate(config)
