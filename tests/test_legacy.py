@@ -99,6 +99,19 @@ def test_bar_binds_tighter_than_plus() -> None:
 
 
 LEGACY_ERRORS = [
+    # a bare hybrid layout is one layout missing its backend, with or without parentheses
+    (
+        "attn:d4p2t2c2|ffn:d2p2t4e2",
+        "Backend must be explicitly specified in '(attn:d4p2t2c2|ffn:d2p2t4e2)': hybrid "
+        "attn/ffn layouts run on megatron or archon; write e.g. "
+        "'megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)'",
+    ),
+    (
+        "(attn:d4p2t2c2|ffn:d2p2t4e2)",
+        "Backend must be explicitly specified in '(attn:d4p2t2c2|ffn:d2p2t4e2)': hybrid "
+        "attn/ffn layouts run on megatron or archon; write e.g. "
+        "'megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)'",
+    ),
     (
         "sglang:d4+d4",
         "Backend must be explicitly specified in 'd4': the backend says which "
