@@ -356,4 +356,3 @@ def test_unresolvable_interpolations_name_the_key(backend: str, message: str) ->
 def test_validate_rejects_non_mappings() -> None:
     with pytest.raises(AllocationError, match="expected a config mapping"):
         validate(["actor"])
-
