@@ -24,9 +24,11 @@ from areal_alloc.kinds import SchedulingStrategyType
 from areal_alloc.resolvers import register_resolvers
 
 if TYPE_CHECKING:
-    from areal_alloc.model import ModelAllocation, ParallelStrategy, SchedulingStrategy
-    from areal_alloc.plan import EnginePlan, Plan, validate
+    from areal_alloc.model import ModelAllocation
+    from areal_alloc.plan import EnginePlan, Plan
+    from areal_alloc.plan import plan_config as validate
     from areal_alloc.rankgroups import rank_groups
+    from areal_alloc.strategy import ParallelStrategy, SchedulingStrategy
 
 __all__ = [
     "AllocationError",
@@ -46,14 +48,15 @@ __all__ = [
 
 __version__ = "0.1.0"
 
+#: Public name -> (module, attribute), imported on first use.
 _LAZY = {
-    "ModelAllocation": "areal_alloc.model",
-    "ParallelStrategy": "areal_alloc.model",
-    "SchedulingStrategy": "areal_alloc.model",
-    "EnginePlan": "areal_alloc.plan",
-    "Plan": "areal_alloc.plan",
-    "validate": "areal_alloc.plan",
-    "rank_groups": "areal_alloc.rankgroups",
+    "ModelAllocation": ("areal_alloc.model", "ModelAllocation"),
+    "ParallelStrategy": ("areal_alloc.strategy", "ParallelStrategy"),
+    "SchedulingStrategy": ("areal_alloc.strategy", "SchedulingStrategy"),
+    "EnginePlan": ("areal_alloc.plan", "EnginePlan"),
+    "Plan": ("areal_alloc.plan", "Plan"),
+    "validate": ("areal_alloc.plan", "plan_config"),
+    "rank_groups": ("areal_alloc.rankgroups", "rank_groups"),
 }
 
 _REMOVED = {
@@ -70,7 +73,8 @@ _REMOVED = {
 
 def __getattr__(name: str) -> object:
     if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
+        module, attribute = _LAZY[name]
+        value = getattr(importlib.import_module(module), attribute)
         globals()[name] = value  # later lookups skip this function
         return value
     if name in _REMOVED:

@@ -17,6 +17,8 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from areal_alloc.errors import AllocationError
+from areal_alloc.plan import plan_config
+from areal_alloc.sweep import check_sweep
 
 __all__ = ["SKIPPING_SWEEPER", "ValidateAllocations"]
 
@@ -62,8 +64,6 @@ class ValidateAllocations(Callback):
         self.verbose = verbose
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from areal_alloc.plan import plan_config
-
         try:
             plan = plan_config(config)
         except AllocationError as error:
@@ -83,8 +83,6 @@ class ValidateAllocations(Callback):
             raise SystemExit(_internal(error)) from None
 
     def _check_sweep(self, config: DictConfig) -> None:
-        from areal_alloc.sweep import check_sweep
-
         target = config.hydra.sweeper.get("_target_")
         if target not in (_BASIC_SWEEPER, SKIPPING_SWEEPER):
             # Optuna, Nevergrad …: they choose the jobs as they go, so only the

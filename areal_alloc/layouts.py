@@ -16,14 +16,10 @@ from dataclasses import dataclass, fields
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.format import format_spec
 from areal_alloc.limits import MAX_GPUS, MAX_LAYOUTS, grouped
-from areal_alloc.model import (
-    BACKEND_DIMS,
-    HYBRID_BACKENDS,
-    INFERENCE_BACKENDS,
-    ModelAllocation,
-    ParallelStrategy,
-)
-from areal_alloc.shape import ModelShape, layout_problems
+from areal_alloc.model import ModelAllocation
+from areal_alloc.model_shape import ModelShape, layout_problems
+from areal_alloc.strategy import ParallelStrategy
+from areal_alloc.vocab import BACKEND_DIMS, HYBRID_BACKENDS, INFERENCE_BACKENDS
 
 __all__ = [
     "MAX_CANDIDATES",

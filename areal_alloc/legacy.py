@@ -11,17 +11,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from areal_alloc._build import read_dims, suggest_backend
+from areal_alloc._parse import Groups, parse_legacy
+from areal_alloc._syntax import RawComponent
 from areal_alloc.errors import AllocationValidationError
-from areal_alloc.model import (
-    ModelAllocation,
-    ParallelStrategy,
-    SchedulingStrategy,
-    SchedulingStrategyType,
-    missing_hybrid_backend,
-)
-from areal_alloc.parse import Groups, parse_legacy
-from areal_alloc.syntax import RawComponent
-from areal_alloc.validation import build_allocation, read_dims, suggest_backend
+from areal_alloc.model import ModelAllocation
+from areal_alloc.strategy import ParallelStrategy, SchedulingStrategy, SchedulingStrategyType
+from areal_alloc.vocab import ENGINE_ROLES, colocation_size_problem, missing_hybrid_backend
 
 __all__ = [
     "ENGINE_KEYS",
@@ -32,9 +28,10 @@ __all__ = [
     "parse_allocation_mode",
 ]
 
-#: The engines of an experiment config, in the order migration fills them.
-ENGINE_KEYS: tuple[str, ...] = ("actor", "critic", "ref", "rollout", "teacher")
-_TRAINING_KEYS = ("actor", "critic", "ref")
+#: The engines of an experiment config.
+ENGINE_KEYS: tuple[str, ...] = tuple(ENGINE_ROLES)
+#: Unnamed training components fill these engines in turn; an unnamed inference one, rollout.
+_TRAINING_KEYS = tuple(key for key, role in ENGINE_ROLES.items() if role == "training")
 _SAFE_VALUE = re.compile(r"[A-Za-z0-9_:.]+\Z")
 
 
@@ -162,19 +159,16 @@ def _check_names(groups: Groups, text: str) -> None:
 def _build_groups(groups: Groups, text: str) -> tuple[ModelAllocation, ...]:
     allocations: list[ModelAllocation] = []
     for group in groups:
-        anchor = build_allocation(group[0], text)
+        anchor = ModelAllocation.from_raw(group[0], text)
         allocations.append(anchor)
         for raw in group[1:]:
             strategy = SchedulingStrategy(SchedulingStrategyType.colocation, anchor.name)
-            member = build_allocation(raw, text, scheduling_strategy=strategy)
-            if member.parallel.world_size != anchor.parallel.world_size:
-                raise AllocationValidationError(
-                    f"colocated components must have the same world size: "
-                    f"{anchor} spans {anchor.parallel.world_size} GPUs but {member} spans "
-                    f"{member.parallel.world_size}",
-                    text,
-                    raw.column,
-                )
+            member = ModelAllocation.from_raw(raw, text, scheduling_strategy=strategy)
+            problem = colocation_size_problem(
+                member.parallel.world_size, str(anchor), anchor.parallel.world_size
+            )
+            if problem is not None:
+                raise AllocationValidationError(f"{member}: {problem}", text, raw.column)
             allocations.append(member)
     return tuple(allocations)
 

@@ -7,7 +7,10 @@ bound, instead of a hang, a ``MemoryError`` or an ``OverflowError``.
 
 from __future__ import annotations
 
-__all__ = ["MAX_GPUS", "MAX_GPUS_PER_NODE", "MAX_LAYOUTS", "MAX_NODES", "grouped"]
+__all__ = ["MAX_GPUS", "MAX_GPUS_PER_NODE", "MAX_LAYOUTS", "MAX_LENGTH", "MAX_NODES", "grouped"]
+
+#: Characters of one backend or allocation_mode string; longer ones are refused unparsed.
+MAX_LENGTH = 1000
 
 #: GPUs of one layout (d × t × p × c) and of one cluster (n_nodes × n_gpus_per_node): 2**20.
 MAX_GPUS = 1_048_576

@@ -11,17 +11,30 @@ Everything else in an engine section is left alone.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import enum
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from areal_alloc.errors import AllocationError, AllocationValidationError
+from areal_alloc.legacy import migration_overrides
 from areal_alloc.limits import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES, grouped
-from areal_alloc.model import ModelAllocation, SchedulingStrategy, SchedulingStrategyType
+from areal_alloc.model import ModelAllocation
+from areal_alloc.model_shape import ModelShape, check_shape
 from areal_alloc.placement import Placement, place
+from areal_alloc.strategy import SchedulingStrategy, SchedulingStrategyType
+from areal_alloc.vocab import (
+    ENGINE_ORDER,
+    ENGINE_ROLES,
+    EXAMPLE_BACKEND,
+    INHERITS_ACTOR,
+    SCHEDULING_KEYS,
+    colocation_size_problem,
+    did_you_mean,
+    role_problem,
+)
 
 __all__ = [
     "ENGINE_ORDER",
@@ -29,13 +42,9 @@ __all__ = [
     "Placement",
     "Plan",
     "plan_config",
-    "validate",
 ]
 
 #: Engines in placement order: inference first, then training (as the launchers do).
-ENGINE_ORDER: tuple[str, ...] = ("rollout", "teacher", "actor", "critic", "ref")
-_TRAINING_ONLY = ("actor", "critic", "ref")
-_INHERITS_ACTOR = ("critic", "ref")
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,10 +250,6 @@ def _number(value: object) -> float | None:
     return None
 
 
-#: The keys of the reference's SchedulingStrategy (areal/api/cli_args.py).
-_SCHEDULING_KEYS = ("type", "target", "fork")
-
-
 def _scheduling(section: object, path: str) -> SchedulingStrategy:
     node = _child(section, "scheduling_strategy")
     if node is None:
@@ -256,12 +261,11 @@ def _scheduling(section: object, path: str) -> SchedulingStrategy:
             f"{{type: colocation, target: actor}}"
         )
     for key in _keys(node):
-        if key not in _SCHEDULING_KEYS:
-            close = difflib.get_close_matches(key, _SCHEDULING_KEYS, n=1, cutoff=0.5)
-            hint = f"did you mean {close[0]!r}? " if close else ""
+        if key not in SCHEDULING_KEYS:
+            hint = did_you_mean(key, SCHEDULING_KEYS)
             raise AllocationValidationError(
                 f"{path}.{key}: unknown key; {hint}scheduling_strategy takes "
-                f"{', '.join(_SCHEDULING_KEYS)}"
+                f"{', '.join(SCHEDULING_KEYS)}"
             )
     kind = _child(node, "type")
     target = _child(node, "target")
@@ -294,9 +298,6 @@ class _Source:
     warning: str | None = None
 
 
-_EXAMPLE = {"inference": "sglang:d1t2", "training": "fsdp:d4", "any": "fsdp:d4"}
-
-
 def _teacher_source(section: object) -> _Source:
     """The teacher as the reference reads it (``TeacherConfig`` in areal/api/cli_args.py).
 
@@ -321,13 +322,13 @@ def _teacher_source(section: object) -> _Source:
     if sub is None:
         raise AllocationValidationError(
             f"teacher.{engine_type} must be provided when teacher.engine_type={engine_type!r}: "
-            f"set it, e.g. ++teacher.{engine_type}.backend={_EXAMPLE[role]} "
+            f"set it, e.g. ++teacher.{engine_type}.backend={EXAMPLE_BACKEND[role]} "
             f"({'an inference' if role == 'inference' else 'a training'} backend)"
         )
     if not _is_mapping(sub):
         raise AllocationValidationError(
             f"teacher.{engine_type}={_shown(sub)}: must be a section with a backend field, "
-            f"e.g. teacher.{engine_type}.backend={_EXAMPLE[role]}"
+            f"e.g. teacher.{engine_type}.backend={EXAMPLE_BACKEND[role]}"
         )
     warnings = []
     if rollout is not None and train is not None:
@@ -352,15 +353,14 @@ def _teacher_source(section: object) -> _Source:
 def _source(key: str, section: object) -> _Source:
     if key == "teacher":
         return _teacher_source(section)
-    role = "inference" if key == "rollout" else "training"
-    return _Source(f"{key}.backend", _child(section, "backend"), section, role)
+    return _Source(f"{key}.backend", _child(section, "backend"), section, ENGINE_ROLES[key])
 
 
 def _allocation(key: str, source: _Source, scheduling: SchedulingStrategy) -> ModelAllocation:
     backend_key, value, role = source.backend_key, source.value, source.role
     if not isinstance(value, str):
         raise AllocationValidationError(
-            f"{backend_key}={_shown(value)}: must be a string such as {_EXAMPLE[role]!r}"
+            f"{backend_key}={_shown(value)}: must be a string such as {EXAMPLE_BACKEND[role]!r}"
         )
     if "${" in value:
         raise AllocationValidationError(
@@ -372,20 +372,9 @@ def _allocation(key: str, source: _Source, scheduling: SchedulingStrategy) -> Mo
         allocation = ModelAllocation.from_str(value, name=key, scheduling_strategy=scheduling)
     except AllocationError as error:
         raise _fail(backend_key, value, error) from None
-    where = backend_key.rsplit(".", 1)[0]
-    if role == "training" and allocation.is_inference:
-        raise _fail(
-            backend_key,
-            value,
-            f"{where} is a training engine; use fsdp, megatron or archon "
-            f"(sglang and vllm serve the rollout)",
-        )
-    if role == "inference" and allocation.is_training:
-        raise _fail(
-            backend_key,
-            value,
-            f"{where} is an inference engine; use sglang or vllm (fsdp, megatron and archon train)",
-        )
+    problem = role_problem(backend_key.rsplit(".", 1)[0], role, allocation.backend)
+    if problem is not None:
+        raise _fail(backend_key, value, problem)
     return allocation
 
 
@@ -393,8 +382,6 @@ def _legacy_check(cfg: object) -> None:
     value = _child(cfg, "allocation_mode")
     if value is None or value == "":
         return
-    from areal_alloc.legacy import migration_overrides
-
     try:
         migration = migration_overrides(str(value))
     except AllocationError as error:
@@ -440,19 +427,19 @@ def _read_engines(cfg: object) -> tuple[list[EnginePlan], list[str]]:
             raise AllocationValidationError(
                 f"{key}={_shown(section)}: {key} must be a mapping (a section with a backend "
                 f"field), not {type(section).__name__}; e.g. {key}.backend="
-                f"{_EXAMPLE['inference' if key == 'rollout' else 'training']}"
+                f"{EXAMPLE_BACKEND[ENGINE_ROLES[key]]}"
             )
         if _unset(section):
             continue
         source = _source(key, section)
         value, note = source.value, None
-        if (value is None or value == "") and key in _INHERITS_ACTOR and actor_backend:
+        if (value is None or value == "") and key in INHERITS_ACTOR and actor_backend:
             value, note = actor_backend, "backend from actor.backend"
             source = dataclasses.replace(source, value=value)
         if value is None or value == "":
             raise AllocationValidationError(
                 f"{source.backend_key} is empty: set it, e.g. "
-                f"++{source.backend_key}={_EXAMPLE[source.role]}"
+                f"++{source.backend_key}={EXAMPLE_BACKEND[source.role]}"
             )
         path = source.backend_key.rsplit(".", 1)[0]
         allocation = _allocation(key, source, _scheduling(source.section, path))
@@ -525,12 +512,15 @@ def _check_scheduling(engines: list[EnginePlan]) -> None:
                 f"{target.allocation.scheduling_strategy.target!r}; colocate onto an engine "
                 f"with its own GPUs"
             )
-        mine, theirs = engine.allocation.parallel.world_size, target.allocation.parallel.world_size
-        if mine != theirs:
+        problem = colocation_size_problem(
+            engine.allocation.parallel.world_size,
+            target.key,
+            target.allocation.parallel.world_size,
+        )
+        if problem is not None:
             raise AllocationValidationError(
-                f"{engine.backend_key}={engine.spec!r}: colocated with {target.key} "
-                f"({target.backend_key}={target.spec!r}) it must span the same GPUs, but "
-                f"its world size is {mine} and {target.key}'s is {theirs}"
+                f"{engine.backend_key}={engine.spec!r} ({target.backend_key}={target.spec!r}): "
+                f"{problem}"
             )
 
 
@@ -562,8 +552,6 @@ def _check_capacity(engines: list[EnginePlan], n_nodes: int, per_node: int) -> N
 
 
 def _shape_from(node: object, source: str) -> Any:
-    from areal_alloc.shape import ModelShape
-
     if not _is_mapping(node):
         raise AllocationValidationError(
             f"{source}={node!r}: must be a mapping (num_layers, num_attention_heads, …) "
@@ -577,10 +565,6 @@ def _shape_from(node: object, source: str) -> Any:
 
 def _model_shape(cfg: object, key: str) -> Any:
     """The model shape an engine runs: its own, its local model path, or the experiment's."""
-    from pathlib import Path
-
-    from areal_alloc.shape import ModelShape
-
     section = _child(cfg, key)
     own = _child(section, "model_shape")
     if not _unset(own):
@@ -595,8 +579,6 @@ def _model_shape(cfg: object, key: str) -> Any:
 
 
 def _check_shapes(cfg: object, engines: list[EnginePlan]) -> None:
-    from areal_alloc.shape import check_shape
-
     for engine in engines:
         if not engine.active:
             continue
@@ -639,7 +621,12 @@ def _cluster(cfg: object) -> tuple[int, int, list[str]]:
 
 
 def plan_config(cfg: object) -> Plan:
-    """Read, check and place every engine of a composed config."""
+    """Read, check and place every engine of a composed config (``areal_alloc.validate``).
+
+    ``cfg`` is a DictConfig from ``hydra.compose`` or ``OmegaConf.load``, a plain
+    mapping, or the dataclass object the reference's ``load_expr_config`` returns.
+    Raises an :class:`AllocationError` whose message names the key.
+    """
     if not _is_mapping(cfg):
         raise AllocationValidationError(
             f"expected a config mapping (DictConfig, dict or a dataclass instance), "
@@ -661,12 +648,3 @@ def plan_config(cfg: object) -> Plan:
         (*warnings, *placement_warnings),
         tuple(assumptions),
     )
-
-
-def validate(cfg: object) -> Plan:
-    """Check a composed config and return its plan, or raise an AllocationError naming the key.
-
-    ``cfg`` is a DictConfig from ``hydra.compose`` or ``OmegaConf.load``, a plain
-    mapping, or the dataclass object the reference's ``load_expr_config`` returns.
-    """
-    return plan_config(cfg)

@@ -16,7 +16,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from areal_alloc.errors import AllocationValidationError
-from areal_alloc.model import ModelAllocation, ParallelStrategy
+from areal_alloc.model import ModelAllocation
+from areal_alloc.strategy import ParallelStrategy
+from areal_alloc.vocab import DEFAULT_ORDER
 
 __all__ = [
     "ATTENTION_GROUPS",
@@ -30,7 +32,6 @@ __all__ = [
     "summarize_rank_groups",
 ]
 
-DEFAULT_ORDER = "tp-cp-ep-dp-pp"
 _NAMES = ("tp", "cp", "ep", "dp", "pp")
 
 ATTENTION_GROUPS: tuple[str, ...] = (

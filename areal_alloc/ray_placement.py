@@ -64,12 +64,15 @@ def placement_group_specs(plan: Plan, node_resources: Sequence[str]) -> list[Pla
     """The placement groups that realise ``plan``; ``node_resources[i]`` pins node ``i``."""
     if plan.cpu_only:
         raise AllocationValidationError("a CPU-only plan (n_gpus_per_node=0) places no GPUs")
-    if len(node_resources) < plan.n_nodes:
+    per_node = plan.n_gpus_per_node
+    # the nodes the plan uses: a cluster size assumed from the reference's defaults
+    # (32 nodes) need not be matched by 32 node resources
+    used = 1 + max((n for p in plan.placements for _, n in p.nodes(per_node)), default=-1)
+    if len(node_resources) < used:
         raise AllocationValidationError(
-            f"the plan spans {plan.n_nodes} nodes but {len(node_resources)} node resources "
+            f"the plan spans {used} nodes but {len(node_resources)} node resources "
             f"were given ({', '.join(node_resources) or 'none'})"
         )
-    per_node = plan.n_gpus_per_node
     specs: list[PlacementGroupSpec] = []
     for placement in plan.placements:
         allocation = plan[placement.key].allocation

@@ -27,7 +27,7 @@ def median_us(fn: Callable[[], object], number: int, repeat: int = 15) -> float:
 
 def uncached(spec: str) -> Callable[[], object]:
     from areal_alloc import ModelAllocation
-    from areal_alloc.validation import _cached
+    from areal_alloc.model import _cached
 
     def run() -> object:
         _cached.cache_clear()

@@ -70,7 +70,7 @@ def test_plugin_module_imports_nothing_heavy() -> None:
     code = (
         "import sys, hydra_plugins.areal_alloc.areal_alloc_searchpath, "
         "hydra_plugins.areal_alloc.areal_alloc_sweeper\n"
-        "print(sorted(m for m in ('lark', 'areal_alloc.parse', 'areal_alloc.model', "
+        "print(sorted(m for m in ('lark', 'areal_alloc._parse', 'areal_alloc.model', "
         "'areal_alloc.plan') if m in sys.modules))"
     )
     out = subprocess.run(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import pkgutil
 import stat
@@ -32,7 +33,7 @@ def test_import_areal_alloc_is_light_and_registers_resolvers() -> None:
     code = (
         "import sys, areal_alloc\n"
         "from omegaconf import OmegaConf\n"
-        "heavy = [m for m in ('lark', 'hydra', 'areal_alloc.parse', 'areal_alloc.plan') "
+        "heavy = [m for m in ('lark', 'hydra', 'areal_alloc._parse', 'areal_alloc.plan') "
         "if m in sys.modules]\n"
         "print(heavy, OmegaConf.has_resolver('alloc.world_size'))\n"
         "print(areal_alloc.ModelAllocation.from_str('fsdp:d4').world_size)\n"
@@ -59,3 +60,96 @@ def test_without_a_writable_cache_it_still_parses(tmp_path: Path) -> None:
     env = {**os.environ, "XDG_CACHE_HOME": str(blocker)}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert (done.returncode, done.stdout, done.stderr) == (0, "fsdp:d4t2\n", "")
+
+
+# --- the layers: imports flow one way, as the data does --------------------------------
+
+#: Every module of the package, lowest layer first: string → syntax → model → plan →
+#: Hydra / Ray / command line. A module may import only modules listed before it.
+LAYERS = [
+    # vocabulary: imports nothing of ours
+    "areal_alloc.errors",
+    "areal_alloc.limits",
+    "areal_alloc.vocab",
+    "areal_alloc.kinds",
+    # string → syntax
+    "areal_alloc._syntax",
+    "areal_alloc._parse",
+    # syntax → model
+    "areal_alloc.strategy",
+    "areal_alloc.format",
+    "areal_alloc._build",
+    "areal_alloc.model",
+    "areal_alloc.legacy",
+    "areal_alloc.model_shape",
+    # model → plan
+    "areal_alloc.placement",
+    "areal_alloc.plan",
+    # the leaves
+    "areal_alloc.rankgroups",
+    "areal_alloc.layouts",
+    "areal_alloc.ray_placement",
+    "areal_alloc.compose",
+    "areal_alloc.schema",
+    "areal_alloc.resolvers",
+    "areal_alloc.sweep",
+    "areal_alloc.hydra_hook",
+    # the command line
+    "areal_alloc.cli.render",
+    "areal_alloc.cli.commands",
+    "areal_alloc.cli.app",
+    "areal_alloc.cli",
+    "areal_alloc",
+]
+
+
+def _source(module: str) -> Path:
+    base = Path(areal_alloc.__file__).parent.parent
+    path = base.joinpath(*module.split("."))
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+def _imports(module: str) -> set[str]:
+    """Every areal_alloc module ``module`` imports, anywhere (functions, TYPE_CHECKING)."""
+    tree = ast.parse(_source(module).read_text(encoding="utf-8"))
+    package = module if _source(module).name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{parent}.{base}" if base else parent
+            # `from areal_alloc.cli import render` imports a submodule
+            names = [
+                f"{base}.{a.name}" if f"{base}.{a.name}" in LAYERS else base for a in node.names
+            ]
+        else:
+            continue
+        for name in names:
+            if name == "areal_alloc" or name.startswith("areal_alloc."):
+                while name not in LAYERS:
+                    name = name.rpartition(".")[0]
+                found.add(name)
+    found.discard(module)
+    return found
+
+
+def test_every_module_has_a_layer() -> None:
+    assert sorted(LAYERS) == sorted([*MODULES, "areal_alloc"])
+
+
+@pytest.mark.parametrize("module", LAYERS)
+def test_imports_only_go_down(module: str) -> None:
+    level = LAYERS.index(module)
+    upward = sorted(name for name in _imports(module) if LAYERS.index(name) >= level)
+    assert upward == [], f"{module} imports {upward}, which are not below it"
+
+
+def test_the_layer_test_sees_imports() -> None:
+    # guards the test itself: known edges are found, including in-function ones
+    assert {"areal_alloc._parse", "areal_alloc._build"} <= _imports("areal_alloc.model")
+    assert "areal_alloc.plan" in _imports("areal_alloc.resolvers")
+    assert "areal_alloc.cli.commands" in _imports("areal_alloc.cli")

@@ -124,8 +124,8 @@ LEGACY_ERRORS = [
     ),
     (
         "sglang[r]:d4+fsdp[a]:d4|fsdp[c]:d8",
-        "colocated components must have the same world size: fsdp[a]:d4 spans 4 GPUs but "
-        "fsdp[c]:d8 spans 8",
+        "fsdp[c]:d8: colocated with fsdp[a]:d4 it must span the same GPUs, but its world size "
+        "is 8 and fsdp[a]:d4's is 4",
     ),
     (
         "sglang[r]:d4+fsdp:d4+fsdp[c]:d4",

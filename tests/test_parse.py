@@ -364,10 +364,9 @@ ERRORS: list[tuple[object, type[AllocationError], str, int | None]] = [
     ),
     (
         "sglang:d4+fsdp:d4",
-        AllocationValidationError,
-        "ModelAllocation.from_str() takes one component, but 'sglang:d4+fsdp:d4' joins 2 "
-        "with '+'; put each into its own engine's backend field: ++rollout.backend=sglang:d4 "
-        "++actor.backend=fsdp:d4",
+        AllocationSyntaxError,
+        "unexpected '+' at column 10 of 'sglang:d4+fsdp:d4': one backend field holds one "
+        "component; give each engine its own backend field",
         10,
     ),
     (
@@ -550,8 +549,8 @@ MODEL_ERRORS = [
     ),
     (
         ("fsdp", "a b", ParallelStrategy()),
-        "allocation name 'a b' is not an identifier (letters, digits, '_'; not starting "
-        "with a digit)",
+        "allocation name 'a b' is not an identifier: use letters, digits and '_', not "
+        "starting with a digit",
     ),
     (
         ("sglang", None, ParallelStrategy(context_parallel_size=2)),

@@ -9,8 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 import areal_alloc
-from areal_alloc import AllocationError, AllocationValidationError
-from areal_alloc.plan import validate
+from areal_alloc import AllocationError, AllocationValidationError, validate
 
 DATA = Path(__file__).parent / "data"
 
@@ -190,7 +189,7 @@ PLAN_ERRORS = [
     ),
     (
         cfg(actor={"backend": "fsdp:d4"}, ref=colocated("actor", "fsdp:d8")),
-        "ref.backend='fsdp:d8': colocated with actor (actor.backend='fsdp:d4') it must span "
+        "ref.backend='fsdp:d8' (actor.backend='fsdp:d4'): colocated with actor it must span "
         "the same GPUs, but its world size is 8 and actor's is 4",
     ),
     (

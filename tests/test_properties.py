@@ -13,7 +13,7 @@ from areal_alloc import (
     ParallelStrategy,
 )
 from areal_alloc.legacy import parse_allocation_mode
-from areal_alloc.model import BACKEND_DIMS
+from areal_alloc.vocab import BACKEND_DIMS
 
 # small sizes, and sizes up to the documented bound (areal_alloc.limits.MAX_GPUS)
 sizes = st.one_of(
@@ -296,6 +296,6 @@ def test_sizes_of_any_magnitude_give_a_plan_or_a_bounded_error(
     assert dp <= MAX_GPUS
     assert plan.capacity <= MAX_GPUS
     if not plan.cpu_only:
-        from areal_alloc.render import render_plan
+        from areal_alloc.cli.render import render_plan
 
         assert len(render_plan(plan).splitlines()) < 70  # a summarised node map

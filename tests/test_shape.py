@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from areal_alloc import AllocationValidationError, ModelAllocation, validate
-from areal_alloc.shape import ModelShape, check_shape, shape_problems
+from areal_alloc.model_shape import ModelShape, check_shape, shape_problems
 
 QWEN = ModelShape(num_layers=28, num_attention_heads=16, num_key_value_heads=8)
 MOE = ModelShape(num_layers=48, num_attention_heads=32, num_key_value_heads=4, num_experts=128)

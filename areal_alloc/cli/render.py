@@ -5,26 +5,12 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from areal_alloc.model import ModelAllocation
+from areal_alloc.format import describe_dims
 from areal_alloc.plan import Plan
 
 __all__ = ["describe_dims", "render_plan", "symbols", "table"]
 
 FREE = "·"
-
-
-def describe_dims(allocation: ModelAllocation) -> str:
-    """``d4 t2``, or ``attn d4 p2 t2 c2 | ffn d2 p2 t4 e2`` for a hybrid layout."""
-    p = allocation.parallel
-    if p.is_hybrid:
-        return (
-            f"attn d{p.dp_size} p{p.pp_size} t{p.tp_size} c{p.cp_size} | "
-            f"ffn d{p.expert_mesh_dp_size} p{p.pp_size} t{p.etp_size} e{p.ep_size}"
-        )
-    pairs = [("d", p.dp_size), ("p", p.pp_size), ("t", p.tp_size), ("c", p.cp_size)]
-    pairs.append(("e", p.ep_size))
-    shown = [f"{k}{v}" for k, v in pairs if v != 1 or k == "d"]
-    return " ".join(shown)
 
 
 def symbols(keys: list[str]) -> dict[str, str]:
@@ -66,7 +52,7 @@ def render_plan(plan: Plan, title: str = "allocation plan") -> str:
             [
                 e.key,
                 e.spec,
-                describe_dims(a),
+                describe_dims(a.parallel),
                 str(a.parallel.world_size),
                 f"{a.n_instances} × {a.instance_size}" if a.is_inference else "-",
                 f"colocated → {s.target}" if s.is_colocated else "separate",

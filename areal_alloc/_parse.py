@@ -3,29 +3,28 @@
 lark is imported on the first parse, never on ``import areal_alloc``: Hydra
 imports our plugin in every app, and most apps never parse an allocation.
 Syntax errors become :class:`AllocationSyntaxError` with the column and a hint
-for the usual mistakes; what the string *means* is judged in ``validate.py``.
+for the usual mistakes; what the string *means* is judged in ``_build``.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from areal_alloc._syntax import RawComponent, RawDim, RawPart
 from areal_alloc.errors import (
     AllocationError,
     AllocationSyntaxError,
     AllocationValidationError,
 )
-from areal_alloc.model import missing_hybrid_backend
-from areal_alloc.syntax import RawComponent, RawDim, RawPart
+from areal_alloc.limits import MAX_LENGTH
+from areal_alloc.vocab import missing_hybrid_backend
 
 if TYPE_CHECKING:
     from lark import Token
 
-__all__ = ["MAX_LENGTH", "Groups", "parse_legacy", "parse_single"]
-
-#: Longer inputs are rejected before they reach the parser.
-MAX_LENGTH = 1000
+__all__ = ["Groups", "parse_legacy", "parse_single"]
 
 Groups = tuple[tuple[RawComponent, ...], ...]
 
@@ -37,7 +36,7 @@ _TERMINALS = {
     "RPAR": "')'",
     "VBAR": "'|'",
     "PLUS": "'+'",
-    "DIM": "a dimension such as d4",
+    "DIMS": "a dimension such as d4",
     "BACKEND": "a backend such as fsdp",
     "NAME": "a name",
     "$END": "the end",
@@ -48,8 +47,16 @@ def _column(token: Token) -> int:
     return token.column if token.column is not None else 1
 
 
+_ONE_DIM = re.compile(r"([A-Za-z])([0-9]+)")
+
+
 def _dims(*tokens: Token) -> tuple[RawDim, ...]:
-    return tuple(RawDim(t.value[0], t.value[1:], _column(t)) for t in tokens)
+    """Split each ``DIMS`` token (``d4t2``) into its dimensions, each with its column."""
+    return tuple(
+        RawDim(m.group(1), m.group(2), _column(t) + m.start())
+        for t in tokens
+        for m in _ONE_DIM.finditer(t.value)
+    )
 
 
 def _layout_fields(layout: tuple[Any, ...]) -> dict[str, Any]:

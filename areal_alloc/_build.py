@@ -1,40 +1,34 @@
-"""Syntax records to models, judging what the string means.
+"""Syntax records to layouts, judging what the string means.
 
 Plain functions, run after parsing: each rejection quotes the value, points at
-its column, says what is allowed and shows the arithmetic. ``allocation_from_str``
-is the memoised entry point behind :meth:`ModelAllocation.from_str`; sharing the
-results is safe because every model is immutable.
+its column, says what is allowed and shows the arithmetic. The result is the
+parts of an allocation (backend, name, :class:`ParallelStrategy`);
+``model.ModelAllocation.from_str`` puts them together and keeps the memo.
 """
 
 from __future__ import annotations
 
-import functools
-
+from areal_alloc._syntax import RawComponent, RawDim, RawPart
 from areal_alloc.errors import (
     AllocationError,
     AllocationValidationError,
     InvalidAllocationModeError,
 )
 from areal_alloc.limits import MAX_GPUS, grouped
-from areal_alloc.model import (
+from areal_alloc.strategy import ParallelStrategy
+from areal_alloc.vocab import (
     BACKEND_DIMS,
     DIM_NAMES,
     HYBRID_BACKENDS,
-    IDENTIFIER,
-    ModelAllocation,
-    ParallelStrategy,
-    SchedulingStrategy,
+    PART_DIMS,
+    did_you_mean,
     dimension_not_supported,
     missing_hybrid_backend,
+    name_problem,
     unknown_backend,
 )
-from areal_alloc.parse import MAX_LENGTH, parse_single
-from areal_alloc.syntax import RawComponent, RawDim, RawPart
 
-__all__ = ["allocation_from_str", "build_allocation", "suggest_backend"]
-
-_SEPARATION = SchedulingStrategy()
-_PART_DIMS = {"attn": "dtpc", "ffn": "dtpe"}
+__all__ = ["build_parts", "read_dims", "suggest_backend"]
 
 
 def _fail(message: str, text: str, column: int | None = None) -> AllocationValidationError:
@@ -104,7 +98,7 @@ def read_dims(dims: tuple[RawDim, ...], text: str, allowed: str, owner: str) -> 
                 dim.column,
             )
         if size > 1 and letter not in allowed:
-            if owner in _PART_DIMS:
+            if owner in PART_DIMS:
                 other = "ffn" if owner == "attn" else "attn"
                 raise _fail(
                     f"{owner} does not take {DIM_NAMES[letter]} parallelism ({token}); "
@@ -194,11 +188,8 @@ def _hybrid_strategy(
         )
     by_label: dict[str, RawPart] = {}
     for part in parts:
-        if part.label not in _PART_DIMS:
-            import difflib
-
-            close = difflib.get_close_matches(part.label, list(_PART_DIMS), n=1, cutoff=0.5)
-            hint = f"did you mean {close[0]!r}? " if close else ""
+        if part.label not in PART_DIMS:
+            hint = did_you_mean(part.label, PART_DIMS)
             raise _fail(
                 f"unknown part {part.label!r} in a hybrid layout; {hint}"
                 f"write BACKEND:(attn:DIMS|ffn:DIMS)",
@@ -222,8 +213,8 @@ def _hybrid_strategy(
             parts[0].column,
         )
     attn_part, ffn_part = by_label["attn"], by_label["ffn"]
-    attn = read_dims(attn_part.dims, text, _PART_DIMS["attn"], "attn")
-    ffn = read_dims(ffn_part.dims, text, _PART_DIMS["ffn"], "ffn")
+    attn = read_dims(attn_part.dims, text, PART_DIMS["attn"], "attn")
+    ffn = read_dims(ffn_part.dims, text, PART_DIMS["ffn"], "ffn")
     attn = {letter: attn.get(letter, 1) for letter in "dtpc"}
     pp = attn["p"]
     if "p" in ffn and ffn["p"] != pp:
@@ -265,15 +256,12 @@ def _hybrid_strategy(
     )
 
 
-def build_allocation(
-    raw: RawComponent,
-    text: str,
-    name: str | None = None,
-    scheduling_strategy: SchedulingStrategy | None = None,
-) -> ModelAllocation:
-    """Judge one parsed component and build its :class:`ModelAllocation`.
+def build_parts(
+    raw: RawComponent, text: str, name: str | None = None
+) -> tuple[str, str | None, ParallelStrategy]:
+    """Judge one parsed component: its backend, its name and its layout.
 
-    ``name`` and ``scheduling_strategy`` override what the string says.
+    ``name``, when given, overrides the name the string holds.
     """
     if raw.backend is None:
         raise _missing_backend(raw, text)
@@ -284,57 +272,8 @@ def build_allocation(
     else:
         parallel = _plain_strategy(raw, backend, text)
     final_name = raw.name if name is None else name
-    if final_name is not None and not (
-        isinstance(final_name, str) and IDENTIFIER.match(final_name)
-    ):
-        raise _fail(
-            f"name {final_name!r} is not an identifier: use letters, digits and '_', "
-            f"not starting with a digit",
-            text,
-            raw.column + len(backend) + 1 if name is None else None,
-        )
-    return ModelAllocation(backend, final_name, parallel, scheduling_strategy or _SEPARATION)
-
-
-@functools.lru_cache(maxsize=4096)
-def _cached(
-    spec: str, name: str | None, scheduling_strategy: SchedulingStrategy | None
-) -> ModelAllocation:
-    if "+" in spec and len(spec) <= MAX_LENGTH:
-        raise _several_components(spec)
-    return build_allocation(parse_single(spec), spec, name, scheduling_strategy)
-
-
-def _several_components(spec: str) -> AllocationValidationError:
-    from areal_alloc.legacy import migration_overrides
-
-    count = spec.count("+") + 1
-    try:
-        suggestion = " ".join(migration_overrides(spec).overrides)
-    except AllocationError:
-        suggestion = "rollout.backend='sglang:d4' actor.backend='fsdp:d4'"
-    return AllocationValidationError(
-        f"ModelAllocation.from_str() takes one component, but {spec.strip()!r} joins "
-        f"{count} with '+'; put each into its own engine's backend field: {suggestion}",
-        spec,
-        spec.index("+") + 1,
-    )
-
-
-def allocation_from_str(
-    spec: object,
-    name: object = None,
-    scheduling_strategy: object = None,
-) -> ModelAllocation:
-    """Parse one component into a :class:`ModelAllocation`, served from a memo."""
-    if type(spec) is str and name is None and scheduling_strategy is None:
-        return _cached(spec, None, None)
-    if not isinstance(spec, str):
-        parse_single(spec)  # raises the AllocationError for a non-string
-    if name is not None and not isinstance(name, str):
-        raise AllocationValidationError(f"name must be a string or None, got {name!r}")
-    if scheduling_strategy is not None and not isinstance(scheduling_strategy, SchedulingStrategy):
-        raise AllocationValidationError(
-            f"scheduling_strategy must be a SchedulingStrategy or None, got {scheduling_strategy!r}"
-        )
-    return _cached(spec, name, scheduling_strategy)
+    if final_name is not None:
+        problem = name_problem(final_name)
+        if problem is not None:
+            raise _fail(problem, text, raw.column + len(backend) + 1 if name is None else None)
+    return backend, final_name, parallel

@@ -1,4 +1,8 @@
-"""The ``areal-alloc`` command: the Hydra app, or one of its plain subcommands.
+"""The ``areal-alloc`` command (``areal_alloc.cli:main``): the Hydra app, or a subcommand.
+
+The package holds the command line: ``commands`` (the subcommands), ``app`` (the
+Hydra app), ``render`` (a plan as text). Each is imported when it is needed, so
+``areal-alloc explain`` never imports Hydra.
 
 ``areal-alloc [HYDRA OVERRIDES…]`` prints the plan of the composed experiment.
 A bare first word that is a subcommand (explain, migrate, layouts, check) runs
@@ -42,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(args: list[str]) -> int:
-    from areal_alloc.commands import COMMANDS, run_command
+    from areal_alloc.cli.commands import COMMANDS, run_command  # no Hydra app import for these
 
     if args and args[0] in COMMANDS:
         return run_command(args[0], args[1:])
@@ -54,7 +58,7 @@ def _main(args: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    from areal_alloc.app import run_app
+    from areal_alloc.cli.app import run_app
 
     return run_app(args)
 

@@ -1,4 +1,4 @@
-"""The plain subcommands of ``areal-alloc``: explain, migrate, layouts, check.
+"""The plain subcommands of ``areal-alloc``: explain, migrate, layouts, check, preflight.
 
 Each takes ``--help``; errors print one clear message on stderr and exit 1.
 """
@@ -10,9 +10,21 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import fields
 from typing import Any
 
+from areal_alloc.cli.render import render_plan, table
+from areal_alloc.compose import compose_file, read_launch_args, script_args
 from areal_alloc.errors import AllocationError
+from areal_alloc.format import layout_parts
+from areal_alloc.layouts import LayoutConstraints, enumerate_layouts
+from areal_alloc.legacy import migration_overrides
+from areal_alloc.limits import MAX_GPUS, grouped
+from areal_alloc.model import ModelAllocation
+from areal_alloc.model_shape import ModelShape
+from areal_alloc.plan import plan_config
+from areal_alloc.rankgroups import summarize_rank_groups
+from areal_alloc.vocab import DEFAULT_ORDER, ENGINE_ORDER
 
 __all__ = ["COMMANDS", "run_command"]
 
@@ -36,46 +48,25 @@ def _parser(name: str, description: str, epilog: str = "") -> _Parser:
 
 
 def _explain_text(spec: str, order: str, show: int) -> tuple[str, AllocationError | None]:
-    from areal_alloc.model import ModelAllocation
-    from areal_alloc.rankgroups import summarize_rank_groups
-    from areal_alloc.render import table
 
     alloc = ModelAllocation.from_str(spec)
     p = alloc.parallel
     lines = [f"{alloc}  ({alloc.backend}, {'inference' if alloc.is_inference else 'training'})"]
-    if p.is_hybrid or (p.ep_size > 1 and not alloc.is_inference):
-        rows = [
-            ["part", "d", "p", "t", "c", "e", "GPUs"],
-            [
-                "attn",
-                str(p.dp_size),
-                str(p.pp_size),
-                str(p.tp_size),
-                str(p.cp_size),
-                "-",
-                str(p.world_size),
-            ],
-            [
-                "ffn",
-                str(p.expert_mesh_dp_size),
-                str(p.pp_size),
-                str(p.etp_size),
-                "-",
-                str(p.ep_size),
-                str(p.world_size),
-            ],
-        ]
+    parts = layout_parts(p, meshes=not alloc.is_inference)
+    if len(parts) > 1:
+        rows = [["part", "d", "p", "t", "c", "e", "GPUs"]]
+        for part in parts:
+            sizes = part.sizes
+            rows.append(
+                [str(part.label)]
+                + [str(sizes[k]) if k in sizes else "-" for k in "dptce"]
+                + [str(p.world_size)]
+            )
     else:
+        sizes = parts[0].sizes
         rows = [
             ["d", "p", "t", "c", "e", "GPUs"],
-            [
-                str(p.dp_size),
-                str(p.pp_size),
-                str(p.tp_size),
-                str(p.cp_size),
-                str(p.ep_size),
-                str(p.world_size),
-            ],
+            [*(str(sizes[k]) for k in "dptce"), str(p.world_size)],
         ]
     lines.append("")
     lines.extend("  " + row for row in table(rows))
@@ -124,7 +115,6 @@ JSON_MAX_RANKS = 16_384
 
 def _positive(text: str) -> int:
     """An argparse type: an integer from 1 to the GPU limit."""
-    from areal_alloc.limits import MAX_GPUS, grouped
 
     digits = text.strip()
     if not digits.isdigit() or int(digits[:30]) < 1:
@@ -136,7 +126,6 @@ def _positive(text: str) -> int:
 
 
 def explain(args: list[str]) -> int:
-    from areal_alloc.rankgroups import DEFAULT_ORDER
 
     parser = _parser(
         "explain",
@@ -156,9 +145,6 @@ def explain(args: list[str]) -> int:
     )
     ns = parser.parse_args(args)
     if ns.json:
-        from areal_alloc.model import ModelAllocation
-        from areal_alloc.rankgroups import summarize_rank_groups
-
         alloc = ModelAllocation.from_str(ns.spec)
         p = alloc.parallel
         summaries = summarize_rank_groups(
@@ -181,6 +167,10 @@ def explain(args: list[str]) -> int:
                     "etp": p.etp_size,
                     "edp": p.expert_mesh_dp_size,
                     "order": ns.order,
+                    "parts": [
+                        {"part": part.label, **part.sizes}
+                        for part in layout_parts(p, meshes=not alloc.is_inference)
+                    ],
                     "rank_groups": {s.name: [list(g) for g in s.first] for s in summaries},
                     "rank_group_counts": {
                         s.name: {"size": s.size, "count": s.count, "omitted": s.omitted}
@@ -209,7 +199,6 @@ def migrate(args: list[str]) -> int:
     )
     parser.add_argument("legacy", help="the old allocation_mode value (quote it)")
     ns = parser.parse_args(args)
-    from areal_alloc.legacy import migration_overrides
 
     migration = migration_overrides(ns.legacy)
     print(f"# allocation_mode: {migration.source}")
@@ -235,9 +224,6 @@ _SHAPE_FIELDS = ("num_layers", "num_attention_heads", "num_key_value_heads", "nu
 
 
 def layouts(args: list[str]) -> int:
-    from dataclasses import fields
-
-    from areal_alloc.layouts import LayoutConstraints, enumerate_layouts
 
     parser = _parser(
         "layouts",
@@ -266,7 +252,6 @@ def layouts(args: list[str]) -> int:
         "--sweep", action="store_true", help="one comma-separated line, ready for -m key=…"
     )
     ns = parser.parse_args(args)
-    from areal_alloc.shape import ModelShape
 
     shape = ModelShape.from_hf_config(ns.model_config) if ns.model_config else ModelShape()
     values = {f.name: getattr(ns, f.name) for f in fields(LayoutConstraints)}
@@ -320,9 +305,6 @@ def check(args: list[str]) -> int:
         "for pre-commit and CI over a whole folder",
     )
     ns = parser.parse_args(args)
-    from areal_alloc.compose import compose_file
-    from areal_alloc.plan import ENGINE_ORDER, plan_config
-    from areal_alloc.render import render_plan
 
     overrides = [item for item in ns.items if _is_override(item)]
     files = [*ns.config, *(item for item in ns.items if not _is_override(item))]
@@ -382,9 +364,6 @@ def preflight(args: list[str]) -> int:
     command = list(ns.command)
     if command[:1] == ["--"]:
         command = command[1:]
-    from areal_alloc.compose import compose_file, read_launch_args, script_args
-    from areal_alloc.plan import plan_config
-    from areal_alloc.render import render_plan
 
     launch = read_launch_args(script_args(command))
     plan = plan_config(compose_file(launch.config, launch.overrides))

@@ -1,4 +1,4 @@
-"""Model-shape checks: what Megatron and the inference servers would reject at run time.
+"""The model's shape, and what Megatron and the inference servers would reject at run time.
 
 A :class:`ModelShape` comes from a config section (``model_shape: {num_layers: 28,
 …}``) or a local Hugging Face ``config.json``. :func:`check_shape` compares it
@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from areal_alloc.errors import AllocationValidationError
-from areal_alloc.model import INFERENCE_BACKENDS, ModelAllocation, ParallelStrategy
+from areal_alloc.model import ModelAllocation
+from areal_alloc.strategy import ParallelStrategy
+from areal_alloc.vocab import INFERENCE_BACKENDS
 
 __all__ = ["ModelShape", "check_shape", "layout_problems", "shape_problems"]
 

@@ -7,9 +7,9 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+from areal_alloc.cli.render import render_plan
 from areal_alloc.errors import AllocationError
 from areal_alloc.plan import plan_config
-from areal_alloc.render import render_plan
 
 __all__ = ["run_app"]
 
