@@ -25,7 +25,7 @@ from areal_alloc.resolvers import RESOLVERS, register_resolvers
 from hydra_plugins.areal_alloc.areal_alloc_searchpath import AllocSearchPathPlugin
 from hydra_plugins.areal_alloc.areal_alloc_sweeper import SkipInvalidSweeper
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

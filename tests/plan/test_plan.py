@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 import areal_alloc
 from areal_alloc import AllocationError, AllocationValidationError, validate
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 
 
 def cfg(**sections: Any) -> dict[str, Any]:

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-DATA = Path(__file__).parent / "data"
-SCRIPT = Path(sys.executable).with_name("areal-alloc")
-COMMAND = str(SCRIPT) if SCRIPT.exists() else shutil.which("areal-alloc")
+Cli = Callable[..., "subprocess.CompletedProcess[str]"]  # the `cli` fixture (conftest)
+
 
 DEFAULT_PLAN = """\
 allocation plan: 2 nodes × 8 GPUs = 16 GPUs
@@ -34,15 +32,8 @@ node map (one column per GPU, · free):
 """
 
 
-def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    assert COMMAND, "areal-alloc is not installed"
-    return subprocess.run(
-        [COMMAND, *args], cwd=tmp_path, capture_output=True, text=True, timeout=120
-    )
-
-
-def test_default_run_prints_the_plan_and_writes_nothing(tmp_path: Path) -> None:
-    done = run(tmp_path)
+def test_default_run_prints_the_plan_and_writes_nothing(tmp_path: Path, cli: Cli) -> None:
+    done = cli()
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout == DEFAULT_PLAN
     assert list(tmp_path.iterdir()) == []
@@ -82,8 +73,10 @@ def test_default_run_prints_the_plan_and_writes_nothing(tmp_path: Path) -> None:
         ),
     ],
 )
-def test_overrides_and_experiments(tmp_path: Path, args: list[str], lines: list[str]) -> None:
-    done = run(tmp_path, *args)
+def test_overrides_and_experiments(
+    tmp_path: Path, args: list[str], lines: list[str], cli: Cli
+) -> None:
+    done = cli(*args)
     assert done.returncode == 0, done.stderr
     for line in lines:
         assert line in done.stdout.splitlines()
@@ -112,13 +105,13 @@ def test_overrides_and_experiments(tmp_path: Path, args: list[str], lines: list[
         ),
     ],
 )
-def test_bad_overrides(tmp_path: Path, args: list[str], stderr: str) -> None:
-    done = run(tmp_path, *args)
+def test_bad_overrides(tmp_path: Path, args: list[str], stderr: str, cli: Cli) -> None:
+    done = cli(*args)
     assert (done.returncode, done.stdout, done.stderr) == (1, "", stderr)
 
 
-def test_json_output(tmp_path: Path) -> None:
-    done = run(tmp_path, "output=json")
+def test_json_output(tmp_path: Path, cli: Cli) -> None:
+    done = cli("output=json")
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)
     assert plan["total_gpus"] == 16
@@ -132,8 +125,8 @@ def test_json_output(tmp_path: Path) -> None:
     }
 
 
-def test_bad_sweep_launches_nothing(tmp_path: Path) -> None:
-    done = run(tmp_path, "-m", "actor.backend=fsdp:d4t2,fsdp:d8t2")
+def test_bad_sweep_launches_nothing(tmp_path: Path, cli: Cli) -> None:
+    done = cli("-m", "actor.backend=fsdp:d4t2,fsdp:d8t2")
     assert done.returncode == 1
     assert "allocation plan" not in done.stdout
     assert done.stderr.splitlines()[0].startswith(
@@ -141,8 +134,8 @@ def test_bad_sweep_launches_nothing(tmp_path: Path) -> None:
     )
 
 
-def test_sweep_over_a_config_group(tmp_path: Path) -> None:
-    done = run(tmp_path, "-m", "experiment=grpo_1x8,grpo_2x8", "actor.backend=fsdp:d8")
+def test_sweep_over_a_config_group(tmp_path: Path, cli: Cli) -> None:
+    done = cli("-m", "experiment=grpo_1x8,grpo_2x8", "actor.backend=fsdp:d8")
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr.splitlines() == [
         "areal-alloc: job 0 [experiment=grpo_1x8 actor.backend=fsdp:d8]: the engines need 12 "
@@ -153,9 +146,8 @@ def test_sweep_over_a_config_group(tmp_path: Path) -> None:
     ]
 
 
-def test_sweep_over_quoted_hybrid_layouts(tmp_path: Path) -> None:
-    done = run(
-        tmp_path,
+def test_sweep_over_quoted_hybrid_layouts(cli: Cli) -> None:
+    done = cli(
         "-m",
         "actor.backend='megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)',"
         "'megatron:(attn:d4p2t2c2|ffn:d2p2t4e3)'",
@@ -168,8 +160,8 @@ def test_sweep_over_quoted_hybrid_layouts(tmp_path: Path) -> None:
     )
 
 
-def test_explain(tmp_path: Path) -> None:
-    done = run(tmp_path, "explain", "megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)")
+def test_explain(tmp_path: Path, cli: Cli) -> None:
+    done = cli("explain", "megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[:6] == [
@@ -184,15 +176,15 @@ def test_explain(tmp_path: Path) -> None:
     assert "  etp        4     8      [0, 1, 2, 3] [4, 5, 6, 7] [8, 9, 10, 11] … (5 more)" in lines
 
 
-def test_explain_json_has_every_group(tmp_path: Path) -> None:
-    done = run(tmp_path, "explain", "megatron:d2p2t2", "--json")
+def test_explain_json_has_every_group(tmp_path: Path, cli: Cli) -> None:
+    done = cli("explain", "megatron:d2p2t2", "--json")
     data = json.loads(done.stdout)
     assert data["world_size"] == 8
     assert data["rank_groups"]["pp"] == [[0, 4], [1, 5], [2, 6], [3, 7]]
 
 
-def test_migrate(tmp_path: Path) -> None:
-    done = run(tmp_path, "migrate", "sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4")
+def test_migrate(tmp_path: Path, cli: Cli) -> None:
+    done = cli("migrate", "sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4")
     assert done.returncode == 0, done.stderr
     assert done.stdout == (
         "# allocation_mode: sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4\n"
@@ -207,8 +199,8 @@ def test_migrate(tmp_path: Path) -> None:
     )
 
 
-def test_layouts(tmp_path: Path) -> None:
-    done = run(tmp_path, "layouts", "fsdp", "8")
+def test_layouts(tmp_path: Path, cli: Cli) -> None:
+    done = cli("layouts", "fsdp", "8")
     assert done.stdout.split() == [
         "fsdp:d8",
         "fsdp:d4t2",
@@ -221,25 +213,25 @@ def test_layouts(tmp_path: Path) -> None:
         "fsdp:d1t2c4",
         "fsdp:d1c8",
     ]
-    sweep = run(tmp_path, "layouts", "megatron", "8", "--max-tp", "2", "--max-cp", "1", "--sweep")
+    sweep = cli("layouts", "megatron", "8", "--max-tp", "2", "--max-cp", "1", "--sweep")
     assert (
         sweep.stdout == "megatron:d8,megatron:d4t2,megatron:d4p2,megatron:d2p2t2,"
         "megatron:d2p4,megatron:d1p4t2,megatron:d1p8\n"
     )
 
 
-def test_layouts_feed_a_sweep(tmp_path: Path) -> None:
-    values = run(tmp_path, "layouts", "fsdp", "8", "--max-cp", "1", "--sweep").stdout.strip()
-    done = run(tmp_path, "-m", f"actor.backend={values}", "rollout.backend=sglang:d2t4")
+def test_layouts_feed_a_sweep(tmp_path: Path, cli: Cli) -> None:
+    values = cli("layouts", "fsdp", "8", "--max-cp", "1", "--sweep").stdout.strip()
+    done = cli("-m", f"actor.backend={values}", "rollout.backend=sglang:d2t4")
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("allocation plan:") == 4
 
 
-def test_layouts_with_a_model_config(tmp_path: Path) -> None:
+def test_layouts_with_a_model_config(tmp_path: Path, cli: Cli) -> None:
     (tmp_path / "config.json").write_text(
         json.dumps({"num_hidden_layers": 6, "num_attention_heads": 6, "num_key_value_heads": 2})
     )
-    done = run(tmp_path, "layouts", "megatron", "4", "--model-config", str(tmp_path), "--sweep")
+    done = cli("layouts", "megatron", "4", "--model-config", str(tmp_path), "--sweep")
     # heads 6 and kv heads 2 allow t1, t2; 6 layers allow p1, p2
     assert (
         done.stdout == "megatron:d4,megatron:d2t2,megatron:d2p2,megatron:d2c2,"
@@ -247,16 +239,16 @@ def test_layouts_with_a_model_config(tmp_path: Path) -> None:
     )
 
 
-def test_check_an_existing_experiment_file(tmp_path: Path) -> None:
-    done = run(tmp_path, "check", str(DATA / "real_grpo.yaml"))
+def test_check_an_existing_experiment_file(tmp_path: Path, cli: Cli, data: Path) -> None:
+    done = cli("check", str(data / "real_grpo.yaml"))
     assert done.returncode == 0, done.stderr
     assert (
         "  ref      fsdp:d8      d8     8      -          separate    0     inactive: "
         "actor.kl_ctl=0.0, so the run creates no reference model" in done.stdout.splitlines()
     )
-    as_json = json.loads(run(tmp_path, "check", str(DATA / "real_grpo.yaml"), "--json").stdout)
+    as_json = json.loads(cli("check", str(data / "real_grpo.yaml"), "--json").stdout)
     assert as_json["total_gpus"] == 16
-    bad = run(tmp_path, "check", str(DATA / "real_grpo.yaml"), "actor.backend=fsdp:d16")
+    bad = cli("check", str(data / "real_grpo.yaml"), "actor.backend=fsdp:d16")
     assert bad.returncode == 1
     assert bad.stderr == (
         "areal-alloc check: the engines need 24 GPUs but the cluster has cluster.n_nodes=2 × "
@@ -273,22 +265,22 @@ def test_check_an_existing_experiment_file(tmp_path: Path) -> None:
         (["check", "missing.yaml"], "areal-alloc check: missing.yaml: no such file"),
     ],
 )
-def test_command_errors(tmp_path: Path, args: list[str], stderr: str) -> None:
-    done = run(tmp_path, *args)
+def test_command_errors(tmp_path: Path, args: list[str], stderr: str, cli: Cli) -> None:
+    done = cli(*args)
     assert done.returncode == 1
     assert done.stderr.startswith(stderr)
     assert "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize("command", ["explain", "migrate", "layouts", "check"])
-def test_every_command_has_help(tmp_path: Path, command: str) -> None:
-    done = run(tmp_path, command, "--help")
+def test_every_command_has_help(tmp_path: Path, command: str, cli: Cli) -> None:
+    done = cli(command, "--help")
     assert done.returncode == 0
     assert done.stdout.startswith(f"usage: areal-alloc {command}")
 
 
-def test_app_help_lists_the_commands(tmp_path: Path) -> None:
-    done = run(tmp_path, "--help")
+def test_app_help_lists_the_commands(tmp_path: Path, cli: Cli) -> None:
+    done = cli("--help")
     assert done.returncode == 0
     assert "areal-alloc explain SPEC" in done.stdout
     assert "experiment: distill_teacher, grpo_1x8, grpo_2x8, moe_32, ppo_critic" in done.stdout

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-APP = Path(__file__).parent / "apps" / "user_app" / "my_app.py"
+APP = Path(__file__).parents[1] / "apps" / "user_app" / "my_app.py"
 
 
 @dataclass

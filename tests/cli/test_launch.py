@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,8 @@ import pytest
 from areal_alloc import AllocationError
 from areal_alloc.compose import read_launch_args, script_args
 
-ROOT = Path(__file__).parent.parent
-LAUNCH = Path(__file__).parent / "apps" / "launch"
-COMMAND = str(Path(sys.executable).with_name("areal-alloc"))
+ROOT = Path(__file__).parents[2]
+LAUNCH = Path(__file__).parents[1] / "apps" / "launch"
 
 GOOD = (
     "cluster:\n  n_nodes: 1\n  n_gpus_per_node: 8\n"
@@ -31,19 +31,26 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def preflight(
-    cwd: Path, *command: str, stdin: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "ECHO_STDIN": "1"} if stdin is not None else None
-    return subprocess.run(
-        [COMMAND, "preflight", "--", *command],
-        cwd=cwd,
-        env=env,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+Preflight = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+@pytest.fixture
+def preflight(workdir: Path, command: str) -> Preflight:
+    """``preflight(*launch_command, stdin=None)``: areal-alloc preflight -- COMMAND, in workdir."""
+
+    def run(*launch: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "ECHO_STDIN": "1"} if stdin is not None else None
+        return subprocess.run(
+            [command, "preflight", "--", *launch],
+            cwd=workdir,
+            env=env,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    return run
 
 
 SCRIPT_ARGS = [
@@ -87,9 +94,9 @@ def test_a_command_without_config_says_what_was_expected() -> None:
         read_launch_args(["train.py", "actor.backend=fsdp:d4"])
 
 
-def test_a_good_config_runs_the_command_unchanged(workdir: Path) -> None:
+def test_a_good_config_runs_the_command_unchanged(workdir: Path, preflight: Preflight) -> None:
     argv = ["--config", "exp.yaml", "actor.backend=fsdp:d2t2"]
-    done = preflight(workdir, sys.executable, "train.py", *argv, stdin="hello\n")
+    done = preflight(sys.executable, "train.py", *argv, stdin="hello\n")
     assert done.returncode == 7, done.stderr  # the command's own exit status
     assert done.stdout == (
         f"ARGV {argv!r}\nLOADED actor.backend fsdp:d2t2\nSTDIN hello\n"
@@ -98,9 +105,8 @@ def test_a_good_config_runs_the_command_unchanged(workdir: Path) -> None:
     assert "  actor    fsdp:d2t2    d2 t2" in done.stderr
 
 
-def test_the_launcher_module_form(workdir: Path) -> None:
+def test_the_launcher_module_form(workdir: Path, preflight: Preflight) -> None:
     done = preflight(
-        workdir,
         sys.executable,
         "-m",
         "fake_launcher",
@@ -140,24 +146,24 @@ def test_the_launcher_module_form(workdir: Path) -> None:
     ],
 )
 def test_a_bad_config_never_starts_the_command(
-    workdir: Path, overrides: list[str], stderr: str
+    workdir: Path, overrides: list[str], stderr: str, preflight: Preflight
 ) -> None:
-    done = preflight(workdir, sys.executable, "train.py", "--config", "exp.yaml", *overrides)
+    done = preflight(sys.executable, "train.py", "--config", "exp.yaml", *overrides)
     assert done.returncode == 1
     assert done.stdout == ""  # never started
     assert done.stderr.startswith(stderr)
     assert "Traceback" not in done.stderr
 
 
-def test_a_command_without_config(workdir: Path) -> None:
-    done = preflight(workdir, sys.executable, "train.py", "actor.backend=fsdp:d4")
+def test_a_command_without_config(workdir: Path, preflight: Preflight) -> None:
+    done = preflight(sys.executable, "train.py", "actor.backend=fsdp:d4")
     assert done.returncode == 1
     assert done.stdout == ""
     assert done.stderr.startswith("areal-alloc preflight: the launch command has no --config")
 
 
-def test_a_command_that_does_not_exist(workdir: Path) -> None:
-    done = preflight(workdir, "no-such-launcher-xyz", "--config", "exp.yaml")
+def test_a_command_that_does_not_exist(workdir: Path, preflight: Preflight) -> None:
+    done = preflight("no-such-launcher-xyz", "--config", "exp.yaml")
     assert done.returncode == 127
     assert done.stderr.endswith(
         "areal-alloc preflight: cannot run 'no-such-launcher-xyz': No such file or directory\n"
@@ -167,13 +173,13 @@ def test_a_command_that_does_not_exist(workdir: Path) -> None:
 # --- check, several files at once ------------------------------------------------------
 
 
-def test_check_several_files(tmp_path: Path) -> None:
+def test_check_several_files(tmp_path: Path, command: str) -> None:
     (tmp_path / "good.yaml").write_text(GOOD)
     (tmp_path / "bad.yaml").write_text(GOOD.replace("fsdp:d4", "fsdp:d4p2"))
     (tmp_path / "base.yaml").write_text(GOOD)
     (tmp_path / "derived.yaml").write_text("defaults:\n  - base\n  - _self_\n")
     done = subprocess.run(
-        [COMMAND, "check", "good.yaml", "bad.yaml", "--config", "derived.yaml"],
+        [command, "check", "good.yaml", "bad.yaml", "--config", "derived.yaml"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -195,10 +201,10 @@ def test_check_several_files(tmp_path: Path) -> None:
     ]
 
 
-def test_check_skips_files_without_engines_when_asked(tmp_path: Path) -> None:
+def test_check_skips_files_without_engines_when_asked(tmp_path: Path, command: str) -> None:
     (tmp_path / "good.yaml").write_text(GOOD)
     (tmp_path / "other.yaml").write_text("name: ci\non: push\n")
-    args = [COMMAND, "check", "good.yaml", "other.yaml"]
+    args = [command, "check", "good.yaml", "other.yaml"]
     strict = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert strict.returncode == 1
     assert "other.yaml: no engine found" in strict.stderr

@@ -1,0 +1,164 @@
+"""The command at its limits: closed pipes, absurd sizes; one clear answer, quickly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from areal_alloc import AllocationValidationError, validate
+
+Cli = Callable[..., "subprocess.CompletedProcess[str]"]  # the `cli` fixture (conftest)
+
+
+# --- closed pipes -----------------------------------------------------------------
+
+PRINTING = [
+    ["layouts", "megatron", "1024", "--experts"],
+    ["explain", "megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)"],
+    ["migrate", "sglang:d4+fsdp:d4"],
+    [],  # the Hydra app
+    ["experiment=moe_32", "output=json"],
+]
+
+
+@pytest.mark.parametrize("args", PRINTING)
+def test_a_pipe_closed_before_we_write_ends_quietly(
+    tmp_path: Path, args: list[str], command: str
+) -> None:
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first byte: every write fails
+    try:
+        done = subprocess.run(
+            [command, *args], cwd=tmp_path, stdout=write, stderr=subprocess.PIPE, timeout=120
+        )
+    finally:
+        os.close(write)
+    assert done.stderr.decode() == ""  # no traceback, no "Exception ignored"
+    assert done.returncode == -signal.SIGPIPE  # as `yes | head` ends
+
+
+def test_a_reader_that_closes_early(tmp_path: Path, command: str) -> None:
+    # about 600 kB of layouts: far more than a pipe holds, so the writer must meet
+    # the closed pipe whatever the timing
+    process = subprocess.Popen(
+        [command, "layouts", "megatron", "4096", "--hybrid"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    assert process.stderr is not None
+    assert process.stdout.readline() == b"megatron:d4096\n"
+    process.stdout.close()
+    stderr = process.stderr.read()
+    assert process.wait(timeout=120) == -signal.SIGPIPE
+    assert stderr == b""
+
+
+# --- absurd sizes -----------------------------------------------------------------
+
+HUGE = "99999999999999999999"
+
+
+@pytest.mark.parametrize(
+    ("args", "stderr"),
+    [
+        (
+            ["explain", f"megatron:d{HUGE}"],
+            f"areal-alloc explain: data parallel size d{HUGE} is over the limit of "
+            f"1,048,576 GPUs\n    megatron:d{HUGE}\n             ^\n",
+        ),
+        (
+            ["explain", "megatron:d100000000t8"],
+            "areal-alloc explain: data parallel size d100000000 is over the limit of "
+            "1,048,576 GPUs\n    megatron:d100000000t8\n             ^\n",
+        ),
+        (
+            ["layouts", "megatron", HUGE],
+            "areal-alloc layouts: argument gpus: 99999999999999999999 is over the limit of "
+            "1,048,576\n",
+        ),
+        (
+            ["cluster.n_nodes=100000000"],
+            "areal-alloc: cluster.n_nodes=100,000,000: the limit is 131,072\n",
+        ),
+        (
+            [f"rollout.backend=sglang:d{HUGE}", f"cluster.n_nodes={HUGE}"],
+            "areal-alloc: cluster.n_nodes=99,999,999,999,999,999,999: the limit is 131,072\n",
+        ),
+        (
+            ["layouts", "sglang", "8", "--max-tp", "0"],
+            "areal-alloc layouts: argument --max-tp: must be an integer ≥ 1, got '0'\n",
+        ),
+    ],
+)
+def test_absurd_sizes_get_one_clear_error(
+    tmp_path: Path, args: list[str], stderr: str, cli: Cli
+) -> None:
+    done = cli(*args)
+    assert done.returncode in (1, 2)
+    assert done.stderr.endswith(stderr)
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("yaml", "message"),
+    [
+        (
+            f"actor:\n  backend: fsdp:d8\ncluster:\n  n_nodes: {HUGE}\n",
+            "cluster.n_nodes=99,999,999,999,999,999,999: the limit is 131,072",
+        ),
+        (
+            f"actor:\n  backend: fsdp:d{HUGE}\ncluster:\n  n_nodes: 1\n",
+            f"actor.backend='fsdp:d{HUGE}': data parallel size d{HUGE} is over the limit "
+            f"of 1,048,576 GPUs",
+        ),
+        (
+            "actor:\n  backend: fsdp:d8\ncluster:\n  n_nodes: 131072\n  n_gpus_per_node: 1024\n",
+            "cluster.n_nodes=131072 × cluster.n_gpus_per_node=1024 = 134,217,728 GPUs is over "
+            "the limit of 1,048,576",
+        ),
+    ],
+)
+def test_check_rejects_absurd_files(tmp_path: Path, yaml: str, message: str, cli: Cli) -> None:
+    (tmp_path / "exp.yaml").write_text(yaml)
+    done = cli("check", "exp.yaml")
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[0] == f"areal-alloc check: {message}"
+    with pytest.raises(AllocationValidationError) as info:
+        validate(OmegaConf.load(tmp_path / "exp.yaml"))
+    assert info.value.message == message
+
+
+def test_a_huge_cluster_gets_a_summarised_node_map(tmp_path: Path, cli: Cli) -> None:
+    done = cli("cluster.n_nodes=131072", "rollout.backend=sglang:d100000t2")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) < 30
+    assert "  nodes 0–24999       R R r r R R r r" in lines
+    assert "  nodes 25001–131071  · · · · · · · ·" in lines
+    assert "  R/r = rollout sglang:d100000t2, 100000 instances of 2 GPUs  (nodes 0–24999)" in lines
+
+
+def test_explain_of_a_million_ranks_lists_a_few_groups(tmp_path: Path, cli: Cli) -> None:
+    done = cli("explain", "megatron:d1024p8t8c16")
+    assert done.returncode == 0, done.stderr
+    assert "  tp        8       131,072  [0, 1, 2, 3, 4, 5, 6, 7] " in done.stdout
+    assert "(131,069 more)" in done.stdout
+    as_json = cli("explain", "megatron:d1024p8t8c16", "--json")
+    data = __import__("json").loads(as_json.stdout)
+    assert data["rank_group_counts"]["tp"] == {"size": 8, "count": 131072, "omitted": 129024}
+    assert len(data["rank_groups"]["tp"]) == 2048  # 16,384 ranks listed per kind
+
+
+def test_too_many_layouts_asks_for_constraints(tmp_path: Path, cli: Cli) -> None:
+    done = cli("layouts", "megatron", "720720", "--hybrid")
+    assert done.returncode == 1
+    assert done.stderr.startswith("areal-alloc layouts: ")
+    assert "narrow the search" in done.stderr

@@ -1,0 +1,69 @@
+"""Shared test helpers: where things are, and the installed command run as users run it.
+
+The tests are grouped by layer, as the package is: ``core/`` (strings, models,
+legacy strings), ``plan/`` (a config to a plan), ``inspect/`` (rank groups,
+layouts, Ray), ``hydra/`` (plugin, hook, sweeps), ``cli/`` (the command), and
+``test_layers.py`` for the import layering itself.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).parent
+ROOT = TESTS.parent
+DATA = TESTS / "data"
+APPS = TESTS / "apps"
+
+_SCRIPT = Path(sys.executable).with_name("areal-alloc")
+COMMAND = str(_SCRIPT) if _SCRIPT.exists() else (shutil.which("areal-alloc") or str(_SCRIPT))
+
+Cli = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Cli:
+    """``cli("explain", "fsdp:d4")``: the installed ``areal-alloc``, run in ``tmp_path``."""
+
+    def run(
+        *args: str, cwd: Path | None = None, **options: object
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(  # type: ignore[call-overload, no-any-return]
+            [COMMAND, *args],
+            cwd=cwd or tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            **options,
+        )
+
+    return run
+
+
+@pytest.fixture
+def command() -> str:
+    """The installed ``areal-alloc`` script, for tests that wire its pipes themselves."""
+    return COMMAND
+
+
+@pytest.fixture
+def data() -> Path:
+    """``tests/data``: experiment files shaped like the reference's."""
+    return DATA
+
+
+@pytest.fixture
+def apps() -> Path:
+    """``tests/apps``: small Hydra apps and launch scripts used end to end."""
+    return APPS
+
+
+@pytest.fixture
+def project_root() -> Path:
+    return ROOT
