@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
-from areal_alloc.errors import AllocationError
+from areal_alloc.errors import AllocationError, AllocationValidationError
 from areal_alloc.plan import Plan, plan_config
 
 __all__ = ["JobCheck", "check_sweep", "sweep_jobs"]
@@ -75,18 +75,22 @@ def _base(config: DictConfig) -> DictConfig:
 
 
 def _apply(cfg: DictConfig, overrides: Sequence[Any]) -> None:
-    with open_dict(cfg):
-        for override in overrides:
-            key = override.get_key_element().lstrip("+~")
-            if key.startswith("hydra.") or "@" in key:
-                continue
-            if override.is_delete():
-                parent_key, _, leaf = key.rpartition(".")
-                parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
-                if isinstance(parent, DictConfig) and leaf in parent:
-                    del parent[leaf]
-                continue
-            OmegaConf.update(cfg, key, override.value(), merge=False, force_add=True)
+    """Apply a job's value overrides to a copy of the composed config, as Hydra does.
+
+    Hydra's own function does it (``ConfigLoaderImpl._apply_overrides_to_config``:
+    ``=``, ``+``, ``++``, ``~`` with its errors and its merging of dict values), so
+    a job checked here is the job Hydra composes; only the defaults-list part of
+    composition is skipped, which is why jobs that change a config group are
+    composed in full instead. ``hydra.*`` overrides do not touch the task's config.
+    """
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    values = [
+        o
+        for o in overrides
+        if o.package is None and not o.get_key_element().lstrip("+~").startswith("hydra.")
+    ]
+    ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
 
 
 def check_sweep(config: DictConfig) -> list[JobCheck]:
@@ -109,7 +113,11 @@ def check_sweep(config: DictConfig) -> list[JobCheck]:
                 cfg = loader.load_sweep_config(config, list(job))
             else:
                 cfg = copy.deepcopy(base)
-                _apply(cfg, parsed)
+                try:
+                    _apply(cfg, parsed)
+                except Exception as error:  # Hydra's own override error, as the job would get
+                    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+                    raise AllocationValidationError(" ".join(lines)) from None
             plan = plan_config(cfg)
         except AllocationError as error:
             results.append(JobCheck(index, _shown(job), tuple(job), error=error))
