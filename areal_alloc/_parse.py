@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Any, Literal, NamedTuple, cast
 
+from areal_alloc._cache import cache_folder, lookup, remember
 from areal_alloc._syntax import RawComponent, RawDim, RawPart
 from areal_alloc.errors import (
     AllocationError,
@@ -20,9 +21,6 @@ from areal_alloc.errors import (
 )
 from areal_alloc.limits import MAX_LENGTH
 from areal_alloc.vocab import missing_hybrid_backend
-
-if TYPE_CHECKING:
-    from lark import Token
 
 __all__ = ["Groups", "parse_legacy", "parse_single"]
 
@@ -43,20 +41,19 @@ _TERMINALS = {
 }
 
 
-def _column(token: Token) -> int:
+class _Token(NamedTuple):
+    """A token as the lean loop makes it: what the callbacks below read of lark's Token."""
+
+    type: str
+    value: str
+    column: int
+
+
+def _column(token: Any) -> int:
     return token.column if token.column is not None else 1
 
 
 _ONE_DIM = re.compile(r"([A-Za-z])([0-9]+)")
-
-
-def _dims(*tokens: Token) -> tuple[RawDim, ...]:
-    """Split each ``DIMS`` token (``d4t2``) into its dimensions, each with its column."""
-    return tuple(
-        RawDim(m.group(1), m.group(2), _column(t) + m.start())
-        for t in tokens
-        for m in _ONE_DIM.finditer(t.value)
-    )
 
 
 def _layout_fields(layout: tuple[Any, ...]) -> dict[str, Any]:
@@ -65,51 +62,63 @@ def _layout_fields(layout: tuple[Any, ...]) -> dict[str, Any]:
     return {"dims": layout}
 
 
-def _with_backend(backend: Token, *rest: Any) -> RawComponent:
-    name = rest[0][0] if len(rest) == 2 else None
-    return RawComponent(backend.value, name, _column(backend), **_layout_fields(rest[-1]))
+# The callbacks: syntax to records, nothing else. Each takes the children of its
+# rule (anonymous tokens such as ':' already left out by lark) as one list.
 
 
-def _name_only(name: tuple[str, int], layout: tuple[Any, ...]) -> RawComponent:
+def _dims(tokens: list[Any]) -> tuple[RawDim, ...]:
+    """Split each ``DIMS`` token (``d4t2``) into its dimensions, each with its column."""
+    return tuple(
+        RawDim(m.group(1), m.group(2), _column(t) + m.start())
+        for t in tokens
+        for m in _ONE_DIM.finditer(t.value)
+    )
+
+
+def _with_backend(children: list[Any]) -> RawComponent:
+    backend = children[0]
+    name = children[1][0] if len(children) == 3 else None
+    return RawComponent(backend.value, name, _column(backend), **_layout_fields(children[-1]))
+
+
+def _name_only(children: list[Any]) -> RawComponent:
+    name, layout = children
     return RawComponent(None, name[0], name[1] - 1, **_layout_fields(layout))
 
 
-def _bare(layout: tuple[Any, ...]) -> RawComponent:
+def _bare(children: list[Any]) -> RawComponent:
+    layout = children[0]
     first = layout[0]
     column = first.column - 1 if isinstance(first, RawPart) else first.column
     return RawComponent(None, None, column, **_layout_fields(layout))
 
 
+def _name(children: list[Any]) -> tuple[str, int]:
+    return (children[0].value, _column(children[0]))
+
+
+def _part(children: list[Any]) -> RawPart:
+    label, dims = children
+    return RawPart(label.value, _column(label), dims)
+
+
 def _build() -> Any:
     from importlib.resources import files
 
-    from lark import Lark, Transformer, v_args
+    from lark import Lark, Transformer
 
-    # The transformer only maps syntax to records; it holds no state.
-    @v_args(inline=True)
     class ToRaw(Transformer[Any, Any]):
-        def single(self, component: RawComponent) -> RawComponent:
-            return component
+        """Maps each rule to its record; holds no state."""
 
-        def legacy(self, *groups: tuple[RawComponent, ...]) -> Groups:
-            return groups
-
-        def group(self, *components: RawComponent) -> tuple[RawComponent, ...]:
-            return components
-
+        single = staticmethod(lambda children: children[0])
+        legacy = staticmethod(tuple)
+        group = staticmethod(tuple)
         with_backend = staticmethod(_with_backend)
         name_only = staticmethod(_name_only)
         bare = staticmethod(_bare)
-
-        def name(self, token: Token) -> tuple[str, int]:
-            return (token.value, _column(token))
-
-        def hybrid(self, first: RawPart, second: RawPart) -> tuple[RawPart, RawPart]:
-            return (first, second)
-
-        def part(self, label: Token, dims: tuple[RawDim, ...]) -> RawPart:
-            return RawPart(label.value, _column(label), dims)
-
+        name = staticmethod(_name)
+        hybrid = staticmethod(tuple)
+        part = staticmethod(_part)
         dims = staticmethod(_dims)
 
     grammar = files("areal_alloc").joinpath("grammar.lark").read_text(encoding="utf-8")
@@ -126,30 +135,118 @@ def _build() -> Any:
 
 
 def _cache_file() -> str | bool:
-    """Where lark keeps the analysed grammar: a private folder of the user's cache.
+    """Where lark keeps the analysed grammar: the private cache folder (``_cache``).
 
     lark checks the grammar's hash and its own version before using the file, so
-    a stale cache is rebuilt. Not /tmp: the cache is a pickle, and a shared
-    folder would let another user plant one. Without a writable home, no cache.
+    a stale cache is rebuilt. Without a writable home, no cache.
     """
-    import os
     import sys
 
     from lark import __version__ as lark_version
 
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    folder = os.path.join(base, "areal-alloc")
-    try:
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-    except OSError:
+    folder = cache_folder()
+    if folder is None:
         return False
     version = "".join(map(str, sys.version_info[:2]))
-    return os.path.join(folder, f"grammar-lark{lark_version}-py{version}.cache")
+    return str(folder / f"grammar-lark{lark_version}-py{version}.cache")
 
 
 @functools.cache
 def _parser() -> Any:
     return _build()
+
+
+class _LeanParser:
+    """lark's own LALR tables, contextual terminals and callbacks, driven without its wrappers.
+
+    ``grammar.lark`` stays the one definition of the syntax: the parse table, the
+    terminal regexes per parser state (lark's contextual lexer) and the callbacks
+    that build the records all come from the lark parser built from it. Only the
+    loop that feeds tokens is written here, which saves lark's per-call setup
+    (lexer thread, parser state, interactive error hooks). On anything unexpected
+    it returns None, and the caller asks lark itself, whose exception carries the
+    exact column and expected terminals for the message.
+    """
+
+    def __init__(self, lark: Any) -> None:
+        from lark.parsers.lalr_analysis import Shift
+
+        frontend = lark.parser
+        inner = frontend.parser.parser
+        self._lexers = frontend.lexer.lexers
+        self._start = inner.parse_table.start_states
+        self._end = inner.parse_table.end_states
+        # The parse table with each reduction resolved once: (symbols it pops, its
+        # callback, the rule it reduces to) instead of a rule looked up per use.
+        self._states: dict[Any, dict[str, tuple[bool, Any]]] = {
+            state: {
+                token: (True, arg)
+                if action is Shift
+                else (False, (len(arg.expansion), inner.callbacks[arg], arg.origin.name))
+                for token, (action, arg) in actions.items()
+            }
+            for state, actions in inner.parse_table.states.items()
+        }
+        self._scanners: dict[int, tuple[list[Any], Any]] = {}
+
+    def _scanner(self, state: int) -> tuple[list[Any], Any]:
+        """The compiled terminal regexes lark's contextual lexer uses in ``state``."""
+        found = self._scanners.get(state)
+        if found is None:
+            lexer = self._lexers[state]
+            found = self._scanners[state] = (list(lexer.scanner._mres), lexer.ignore_types)
+        return found
+
+    def parse(self, text: str, start: str) -> Any:
+        states = self._states
+        state_stack = [self._start[start]]
+        values: list[Any] = []
+        end_state = self._end[start]
+        position, length = 0, len(text)
+        while True:
+            if position < length:
+                patterns, ignore = self._scanner(state_stack[-1])
+                for pattern in patterns:
+                    match = pattern.match(text, position)
+                    if match is not None:
+                        break
+                else:
+                    return None
+                value, kind = match.group(0), match.lastgroup or ""
+                if kind in ignore:
+                    position += len(value)
+                    continue
+                token = _Token(kind, value, position + 1)
+                position += len(value)
+            else:
+                token = _Token("$END", "", position + 1)
+            while True:
+                action = states[state_stack[-1]].get(token.type)
+                if action is None:
+                    return None
+                shift, arg = action
+                if shift:
+                    if token.type == "$END":
+                        return None
+                    state_stack.append(arg)
+                    values.append(token)
+                    break
+                size, callback, origin = arg
+                if size:
+                    children = values[-size:]
+                    del state_stack[-size:]
+                    del values[-size:]
+                else:
+                    children = []
+                values.append(callback(children))
+                state_stack.append(states[state_stack[-1]][origin][1])
+                if token.type == "$END" and state_stack[-1] == end_state:
+                    return values[-1]
+
+
+@functools.cache
+def _lean() -> _LeanParser:
+    return _LeanParser(_parser())
 
 
 def _check_text(text: object, what: str) -> str:
@@ -204,12 +301,19 @@ def parse_legacy(text: object) -> Groups:
 
 
 def _parse(text: str, start: Literal["single", "legacy"]) -> Any:
+    seen = lookup(start, text)  # parsed in an earlier run: no lark at all
+    if seen is not None:
+        return seen
     from lark.exceptions import UnexpectedInput
 
-    try:
-        return _parser().parse(text, start=start)
-    except UnexpectedInput as exc:
-        raise _explain(text, exc, start) from None
+    result = _lean().parse(text, start)
+    if result is None:
+        try:  # lark itself, for its exact error (or, should the lean loop ever refuse, the result)
+            result = _parser().parse(text, start=start)
+        except UnexpectedInput as exc:
+            raise _explain(text, exc, start) from None
+    remember(start, text, result)
+    return result
 
 
 def _describe(expected: set[str]) -> str:
@@ -248,6 +352,8 @@ def _explain(text: str, exc: Any, start: str) -> AllocationError:
         expected -= {"RPAR", "VBAR"} if start == "single" else {"RPAR"}
     if start == "single":
         expected.discard("PLUS")
+    if before.rstrip()[-1:].isdigit() and kind != "$END":
+        expected.add("DIMS")  # the dimensions could go on: DIMS is one token for the whole run
 
     if kind == "$END" and "RPAR" in expected and open_paren >= 0:
         return AllocationSyntaxError(

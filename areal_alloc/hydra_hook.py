@@ -18,7 +18,6 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from areal_alloc.errors import AllocationError
 from areal_alloc.plan import plan_config
-from areal_alloc.sweep import check_sweep
 
 __all__ = ["SKIPPING_SWEEPER", "ValidateAllocations"]
 
@@ -83,6 +82,8 @@ class ValidateAllocations(Callback):
             raise SystemExit(_internal(error)) from None
 
     def _check_sweep(self, config: DictConfig) -> None:
+        from areal_alloc.sweep import check_sweep  # multirun only: Hydra's sweeper machinery
+
         target = config.hydra.sweeper.get("_target_")
         if target not in (_BASIC_SWEEPER, SKIPPING_SWEEPER):
             # Optuna, Nevergrad …: they choose the jobs as they go, so only the

@@ -15,30 +15,33 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from areal_alloc.errors import AllocationValidationError
-from areal_alloc.model import ModelAllocation
+
+if TYPE_CHECKING:  # typing only: a Protocol class costs time to create at every start
+    from typing import Protocol
+
+    from areal_alloc.model import ModelAllocation
+
+    class PlacedEngine(Protocol):
+        """What placement needs of an engine (``plan.EnginePlan`` is one)."""
+
+        @property
+        def key(self) -> str: ...
+        @property
+        def backend_key(self) -> str: ...
+        @property
+        def spec(self) -> str: ...
+        @property
+        def allocation(self) -> ModelAllocation: ...
+        @property
+        def active(self) -> bool: ...
+        @property
+        def gpus(self) -> int: ...
 
 
-class PlacedEngine(Protocol):
-    """What placement needs of an engine (``plan.EnginePlan`` is one)."""
-
-    @property
-    def key(self) -> str: ...
-    @property
-    def backend_key(self) -> str: ...
-    @property
-    def spec(self) -> str: ...
-    @property
-    def allocation(self) -> ModelAllocation: ...
-    @property
-    def active(self) -> bool: ...
-    @property
-    def gpus(self) -> int: ...
-
-
-__all__ = ["PlacedEngine", "Placement", "node_ranges", "place"]
+__all__ = ["Placement", "node_ranges", "place"]
 
 Run = tuple[int, int]
 
@@ -125,7 +128,9 @@ def _crossing(runs: list[Run], span: int, per_node: int) -> Iterator[int]:
 
 
 def place(
-    engines: Sequence[PlacedEngine], n_nodes: int, per_node: int
+    engines: Sequence[PlacedEngine],
+    n_nodes: int,
+    per_node: int,
 ) -> tuple[tuple[Placement, ...], tuple[str, ...]]:
     """Place every active, separated engine; return placements and warnings."""
     if per_node == 0:

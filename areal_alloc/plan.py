@@ -19,10 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from areal_alloc.errors import AllocationError, AllocationValidationError
-from areal_alloc.legacy import migration_overrides
 from areal_alloc.limits import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES, grouped
 from areal_alloc.model import ModelAllocation
-from areal_alloc.model_shape import ModelShape, check_shape
 from areal_alloc.placement import Placement, place
 from areal_alloc.strategy import SchedulingStrategy, SchedulingStrategyType
 from areal_alloc.vocab import (
@@ -382,6 +380,10 @@ def _legacy_check(cfg: object) -> None:
     value = _child(cfg, "allocation_mode")
     if value is None or value == "":
         return
+    # imported here, not at the top: the deprecated string is rare, and this module
+    # is loaded at the start of every run that enables the hook
+    from areal_alloc.legacy import migration_overrides
+
     try:
         migration = migration_overrides(str(value))
     except AllocationError as error:
@@ -552,6 +554,8 @@ def _check_capacity(engines: list[EnginePlan], n_nodes: int, per_node: int) -> N
 
 
 def _shape_from(node: object, source: str) -> Any:
+    from areal_alloc.model_shape import ModelShape  # only configs that give a shape load it
+
     if not _is_mapping(node):
         raise AllocationValidationError(
             f"{source}={node!r}: must be a mapping (num_layers, num_attention_heads, …) "
@@ -571,6 +575,8 @@ def _model_shape(cfg: object, key: str) -> Any:
         return _shape_from(own, f"{key}.model_shape")
     path = _child(section, "path")
     if isinstance(path, str) and path and (Path(path).expanduser() / "config.json").is_file():
+        from areal_alloc.model_shape import ModelShape  # only configs with a shape load it
+
         return ModelShape.from_hf_config(Path(path).expanduser())
     if key == "teacher":
         return None  # a teacher is another model: only its own shape applies
@@ -584,6 +590,8 @@ def _check_shapes(cfg: object, engines: list[EnginePlan]) -> None:
             continue
         shape = _model_shape(cfg, engine.key)
         if shape is not None:
+            from areal_alloc.model_shape import check_shape
+
             check_shape(engine.allocation, shape, engine.backend_key)
 
 

@@ -10,7 +10,6 @@ models and the plan word it the same way.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Iterable
 
@@ -96,6 +95,8 @@ DEFAULT_ORDER = "tp-cp-ep-dp-pp"
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """``"did you mean 'fsdp'? "`` for a close choice, else ``""``."""
+    import difflib  # only on a mistake; most runs never need it
+
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)
     return f"did you mean {close[0]!r}? " if close else ""
 

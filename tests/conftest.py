@@ -8,9 +8,11 @@ layouts, Ray), ``hydra/`` (plugin, hook, sweeps), ``cli/`` (the command), and
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +27,17 @@ _SCRIPT = Path(sys.executable).with_name("areal-alloc")
 COMMAND = str(_SCRIPT) if _SCRIPT.exists() else (shutil.which("areal-alloc") or str(_SCRIPT))
 
 Cli = Callable[..., "subprocess.CompletedProcess[str]"]
+
+_CACHE = tempfile.mkdtemp(prefix="areal-alloc-test-cache-")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The tests parse thousands of strings: their parse cache is theirs, not the user's."""
+    os.environ["XDG_CACHE_HOME"] = _CACHE
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(_CACHE, ignore_errors=True)
 
 
 @pytest.fixture

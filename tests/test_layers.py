@@ -50,7 +50,43 @@ def test_grammar_cache_lives_in_a_private_user_folder(tmp_path: Path) -> None:
         assert (done.returncode, done.stdout, done.stderr) == (0, "fsdp:d4t2\n", "")
     folder = tmp_path / "areal-alloc"
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
-    assert [p.name.startswith("grammar-lark") for p in folder.iterdir()] == [True]
+    assert sorted(p.name.split("-")[0] for p in folder.iterdir()) == ["grammar", "parsed"]
+
+
+def test_a_string_parsed_in_an_earlier_run_needs_no_lark(tmp_path: Path) -> None:
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    code = (
+        "import sys, areal_alloc\n"
+        "a = areal_alloc.ModelAllocation.from_str('megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)')\n"
+        "print(a, 'lark' in sys.modules)\n"
+    )
+    runs = [
+        subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        for _ in range(2)
+    ]
+    assert [r.stdout for r in runs] == [
+        "megatron:(attn:d4p2t2c2|ffn:d2p2t4e2) True\n",
+        "megatron:(attn:d4p2t2c2|ffn:d2p2t4e2) False\n",
+    ], runs[0].stderr + runs[1].stderr
+    # errors are never cached: each run gets the parser's message
+    bad = "import areal_alloc\ntry:\n    areal_alloc.ModelAllocation.from_str('fsdp:d4)')\n"
+    bad += "except areal_alloc.AllocationError as e:\n    print(e.message)\n"
+    again = [
+        subprocess.run([sys.executable, "-c", bad], env=env, capture_output=True, text=True)
+        for _ in range(2)
+    ]
+    assert again[0].stdout == again[1].stdout != ""
+
+
+def test_a_damaged_parse_cache_is_ignored(tmp_path: Path) -> None:
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    code = "import areal_alloc; print(areal_alloc.ModelAllocation.from_str('fsdp:d4t2'))"
+    subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, check=True)
+    (cache,) = (tmp_path / "areal-alloc").glob("parsed-*.json")
+    for damage in ('{"single": {"fsdp:d4t2": [1, 2]}}', "not json", '["x"]'):
+        cache.write_text(damage)
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert (done.returncode, done.stdout, done.stderr) == (0, "fsdp:d4t2\n", "")
 
 
 def test_without_a_writable_cache_it_still_parses(tmp_path: Path) -> None:
@@ -74,6 +110,7 @@ LAYERS = [
     "areal_alloc.kinds",
     # string → syntax
     "areal_alloc._syntax",
+    "areal_alloc._cache",
     "areal_alloc._parse",
     # syntax → model
     "areal_alloc.strategy",

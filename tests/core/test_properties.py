@@ -299,3 +299,20 @@ def test_sizes_of_any_magnitude_give_a_plan_or_a_bounded_error(
         from areal_alloc.cli.render import render_plan
 
         assert len(render_plan(plan).splitlines()) < 70  # a summarised node map
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.one_of(mutations, mutated(), legacy_modes()), st.sampled_from(["single", "legacy"]))
+def test_the_lean_loop_parses_exactly_as_lark(text: str, start: str) -> None:
+    """The lean LALR loop over lark's tables gives lark's result, or steps aside for its error."""
+    from lark.exceptions import UnexpectedInput
+
+    from areal_alloc._parse import _lean, _parser
+
+    lean = _lean().parse(text, start)
+    try:
+        expected = _parser().parse(text, start=start)
+    except UnexpectedInput:
+        assert lean is None, text
+        return
+    assert lean == expected, text
