@@ -5,7 +5,8 @@ Importing lark and loading the grammar costs more than all the rest of the
 check, so the syntax records of strings parsed successfully before are kept in
 a small JSON file (never a pickle) in a private folder of the user's cache,
 keyed by a fingerprint of the grammar and of the code that builds the records:
-change either and the file is simply not used. Only successes are kept, so
+change either and the file is simply not used. ``AREAL_ALLOC_NO_PARSE_CACHE=1``
+turns it off. Only successes are kept, so
 every error still comes from the parser with its exact message. The file holds
 at most :data:`MAX_ENTRIES` strings; it is written once, at exit, when new ones
 were added. Any problem reading or writing it is ignored: it is only a cache.
@@ -47,6 +48,8 @@ def cache_folder() -> Path | None:
 
 @functools.cache
 def _file() -> Path | None:
+    if os.environ.get("AREAL_ALLOC_NO_PARSE_CACHE"):
+        return None
     folder = cache_folder()
     if folder is None:
         return None

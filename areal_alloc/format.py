@@ -13,7 +13,7 @@ back to an equal object.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from areal_alloc.strategy import ParallelStrategy
 
@@ -27,16 +27,18 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class LayoutPart:
-    """One printed part of a layout: ``attn``, ``ffn`` or the whole (label None)."""
+class LayoutPart(NamedTuple):
+    """One printed part of a layout: ``attn``, ``ffn`` or the whole (label None).
+
+    A named tuple, not a dataclass: layout searches build one per candidate.
+    """
 
     label: str | None
     dims: tuple[tuple[str, int], ...]  # (letter, size) in print order, sizes of 1 included
 
     def written(self, keep: str = "d") -> str:
         """``d4t2``: the sizes other than 1, and the letters in ``keep`` always."""
-        return "".join(f"{k}{v}" for k, v in self.dims if v != 1 or k in keep)
+        return "".join([f"{k}{v}" for k, v in self.dims if v != 1 or k in keep])
 
     @property
     def sizes(self) -> dict[str, int]:

@@ -29,9 +29,11 @@ from areal_alloc.vocab import (
     EXAMPLE_BACKEND,
     INHERITS_ACTOR,
     SCHEDULING_KEYS,
+    SCHEDULING_TYPES,
     colocation_size_problem,
     did_you_mean,
     role_problem,
+    scheduling_problem,
 )
 
 __all__ = [
@@ -269,19 +271,17 @@ def _scheduling(section: object, path: str) -> SchedulingStrategy:
     target = _child(node, "target")
     if kind is None:
         kind = "separation"
-    if not isinstance(kind, str) or kind not in ("separation", "colocation"):
-        raise AllocationValidationError(
-            f"{path}.type={_shown(kind)}: must be 'separation' or 'colocation'"
-        )
-    if target is not None and not isinstance(target, str):
-        raise AllocationValidationError(f"{path}.target={_shown(target)}: must be an engine name")
-    if kind == "colocation" and not target:
-        raise AllocationValidationError(
-            f"{path}.target is empty: colocation needs the engine whose GPUs are shared, "
-            f"e.g. {path}.target=actor"
-        )
     if kind == "separation":
         target = None  # a leftover target has no meaning without colocation
+    problem = scheduling_problem(kind, target)
+    if problem is not None:
+        if kind not in SCHEDULING_TYPES:
+            raise AllocationValidationError(f"{path}.type={_shown(kind)}: {problem}")
+        if target:
+            raise AllocationValidationError(f"{path}.target={_shown(target)}: {problem}")
+        raise AllocationValidationError(
+            f"{path}.target is empty: {problem}, e.g. {path}.target=actor"
+        )
     return SchedulingStrategy(SchedulingStrategyType(kind), target)
 
 

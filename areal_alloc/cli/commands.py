@@ -48,7 +48,6 @@ def _parser(name: str, description: str, epilog: str = "") -> _Parser:
 
 
 def _explain_text(spec: str, order: str, show: int) -> tuple[str, AllocationError | None]:
-
     alloc = ModelAllocation.from_str(spec)
     p = alloc.parallel
     lines = [f"{alloc}  ({alloc.backend}, {'inference' if alloc.is_inference else 'training'})"]
@@ -126,7 +125,6 @@ def _positive(text: str) -> int:
 
 
 def explain(args: list[str]) -> int:
-
     parser = _parser(
         "explain",
         "Explain one backend string: its dimensions, world size and Megatron rank groups.",
@@ -224,7 +222,6 @@ _SHAPE_FIELDS = ("num_layers", "num_attention_heads", "num_key_value_heads", "nu
 
 
 def layouts(args: list[str]) -> int:
-
     parser = _parser(
         "layouts",
         "List every valid layout of a backend for a GPU count.",

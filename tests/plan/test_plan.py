@@ -175,12 +175,13 @@ PLAN_ERRORS = [
     ),
     (
         cfg(actor={"backend": "fsdp:d4"}, ref=colocated("")),
-        "ref.scheduling_strategy.target is empty: colocation needs the engine whose GPUs are "
-        "shared, e.g. ref.scheduling_strategy.target=actor",
+        "ref.scheduling_strategy.target is empty: colocation needs a target: the engine whose "
+        "GPUs are shared, e.g. ref.scheduling_strategy.target=actor",
     ),
     (
         cfg(actor={"backend": "fsdp:d4", "scheduling_strategy": {"type": "gang"}}),
-        "actor.scheduling_strategy.type='gang': must be 'separation' or 'colocation'",
+        "actor.scheduling_strategy.type='gang': scheduling type 'gang' is not allowed; use "
+        "'separation' or 'colocation'",
     ),
     (
         cfg(actor={"backend": "fsdp:d4"}, critic=colocated("actor"), ref=colocated("critic")),
