@@ -70,8 +70,10 @@ class ValidateAllocations(Callback):
         except Exception as error:  # Hydra would turn it into a warning and run anyway
             raise SystemExit(_internal(error)) from None
         _drop_unset_allocation_mode(config)
-        for line in (*plan.warnings, *plan.assumptions):
+        for line in plan.warnings:
             print(f"{PREFIX}warning: {line}", file=sys.stderr)
+        for line in plan.assumptions:
+            print(f"{PREFIX}assumed: {line}", file=sys.stderr)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:

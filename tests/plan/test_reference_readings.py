@@ -252,6 +252,11 @@ def test_a_deprecated_allocation_mode_in_yaml_stops_the_run_in_any_order(
     )
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout == "RAN False\n"
+    # no cluster in this config: the hook says what it assumed
+    assert ok.stderr == (
+        "areal-alloc: assumed: cluster.n_nodes=32 and cluster.n_gpus_per_node=8 assumed (not "
+        "set in the config; the reference's defaults)\n"
+    )
 
 
 def test_migration_overrides_work_where_the_engine_does_not_exist_yet(hydra_conf: Path) -> None:
