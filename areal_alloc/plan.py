@@ -1,7 +1,8 @@
 """A composed experiment config to an allocation plan, or one clear error naming the key.
 
-Works on a DictConfig (from ``hydra.compose`` or ``OmegaConf.load``) or a plain
-mapping. Only the fields areal-alloc owns are read and type-checked: each
+Works on a DictConfig (from ``hydra.compose`` or ``OmegaConf.load``), a plain
+mapping, or the dataclass object the reference's loader returns, read as the
+reference reads it (``_config``). Only the fields areal-alloc owns are read and type-checked: each
 engine's ``backend`` and ``scheduling_strategy``, ``cluster``, the deprecated
 ``allocation_mode``, and the few keys that decide whether an engine exists
 (``actor.kl_ctl``) or is implicitly colocated (``actor.weight_update_mode``).
@@ -11,13 +12,11 @@ Everything else in an engine section is left alone.
 from __future__ import annotations
 
 import dataclasses
-import enum
-import re
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from areal_alloc._config import child, is_mapping, keys, number, setting_int, shown, unset
 from areal_alloc.errors import AllocationError, AllocationValidationError
 from areal_alloc.limits import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES, grouped
 from areal_alloc.model import ModelAllocation
@@ -43,8 +42,6 @@ __all__ = [
     "Plan",
     "plan_config",
 ]
-
-#: Engines in placement order: inference first, then training (as the launchers do).
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,111 +161,25 @@ def _fail(key: str, value: object, error: AllocationError | str) -> AllocationVa
     return out
 
 
-def _child(node: object, key: str) -> Any:
-    """``node[key]`` or None; an interpolation that cannot be resolved names its key.
-
-    ``node`` is a mapping, a DictConfig, or a dataclass instance (the object the
-    reference's ``load_expr_config`` returns); enum members come back as their value.
-    """
-    if dataclasses.is_dataclass(node) and not isinstance(node, type):
-        value = getattr(node, key, None)
-    elif _is_mapping(node):
-        try:
-            value = node.get(key)  # type: ignore[attr-defined]
-        except AllocationError:
-            raise
-        except Exception as error:
-            full_key = getattr(node, "_get_full_key", lambda k: k)(key)
-            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-            for prefix in ("AllocationValidationError", "AllocationSyntaxError"):
-                reason = reason.replace(f"{prefix} raised while resolving interpolation: ", "")
-            raise AllocationValidationError(f"{full_key}: cannot be resolved: {reason}") from None
-    else:
-        return None
-    return value.value if isinstance(value, enum.Enum) else value
-
-
-def _is_mapping(node: object) -> bool:
-    if isinstance(node, Mapping) or (dataclasses.is_dataclass(node) and not isinstance(node, type)):
-        return True
-    try:
-        from omegaconf import DictConfig
-    except ImportError:  # pragma: no cover - omegaconf is a dependency
-        return False
-    return isinstance(node, DictConfig)
-
-
-def _keys(node: object) -> list[str]:
-    if dataclasses.is_dataclass(node) and not isinstance(node, type):
-        return [f.name for f in dataclasses.fields(node)]
-    return [str(k) for k in node] if _is_mapping(node) else []  # type: ignore[attr-defined]
-
-
-def _shown(value: object) -> str:
-    """A value for a message, cut to a readable length."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-_INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*\Z")
-
-
-def _int(node: object, path: str, default: int, minimum: int, maximum: int) -> int | None:
-    """An integer setting; numbers written as strings convert, as a structured config does.
-
-    None when the key is absent (the caller applies and reports the default).
-    """
-    key = path.rsplit(".", 1)[-1]
-    value = _child(node, key) if node is not None else None
-    if value is None:
-        return None
-    if isinstance(value, str) and _INTEGER.match(value) and len(value.strip()) <= 30:
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise AllocationValidationError(
-            f"{path}={_shown(value)}: must be an integer ≥ {minimum}, e.g. {path}={default}"
-        )
-    if value < minimum:
-        raise AllocationValidationError(f"{path}={value}: must be ≥ {minimum}")
-    if value > maximum:
-        shown = grouped(value) if len(str(value)) <= 24 else f"a {len(str(value))}-digit number"
-        raise AllocationValidationError(f"{path}={shown}: the limit is {grouped(maximum)}")
-    return value
-
-
-def _number(value: object) -> float | None:
-    """A float setting such as ``kl_ctl``; strings convert, as a structured config does."""
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
-
-
 def _scheduling(section: object, path: str) -> SchedulingStrategy:
-    node = _child(section, "scheduling_strategy")
+    node = child(section, "scheduling_strategy")
     if node is None:
         return SchedulingStrategy()
     path = f"{path}.scheduling_strategy"
-    if not _is_mapping(node):
+    if not is_mapping(node):
         raise AllocationValidationError(
-            f"{path}={_shown(node)}: must be a mapping with type and target, e.g. "
+            f"{path}={shown(node)}: must be a mapping with type and target, e.g. "
             f"{{type: colocation, target: actor}}"
         )
-    for key in _keys(node):
+    for key in keys(node):
         if key not in SCHEDULING_KEYS:
             hint = did_you_mean(key, SCHEDULING_KEYS)
             raise AllocationValidationError(
                 f"{path}.{key}: unknown key; {hint}scheduling_strategy takes "
                 f"{', '.join(SCHEDULING_KEYS)}"
             )
-    kind = _child(node, "type")
-    target = _child(node, "target")
+    kind = child(node, "type")
+    target = child(node, "target")
     if kind is None:
         kind = "separation"
     if kind == "separation":
@@ -276,9 +187,9 @@ def _scheduling(section: object, path: str) -> SchedulingStrategy:
     problem = scheduling_problem(kind, target)
     if problem is not None:
         if kind not in SCHEDULING_TYPES:
-            raise AllocationValidationError(f"{path}.type={_shown(kind)}: {problem}")
+            raise AllocationValidationError(f"{path}.type={shown(kind)}: {problem}")
         if target:
-            raise AllocationValidationError(f"{path}.target={_shown(target)}: {problem}")
+            raise AllocationValidationError(f"{path}.target={shown(target)}: {problem}")
         raise AllocationValidationError(
             f"{path}.target is empty: {problem}, e.g. {path}.target=actor"
         )
@@ -303,17 +214,17 @@ def _teacher_source(section: object) -> _Source:
     engine) or ``teacher.train`` (a training engine); the selected one must be
     set. Older configs write a flat ``teacher.backend`` of any kind.
     """
-    engine_type = _child(section, "engine_type")
-    rollout, train = _child(section, "rollout"), _child(section, "train")
-    rollout = None if _unset(rollout) else rollout  # a strict schema's empty sections
-    train = None if _unset(train) else train
+    engine_type = child(section, "engine_type")
+    rollout, train = child(section, "rollout"), child(section, "train")
+    rollout = None if unset(rollout) else rollout  # a strict schema's empty sections
+    train = None if unset(train) else train
     if engine_type is None and rollout is None and train is None:
-        return _Source("teacher.backend", _child(section, "backend"), section, "any")
+        return _Source("teacher.backend", child(section, "backend"), section, "any")
     if engine_type is None:
         engine_type = "rollout"  # the reference's default
     if engine_type not in ("rollout", "train"):
         raise AllocationValidationError(
-            f"teacher.engine_type={_shown(engine_type)}: must be 'rollout' or 'train'"
+            f"teacher.engine_type={shown(engine_type)}: must be 'rollout' or 'train'"
         )
     role = "inference" if engine_type == "rollout" else "training"
     sub = rollout if engine_type == "rollout" else train
@@ -323,9 +234,9 @@ def _teacher_source(section: object) -> _Source:
             f"set it, e.g. ++teacher.{engine_type}.backend={EXAMPLE_BACKEND[role]} "
             f"({'an inference' if role == 'inference' else 'a training'} backend)"
         )
-    if not _is_mapping(sub):
+    if not is_mapping(sub):
         raise AllocationValidationError(
-            f"teacher.{engine_type}={_shown(sub)}: must be a section with a backend field, "
+            f"teacher.{engine_type}={shown(sub)}: must be a section with a backend field, "
             f"e.g. teacher.{engine_type}.backend={EXAMPLE_BACKEND[role]}"
         )
     warnings = []
@@ -334,14 +245,14 @@ def _teacher_source(section: object) -> _Source:
             f"teacher.rollout and teacher.train are both set; "
             f"teacher.engine_type={engine_type!r} selects teacher.{engine_type}"
         )
-    if _child(section, "backend") not in (None, ""):
+    if child(section, "backend") not in (None, ""):
         warnings.append(
             f"teacher.backend is not read when teacher.engine_type or teacher.rollout/train is "
             f"set; the teacher runs teacher.{engine_type}.backend"
         )
     return _Source(
         f"teacher.{engine_type}.backend",
-        _child(sub, "backend"),
+        child(sub, "backend"),
         sub,
         role,
         "; ".join(warnings) or None,
@@ -351,18 +262,18 @@ def _teacher_source(section: object) -> _Source:
 def _source(key: str, section: object) -> _Source:
     if key == "teacher":
         return _teacher_source(section)
-    return _Source(f"{key}.backend", _child(section, "backend"), section, ENGINE_ROLES[key])
+    return _Source(f"{key}.backend", child(section, "backend"), section, ENGINE_ROLES[key])
 
 
 def _allocation(key: str, source: _Source, scheduling: SchedulingStrategy) -> ModelAllocation:
     backend_key, value, role = source.backend_key, source.value, source.role
     if not isinstance(value, str):
         raise AllocationValidationError(
-            f"{backend_key}={_shown(value)}: must be a string such as {EXAMPLE_BACKEND[role]!r}"
+            f"{backend_key}={shown(value)}: must be a string such as {EXAMPLE_BACKEND[role]!r}"
         )
     if "${" in value:
         raise AllocationValidationError(
-            f"{backend_key}={_shown(value)}: an unresolved interpolation; the config was read "
+            f"{backend_key}={shown(value)}: an unresolved interpolation; the config was read "
             f"without OmegaConf (e.g. yaml.safe_load), so ${{…}} stayed text. Load it with "
             f"OmegaConf.load(path), or compose it with Hydra, then validate"
         )
@@ -377,7 +288,7 @@ def _allocation(key: str, source: _Source, scheduling: SchedulingStrategy) -> Mo
 
 
 def _legacy_check(cfg: object) -> None:
-    value = _child(cfg, "allocation_mode")
+    value = child(cfg, "allocation_mode")
     if value is None or value == "":
         return
     # imported here, not at the top: the deprecated string is rare, and this module
@@ -388,7 +299,7 @@ def _legacy_check(cfg: object) -> None:
         migration = migration_overrides(str(value))
     except AllocationError as error:
         raise AllocationValidationError(
-            f"allocation_mode={_shown(value)} is deprecated and no longer read; give each "
+            f"allocation_mode={shown(value)} is deprecated and no longer read; give each "
             f"engine its own backend field (rollout.backend=…, actor.backend=…); it also does "
             f"not parse: {error.message}"
         ) from None
@@ -399,39 +310,22 @@ def _legacy_check(cfg: object) -> None:
     )
 
 
-def _unset(node: object, key: str = "") -> bool:
-    """True for a section that configures nothing: only nulls, defaults and empty sections.
-
-    A strict structured schema creates every engine section with null fields;
-    such a section is an engine nobody configured, not an empty backend.
-    """
-    if node is None:
-        return True
-    if key == "type" and node == "separation":
-        return True
-    if key == "fork" and not _is_mapping(node):
-        return True
-    if _is_mapping(node):
-        return all(_unset(_child(node, k), k) for k in _keys(node))
-    return False
-
-
 def _read_engines(cfg: object) -> tuple[list[EnginePlan], list[str]]:
-    actor_section = _child(cfg, "actor")
-    actor_backend = _child(actor_section, "backend") if _is_mapping(actor_section) else None
+    actor_section = child(cfg, "actor")
+    actor_backend = child(actor_section, "backend") if is_mapping(actor_section) else None
     engines: list[EnginePlan] = []
     warnings: list[str] = []
     for key in ENGINE_ORDER:
-        section = _child(cfg, key)
+        section = child(cfg, key)
         if section is None:
             continue
-        if not _is_mapping(section):
+        if not is_mapping(section):
             raise AllocationValidationError(
-                f"{key}={_shown(section)}: {key} must be a mapping (a section with a backend "
+                f"{key}={shown(section)}: {key} must be a mapping (a section with a backend "
                 f"field), not {type(section).__name__}; e.g. {key}.backend="
                 f"{EXAMPLE_BACKEND[ENGINE_ROLES[key]]}"
             )
-        if _unset(section):
+        if unset(section):
             continue
         source = _source(key, section)
         value, note = source.value, None
@@ -458,15 +352,15 @@ def _read_engines(cfg: object) -> tuple[list[EnginePlan], list[str]]:
 
 def _apply_run_rules(cfg: object, engines: list[EnginePlan]) -> list[EnginePlan]:
     """Engines the run will not create, and implicit colocation, as the reference does."""
-    actor = _child(cfg, "actor")
-    kl_ctl = _number(_child(actor, "kl_ctl")) if actor is not None else None
-    mode = _child(actor, "weight_update_mode") if actor is not None else None
-    version = _child(actor, "_version") if actor is not None else None
+    actor = child(cfg, "actor")
+    kl_ctl = number(child(actor, "kl_ctl")) if actor is not None else None
+    mode = child(actor, "weight_update_mode") if actor is not None else None
+    version = child(actor, "_version") if actor is not None else None
     keys = {e.key for e in engines}
     out: list[EnginePlan] = []
     for engine in engines:
         if engine.key == "ref" and kl_ctl is not None and kl_ctl <= 0:
-            written = _child(actor, "kl_ctl")
+            written = child(actor, "kl_ctl")
             engine = replace(
                 engine,
                 active=False,
@@ -556,12 +450,12 @@ def _check_capacity(engines: list[EnginePlan], n_nodes: int, per_node: int) -> N
 def _shape_from(node: object, source: str) -> Any:
     from areal_alloc.model_shape import ModelShape  # only configs that give a shape load it
 
-    if not _is_mapping(node):
+    if not is_mapping(node):
         raise AllocationValidationError(
             f"{source}={node!r}: must be a mapping (num_layers, num_attention_heads, …) "
             f"or {{path: /local/model/dir}}"
         )
-    path = _child(node, "path")
+    path = child(node, "path")
     if isinstance(path, str) and path:
         return ModelShape.from_hf_config(path)
     return ModelShape.from_mapping(node, source=source)
@@ -569,19 +463,19 @@ def _shape_from(node: object, source: str) -> Any:
 
 def _model_shape(cfg: object, key: str) -> Any:
     """The model shape an engine runs: its own, its local model path, or the experiment's."""
-    section = _child(cfg, key)
-    own = _child(section, "model_shape")
-    if not _unset(own):
+    section = child(cfg, key)
+    own = child(section, "model_shape")
+    if not unset(own):
         return _shape_from(own, f"{key}.model_shape")
-    path = _child(section, "path")
+    path = child(section, "path")
     if isinstance(path, str) and path and (Path(path).expanduser() / "config.json").is_file():
         from areal_alloc.model_shape import ModelShape  # only configs with a shape load it
 
         return ModelShape.from_hf_config(Path(path).expanduser())
     if key == "teacher":
         return None  # a teacher is another model: only its own shape applies
-    top = _child(cfg, "model_shape")
-    return None if _unset(top) else _shape_from(top, "model_shape")
+    top = child(cfg, "model_shape")
+    return None if unset(top) else _shape_from(top, "model_shape")
 
 
 def _check_shapes(cfg: object, engines: list[EnginePlan]) -> None:
@@ -601,13 +495,15 @@ DEFAULT_GPUS_PER_NODE = 8
 
 
 def _cluster(cfg: object) -> tuple[int, int, list[str]]:
-    cluster = _child(cfg, "cluster")
-    if cluster is not None and not _is_mapping(cluster):
+    cluster = child(cfg, "cluster")
+    if cluster is not None and not is_mapping(cluster):
         raise AllocationValidationError(
-            f"cluster={_shown(cluster)}: must be a mapping with n_nodes and n_gpus_per_node"
+            f"cluster={shown(cluster)}: must be a mapping with n_nodes and n_gpus_per_node"
         )
-    n_nodes = _int(cluster, "cluster.n_nodes", DEFAULT_N_NODES, 1, MAX_NODES)
-    per_node = _int(cluster, "cluster.n_gpus_per_node", DEFAULT_GPUS_PER_NODE, 0, MAX_GPUS_PER_NODE)
+    n_nodes = setting_int(cluster, "cluster.n_nodes", DEFAULT_N_NODES, 1, MAX_NODES)
+    per_node = setting_int(
+        cluster, "cluster.n_gpus_per_node", DEFAULT_GPUS_PER_NODE, 0, MAX_GPUS_PER_NODE
+    )
     assumed = []
     if n_nodes is None:
         n_nodes = DEFAULT_N_NODES
@@ -635,7 +531,7 @@ def plan_config(cfg: object) -> Plan:
     mapping, or the dataclass object the reference's ``load_expr_config`` returns.
     Raises an :class:`AllocationError` whose message names the key.
     """
-    if not _is_mapping(cfg):
+    if not is_mapping(cfg):
         raise AllocationValidationError(
             f"expected a config mapping (DictConfig, dict or a dataclass instance), "
             f"got {type(cfg).__name__}"

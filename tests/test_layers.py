@@ -108,6 +108,7 @@ LAYERS = [
     "areal_alloc.limits",
     "areal_alloc.vocab",
     "areal_alloc.kinds",
+    "areal_alloc._config",
     # string → syntax
     "areal_alloc._syntax",
     "areal_alloc._cache",

@@ -1,0 +1,124 @@
+"""Reading a config as the reference's structured config would: any shape, one key at a time.
+
+A config comes as a DictConfig, a plain mapping or the dataclass object the
+reference's loader returns; these helpers read one key of any of them (an
+interpolation that cannot be resolved names its key), convert numbers written as
+strings the way a structured config does, and tell an all-null section from a
+configured one. They know nothing of engines: ``plan`` reads those.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from areal_alloc.errors import AllocationError, AllocationValidationError
+from areal_alloc.limits import grouped
+
+__all__ = ["child", "is_mapping", "keys", "number", "setting_int", "shown", "unset"]
+
+
+def child(node: object, key: str) -> Any:
+    """``node[key]`` or None; an interpolation that cannot be resolved names its key.
+
+    ``node`` is a mapping, a DictConfig, or a dataclass instance (the object the
+    reference's ``load_expr_config`` returns); enum members come back as their value.
+    """
+    if dataclasses.is_dataclass(node) and not isinstance(node, type):
+        value = getattr(node, key, None)
+    elif is_mapping(node):
+        try:
+            value = node.get(key)  # type: ignore[attr-defined]
+        except AllocationError:
+            raise
+        except Exception as error:
+            full_key = getattr(node, "_get_full_key", lambda k: k)(key)
+            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+            for prefix in ("AllocationValidationError", "AllocationSyntaxError"):
+                reason = reason.replace(f"{prefix} raised while resolving interpolation: ", "")
+            raise AllocationValidationError(f"{full_key}: cannot be resolved: {reason}") from None
+    else:
+        return None
+    return value.value if isinstance(value, enum.Enum) else value
+
+
+def is_mapping(node: object) -> bool:
+    if isinstance(node, Mapping) or (dataclasses.is_dataclass(node) and not isinstance(node, type)):
+        return True
+    try:
+        from omegaconf import DictConfig
+    except ImportError:  # pragma: no cover - omegaconf is a dependency
+        return False
+    return isinstance(node, DictConfig)
+
+
+def keys(node: object) -> list[str]:
+    if dataclasses.is_dataclass(node) and not isinstance(node, type):
+        return [f.name for f in dataclasses.fields(node)]
+    return [str(k) for k in node] if is_mapping(node) else []  # type: ignore[attr-defined]
+
+
+def shown(value: object) -> str:
+    """A value for a message, cut to a readable length."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+_INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*\Z")
+
+
+def setting_int(node: object, path: str, default: int, minimum: int, maximum: int) -> int | None:
+    """An integer setting; numbers written as strings convert, as a structured config does.
+
+    None when the key is absent (the caller applies and reports the default).
+    """
+    key = path.rsplit(".", 1)[-1]
+    value = child(node, key) if node is not None else None
+    if value is None:
+        return None
+    if isinstance(value, str) and _INTEGER.match(value) and len(value.strip()) <= 30:
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise AllocationValidationError(
+            f"{path}={shown(value)}: must be an integer ≥ {minimum}, e.g. {path}={default}"
+        )
+    if value < minimum:
+        raise AllocationValidationError(f"{path}={value}: must be ≥ {minimum}")
+    if value > maximum:
+        size = grouped(value) if len(str(value)) <= 24 else f"a {len(str(value))}-digit number"
+        raise AllocationValidationError(f"{path}={size}: the limit is {grouped(maximum)}")
+    return value
+
+
+def number(value: object) -> float | None:
+    """A float setting such as ``kl_ctl``; strings convert, as a structured config does."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def unset(node: object, key: str = "") -> bool:
+    """True for a section that configures nothing: only nulls, defaults and empty sections.
+
+    A strict structured schema creates every engine section with null fields;
+    such a section is an engine nobody configured, not an empty backend.
+    """
+    if node is None:
+        return True
+    if key == "type" and node == "separation":
+        return True
+    if key == "fork" and not is_mapping(node):
+        return True
+    if is_mapping(node):
+        return all(unset(child(node, k), k) for k in keys(node))
+    return False
