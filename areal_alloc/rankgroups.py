@@ -28,6 +28,7 @@ __all__ = [
     "all_rank_groups",
     "check_order",
     "group_names",
+    "order_refusal",
     "rank_groups",
     "summarize_rank_groups",
 ]
@@ -51,13 +52,15 @@ _EXPERT_MESH = {"etp": "tp", "ep": "ep", "edp": "dp", "pp": "pp"}
 
 
 def _parse_order(order: str, sizes: dict[str, int]) -> list[str]:
-    if not isinstance(order, str):
-        raise AllocationValidationError(f"order must be a string like {DEFAULT_ORDER!r}")
+    if not isinstance(order, str) or len(order) > 60:
+        raise AllocationValidationError(
+            f"order must be a string like {DEFAULT_ORDER!r}, got {str(order)[:60]!r}"
+        )
     names = [n.strip() for n in order.lower().split("-") if n.strip()]
     unknown = [n for n in names if n not in _NAMES]
     if unknown or len(set(names)) != len(names):
         raise AllocationValidationError(
-            f"order {order!r} is not allowed: use each of {', '.join(_NAMES)} at most once, "
+            f"order {order[:60]!r} is not allowed: use each of {', '.join(_NAMES)} at most once, "
             f"joined by '-', e.g. {DEFAULT_ORDER!r}"
         )
     for name in _NAMES:
@@ -211,9 +214,18 @@ def group_names(allocation: ModelAllocation | ParallelStrategy) -> tuple[str, ..
     return ATTENTION_GROUPS
 
 
-@functools.lru_cache(maxsize=256)
 def check_order(parallel: ParallelStrategy, order: str) -> None:
-    """Refuse what megatron-core's ``initialize_model_parallel`` refuses for ``order``.
+    """Raise the reason megatron-core's ``initialize_model_parallel`` refuses ``order``, if any."""
+    refusal = order_refusal(parallel, order)
+    if refusal is not None:
+        raise AllocationValidationError(refusal)
+
+
+@functools.lru_cache(maxsize=256)
+def order_refusal(parallel: ParallelStrategy, order: str) -> str | None:
+    """Why megatron-core's ``initialize_model_parallel`` refuses ``order``, or None.
+
+    An order that is not an order at all raises an :class:`AllocationValidationError`.
 
     The reference's Megatron engine passes ``expert_tensor_parallel_size`` = etp
     (1 for a dense layout), so an expert mesh etp × ep × edp × pp with edp =
@@ -227,7 +239,7 @@ def check_order(parallel: ParallelStrategy, order: str) -> None:
     dp, edp, pp = parallel.dp_size, parallel.expert_mesh_dp_size, parallel.pp_size
     etp, ep = parallel.etp_size, parallel.ep_size
     if not (order.endswith("pp") or pp == 1 or edp == dp):
-        raise AllocationValidationError(
+        return (
             f"order {order!r} does not end with pp, so Megatron needs the same data-parallel "
             f"size for attention and experts: dp {dp} ≠ edp {edp} "
             f"(world {parallel.world_size} / p{pp}·etp{etp}·e{ep})"
@@ -238,11 +250,12 @@ def check_order(parallel: ParallelStrategy, order: str) -> None:
     if pp > 1 and mine != theirs:
         shown = "·".join(f"{n}{attention[n]}" for n in below) or "1"
         expert_shown = "·".join(f"{'e' if n == 'tp' else ''}{n}{experts[n]}" for n in below) or "1"
-        raise AllocationValidationError(
+        return (
             f"order {order!r}: attention and expert layers would get different pipeline groups: "
             f"below pp the attention mesh spans {shown} = {mine} ranks but the expert mesh "
             f"{expert_shown} = {theirs}; Megatron requires them identical"
         )
+    return None
 
 
 def all_rank_groups(

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from areal_alloc import ModelAllocation
 from areal_alloc.layouts import LayoutConstraints, enumerate_layouts
-from areal_alloc.rankgroups import all_rank_groups, check_order
+from areal_alloc.rankgroups import all_rank_groups, order_refusal
 
 
 def median_ms(fn: Callable[[], object], repeat: int = 9) -> float:
@@ -36,7 +36,7 @@ def main() -> int:
         assert alloc.parallel.world_size == 4096
 
         def groups(a: ModelAllocation = alloc) -> object:
-            check_order.cache_clear()  # no memo: the full computation each time
+            order_refusal.cache_clear()  # no memo: the full computation each time
             return all_rank_groups(a)
 
         row(spec, median_ms(groups), 50)

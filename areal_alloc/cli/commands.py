@@ -15,7 +15,7 @@ from typing import Any
 
 from areal_alloc.cli.render import render_plan, table
 from areal_alloc.compose import compose_file, read_launch_args, script_args
-from areal_alloc.errors import AllocationError
+from areal_alloc.errors import AllocationError, AllocationValidationError
 from areal_alloc.format import layout_parts
 from areal_alloc.layouts import LayoutConstraints, enumerate_layouts
 from areal_alloc.legacy import migration_overrides
@@ -23,7 +23,7 @@ from areal_alloc.limits import MAX_GPUS, grouped
 from areal_alloc.model import ModelAllocation
 from areal_alloc.model_shape import ModelShape
 from areal_alloc.plan import plan_config
-from areal_alloc.rankgroups import summarize_rank_groups
+from areal_alloc.rankgroups import order_refusal, summarize_rank_groups
 from areal_alloc.vocab import DEFAULT_ORDER, ENGINE_ORDER
 
 __all__ = ["COMMANDS", "run_command"]
@@ -87,11 +87,11 @@ def _explain_text(spec: str, order: str, show: int) -> tuple[str, AllocationErro
         )
     lines.append(f"canonical: {alloc.spec}")
     lines.append("")
-    try:
-        summaries = summarize_rank_groups(alloc, order, limit=show)
-    except AllocationError as error:
+    refusal = order_refusal(p, order)  # an order that is no order raises here
+    if refusal is not None:
         lines.append(f"rank groups: megatron-core refuses this layout in order {order}")
-        return "\n".join(lines), error
+        return "\n".join(lines), AllocationValidationError(refusal)
+    summaries = summarize_rank_groups(alloc, order, limit=show)
     lines.append(f"rank groups (Megatron order {order}; the first name varies fastest):")
     rows = [["group", "size", "count", "first groups"]]
     for summary in summaries:

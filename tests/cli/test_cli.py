@@ -284,3 +284,20 @@ def test_app_help_lists_the_commands(tmp_path: Path, cli: Cli) -> None:
     assert done.returncode == 0
     assert "areal-alloc explain SPEC" in done.stdout
     assert "experiment: distill_teacher, grpo_1x8, grpo_2x8, moe_32, ppo_critic" in done.stdout
+
+
+def test_explain_says_why_megatron_core_refuses_an_order(cli: Cli) -> None:
+    done = cli("explain", "megatron:d8t2p2", "--order", "tp-cp-ep-pp-dp")
+    assert done.returncode == 1
+    assert done.stdout.splitlines()[-1] == (
+        "rank groups: megatron-core refuses this layout in order tp-cp-ep-pp-dp"
+    )
+    assert done.stderr == (
+        "areal-alloc explain: order 'tp-cp-ep-pp-dp' does not end with pp, so Megatron needs "
+        "the same data-parallel size for attention and experts: dp 8 ≠ edp 16 "
+        "(world 32 / p2·etp1·e1)\n"
+    )
+    bad = cli("explain", "megatron:d8t2p2", "--order", "tp-xx")
+    assert bad.returncode == 1
+    assert bad.stdout == ""
+    assert bad.stderr.startswith("areal-alloc explain: order 'tp-xx' is not allowed")
