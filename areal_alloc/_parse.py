@@ -1,9 +1,11 @@
-"""Text to syntax tree: lark's LALR parser over ``grammar.lark``, built once, lazily.
+"""Text to syntax records: lark's LALR parser over ``grammar.lark``, built once, lazily.
 
-lark is imported on the first parse, never on ``import areal_alloc``: Hydra
-imports our plugin in every app, and most apps never parse an allocation.
-Syntax errors become :class:`AllocationSyntaxError` with the column and a hint
-for the usual mistakes; what the string *means* is judged in ``_build``.
+A string parsed in an earlier run comes from ``_cache`` without lark. Otherwise
+lark is imported on the first parse, never on ``import areal_alloc`` (Hydra
+imports our plugin in every app, and most apps never parse an allocation), and a
+lean loop drives lark's own tables. Syntax errors come from lark itself and become
+:class:`AllocationSyntaxError` with the column and a hint for the usual mistakes;
+what the string *means* is judged in ``_build``.
 """
 
 from __future__ import annotations
