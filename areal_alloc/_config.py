@@ -30,6 +30,10 @@ def child(node: object, key: str) -> Any:
     if dataclasses.is_dataclass(node) and not isinstance(node, type):
         value = getattr(node, key, None)
     elif is_mapping(node):
+        # Ask for the key first: in a struct DictConfig, get() of a missing key raises
+        # and catches an error inside OmegaConf, about 100× slower than this test.
+        if key not in node.keys():  # type: ignore[attr-defined]  # noqa: SIM118 - `in node` is slower
+            return None
         try:
             value = node.get(key)  # type: ignore[attr-defined]
         except AllocationError:

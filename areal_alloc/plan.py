@@ -11,10 +11,9 @@ Everything else in an engine section is left alone.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from areal_alloc._config import child, is_mapping, keys, number, setting_int, shown, unset
 from areal_alloc.errors import AllocationError, AllocationValidationError
@@ -196,8 +195,7 @@ def _scheduling(section: object, path: str) -> SchedulingStrategy:
     return SchedulingStrategy(SchedulingStrategyType(kind), target)
 
 
-@dataclass(frozen=True, slots=True)
-class _Source:
+class _Source(NamedTuple):
     """Where an engine's backend lives, and which kind of backend it must be."""
 
     backend_key: str
@@ -331,7 +329,7 @@ def _read_engines(cfg: object) -> tuple[list[EnginePlan], list[str]]:
         value, note = source.value, None
         if (value is None or value == "") and key in INHERITS_ACTOR and actor_backend:
             value, note = actor_backend, "backend from actor.backend"
-            source = dataclasses.replace(source, value=value)
+            source = source._replace(value=value)
         if value is None or value == "":
             raise AllocationValidationError(
                 f"{source.backend_key} is empty: set it, e.g. "
