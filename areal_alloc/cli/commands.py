@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
+from areal_alloc._config import child
 from areal_alloc.cli.render import render_plan, table
 from areal_alloc.compose import compose_file, read_launch_args, script_args
 from areal_alloc.errors import AllocationError, AllocationValidationError
@@ -312,7 +313,7 @@ def check(args: list[str]) -> int:
     for path in files:
         try:
             cfg = compose_file(path, overrides)
-            if ns.skip_without_engines and not any(cfg.get(key) for key in ENGINE_ORDER):
+            if ns.skip_without_engines and all(child(cfg, key) is None for key in ENGINE_ORDER):
                 continue
             plan = plan_config(cfg)
         except AllocationError as error:

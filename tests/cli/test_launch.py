@@ -212,6 +212,18 @@ def test_check_skips_files_without_engines_when_asked(tmp_path: Path, command: s
         [*args, "--skip-without-engines"], cwd=tmp_path, capture_output=True, text=True
     )
     assert lenient.returncode == 0, lenient.stderr
+    # an engine that cannot be resolved is not "no engine": it is reported, by key
+    (tmp_path / "broken.yaml").write_text("actor: ${nothing}\n")
+    broken = subprocess.run(
+        [command, "check", "broken.yaml", "--skip-without-engines"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert (broken.returncode, broken.stderr) == (
+        1,
+        "areal-alloc check: actor: cannot be resolved: Interpolation key 'nothing' not found\n",
+    )
 
 
 # --- pre-commit ---------------------------------------------------------------------------
