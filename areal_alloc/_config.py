@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from areal_alloc.errors import AllocationError, AllocationValidationError
-from areal_alloc.limits import grouped
+from areal_alloc.limits import grouped, readable
 
 __all__ = ["child", "is_mapping", "keys", "number", "setting_int", "shown", "unset"]
 
@@ -92,8 +92,9 @@ def setting_int(node: object, path: str, default: int, minimum: int, maximum: in
     if value < minimum:
         raise AllocationValidationError(f"{path}={value}: must be ≥ {minimum}")
     if value > maximum:
-        size = grouped(value) if len(str(value)) <= 24 else f"a {len(str(value))}-digit number"
-        raise AllocationValidationError(f"{path}={size}: the limit is {grouped(maximum)}")
+        raise AllocationValidationError(
+            f"{path}={readable(value)}: the limit is {grouped(maximum)}"
+        )
     return value
 
 

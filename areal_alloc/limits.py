@@ -7,7 +7,15 @@ bound, instead of a hang, a ``MemoryError`` or an ``OverflowError``.
 
 from __future__ import annotations
 
-__all__ = ["MAX_GPUS", "MAX_GPUS_PER_NODE", "MAX_LAYOUTS", "MAX_LENGTH", "MAX_NODES", "grouped"]
+__all__ = [
+    "MAX_GPUS",
+    "MAX_GPUS_PER_NODE",
+    "MAX_LAYOUTS",
+    "MAX_LENGTH",
+    "MAX_NODES",
+    "grouped",
+    "readable",
+]
 
 #: Characters of one backend or allocation_mode string; longer ones are refused unparsed.
 MAX_LENGTH = 1000
@@ -25,3 +33,9 @@ MAX_LAYOUTS = 50_000
 def grouped(number: int) -> str:
     """``1048576`` → ``'1,048,576'`` (the form every bound is quoted in)."""
     return f"{number:,}"
+
+
+def readable(number: int) -> str:
+    """A size for a message: grouped digits, or its digit count when absurdly long."""
+    text = str(number)
+    return grouped(number) if len(text) <= 24 else f"a {len(text)}-digit number"

@@ -12,16 +12,10 @@ from dataclasses import dataclass
 
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.kinds import SchedulingStrategyType
-from areal_alloc.limits import MAX_GPUS, grouped
+from areal_alloc.limits import MAX_GPUS, grouped, readable
 from areal_alloc.vocab import scheduling_problem
 
 __all__ = ["ParallelStrategy", "SchedulingStrategy", "SchedulingStrategyType"]
-
-
-def _quoted(number: int) -> str:
-    """A size for a message: grouped digits, or its digit count when absurdly long."""
-    text = str(number)
-    return grouped(number) if len(text) <= 24 else f"a {len(text)}-digit number"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +88,7 @@ class ParallelStrategy:
             raise AllocationValidationError(
                 f"world size d{self.data_parallel_size}·t{self.tensor_parallel_size}"
                 f"·p{self.pipeline_parallel_size}·c{self.context_parallel_size} = "
-                f"{_quoted(self.world_size)} GPUs is over the limit of {grouped(MAX_GPUS)}"
+                f"{readable(self.world_size)} GPUs is over the limit of {grouped(MAX_GPUS)}"
             )
         if self.expert_parallel_size > 1 or self.expert_tensor_parallel_size > 1:
             emp = self.expert_model_parallel_size
@@ -119,7 +113,7 @@ class ParallelStrategy:
                 raise AllocationValidationError(f"{attr} ({short}) must be ≥ 1, got {value}")
             if value > MAX_GPUS:
                 raise AllocationValidationError(
-                    f"{attr} ({short}) is {_quoted(value)}; the limit is {grouped(MAX_GPUS)} GPUs"
+                    f"{attr} ({short}) is {readable(value)}; the limit is {grouped(MAX_GPUS)} GPUs"
                 )
 
     @property

@@ -19,9 +19,7 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).parent
-ROOT = TESTS.parent
 DATA = TESTS / "data"
-APPS = TESTS / "apps"
 
 _SCRIPT = Path(sys.executable).with_name("areal-alloc")
 COMMAND = str(_SCRIPT) if _SCRIPT.exists() else (shutil.which("areal-alloc") or str(_SCRIPT))
@@ -69,14 +67,3 @@ def command() -> str:
 def data() -> Path:
     """``tests/data``: experiment files shaped like the reference's."""
     return DATA
-
-
-@pytest.fixture
-def apps() -> Path:
-    """``tests/apps``: small Hydra apps and launch scripts used end to end."""
-    return APPS
-
-
-@pytest.fixture
-def project_root() -> Path:
-    return ROOT
