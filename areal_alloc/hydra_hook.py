@@ -50,21 +50,31 @@ class ValidateAllocations(Callback):
 
     ``on_invalid``: ``fail`` (default) stops the run, or the whole sweep when any
     job is invalid; ``skip`` launches the valid jobs of a sweep and lists the
-    skipped ones.
+    skipped ones. ``on_memory``: an engine predicted over its GPU memory (or a
+    KV cache that cannot hold one sequence) makes the run invalid (``fail``),
+    is printed as a warning (``warn``), or is not estimated (``off``).
     """
 
-    def __init__(self, on_invalid: str = "fail", verbose: bool = False) -> None:
+    def __init__(
+        self, on_invalid: str = "fail", verbose: bool = False, on_memory: str = "fail"
+    ) -> None:
         if on_invalid not in ("fail", "skip"):
             raise SystemExit(
                 f"{PREFIX}hydra.callbacks.areal_alloc.on_invalid={on_invalid!r}: "
                 f"must be 'fail' or 'skip'"
             )
+        if on_memory not in ("fail", "warn", "off"):
+            raise SystemExit(
+                f"{PREFIX}hydra.callbacks.areal_alloc.on_memory={on_memory!r}: "
+                f"must be 'fail', 'warn' or 'off'"
+            )
         self.on_invalid = on_invalid
+        self.on_memory = on_memory
         self.verbose = verbose
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
-            plan = plan_config(config)
+            plan = plan_config(config, self.on_memory)
         except AllocationError as error:
             raise SystemExit(f"{PREFIX}{error}") from None
         except Exception as error:  # Hydra would turn it into a warning and run anyway
@@ -98,7 +108,7 @@ class ValidateAllocations(Callback):
             )
             return
         try:
-            checks = check_sweep(config)
+            checks = check_sweep(config, self.on_memory)
         except AllocationError as error:  # the base config itself is broken
             raise SystemExit(f"{PREFIX}{error}") from None
         bad = [c for c in checks if not c.ok]

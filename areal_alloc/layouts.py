@@ -11,11 +11,22 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
+from areal_alloc.architecture import Architecture
+from areal_alloc.catalogue import find_model
 from areal_alloc.errors import AllocationValidationError
+from areal_alloc.fit import resolve_gpu
 from areal_alloc.format import format_spec
 from areal_alloc.limits import MAX_GPUS, MAX_LAYOUTS, grouped
+from areal_alloc.memory import (
+    RECOMPUTE,
+    InferenceSettings,
+    MemoryEstimate,
+    TrainingSettings,
+    inference_memory,
+    training_memory,
+)
 from areal_alloc.model import ModelAllocation
 from areal_alloc.model_shape import ModelShape, layout_problems
 from areal_alloc.strategy import ParallelStrategy
@@ -26,7 +37,10 @@ __all__ = [
     "LayoutConstraints",
     "TooManyLayouts",
     "enumerate_layouts",
+    "fitting_layouts",
     "iter_layouts",
+    "iter_strategies",
+    "layout_memory",
 ]
 
 #: Candidate layouts one search examines at most (about a second of work).
@@ -96,6 +110,16 @@ def iter_layouts(
 ) -> Iterator[str]:
     """Every valid ``backend`` layout spanning exactly ``gpus`` GPUs, in the listed order.
 
+    As canonical strings; :func:`iter_strategies` gives the same as layouts.
+    """
+    return (format_spec(backend, p) for p in iter_strategies(backend, gpus, constraints))
+
+
+def iter_strategies(
+    backend: str, gpus: int, constraints: LayoutConstraints | None = None
+) -> Iterator[ParallelStrategy]:
+    """Every valid ``backend`` layout spanning exactly ``gpus`` GPUs, in the listed order.
+
     The loops run in the order of the listing (most data parallelism first, then
     the least context, pipeline and tensor parallelism, then experts), so the
     first layouts come without the rest being built. Raises :class:`TooManyLayouts`
@@ -160,7 +184,7 @@ def iter_layouts(
                         parallel = ParallelStrategy(tp, pp, dp, cp, ep, etp)
                         if shape is not None and layout_problems(backend, parallel, shape):
                             continue
-                        yield format_spec(backend, parallel)
+                        yield parallel
 
 
 def enumerate_layouts(
@@ -207,3 +231,64 @@ def parse_constraints(options: object) -> LayoutConstraints:
                 raise AllocationValidationError(f"{key}={raw!r}: must be an integer ≥ 1")
             values[key] = int(raw)
     return LayoutConstraints(**values)  # type: ignore[arg-type]
+
+
+def layout_memory(
+    backend: str,
+    gpus: int,
+    constraints: LayoutConstraints | None,
+    arch: Architecture,
+    capacity: int | None,
+    training: TrainingSettings | None = None,
+    inference: InferenceSettings | None = None,
+) -> Iterator[tuple[str, MemoryEstimate]]:
+    """Each valid layout with its memory per GPU, the model's shape rules applied.
+
+    At most :data:`MAX_LAYOUTS` layouts, in the listing order.
+    """
+    base = constraints or LayoutConstraints()
+    shaped = replace(
+        base,
+        num_layers=base.num_layers or arch.num_layers,
+        num_attention_heads=base.num_attention_heads or arch.num_attention_heads,
+        num_key_value_heads=base.num_key_value_heads or arch.kv_heads,
+        num_experts=base.num_experts or (arch.num_experts or None),
+    )
+    training = training or TrainingSettings()
+    inference = inference or InferenceSettings()
+    for parallel in itertools.islice(iter_strategies(backend, gpus, shaped), MAX_LAYOUTS):
+        if backend in INFERENCE_BACKENDS:
+            estimate = inference_memory(backend, backend, arch, parallel, inference, capacity)
+        else:
+            estimate = training_memory(backend, backend, arch, parallel, training, capacity)
+        yield format_spec(backend, parallel), estimate
+
+
+def fitting_layouts(
+    backend: str,
+    gpus: int,
+    constraints: LayoutConstraints | None = None,
+    *,
+    model: str,
+    gpu: str,
+    tokens: str | int = 32768,
+    recompute: str = "none",
+) -> list[str]:
+    """The layouts whose estimated memory per GPU fits ``gpu`` for ``model``.
+
+    The model's shape rules apply too (heads against t, layers against p, experts
+    against e). Settings are the reference's defaults, with ``tokens`` per
+    micro-batch and activation ``recompute`` as given.
+    """
+    count = int(tokens) if str(tokens).strip().isdigit() and len(str(tokens)) < 12 else 0
+    if count < 1:
+        raise AllocationValidationError(f"tokens={tokens!r}: must be an integer ≥ 1")
+    if recompute not in RECOMPUTE:
+        raise AllocationValidationError(
+            f"recompute={recompute!r}: must be one of {', '.join(RECOMPUTE)}"
+        )
+    settings = TrainingSettings(tokens_per_micro_batch=count, recompute=recompute)
+    found = layout_memory(
+        backend, gpus, constraints, find_model(model), resolve_gpu(gpu).capacity, settings
+    )
+    return [spec for spec, estimate in found if estimate.fits]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from areal_alloc._config import child, is_mapping, keys, number, setting_int, shown, unset
 from areal_alloc.errors import AllocationError, AllocationValidationError
@@ -34,6 +34,9 @@ from areal_alloc.vocab import (
     scheduling_problem,
 )
 
+if TYPE_CHECKING:
+    from areal_alloc.memory import MemoryEstimate
+
 __all__ = [
     "ENGINE_ORDER",
     "EnginePlan",
@@ -52,6 +55,8 @@ class EnginePlan:
     allocation: ModelAllocation
     active: bool = True
     note: str | None = None
+    #: memory per GPU, when the config names the model (see ``areal_alloc.fit``)
+    memory: MemoryEstimate | None = None
 
     @property
     def gpus(self) -> int:
@@ -74,6 +79,9 @@ class Plan:
     warnings: tuple[str, ...] = ()
     #: What was assumed because the config did not say (e.g. the cluster size).
     assumptions: tuple[str, ...] = ()
+    #: The GPU the memory estimates are checked against, and its bytes.
+    gpu: str | None = None
+    gpu_memory: int | None = None
 
     @property
     def cpu_only(self) -> bool:
@@ -103,6 +111,8 @@ class Plan:
                 "n_gpus_per_node": self.n_gpus_per_node,
                 "capacity": self.capacity,
                 "cpu_only": self.cpu_only,
+                "gpu": self.gpu,
+                "gpu_memory": self.gpu_memory,
             },
             "total_gpus": self.total_gpus,
             "engines": [
@@ -122,6 +132,7 @@ class Plan:
                     },
                     "active": e.active,
                     "note": e.note,
+                    **_memory_dict(e.memory),
                 }
                 for e in self.engines
             ],
@@ -144,6 +155,15 @@ class Plan:
             "warnings": list(self.warnings),
             "assumptions": list(self.assumptions),
         }
+
+
+def _memory_dict(memory: MemoryEstimate | None) -> dict[str, Any]:
+    if memory is None:
+        return {"memory": None}
+    out: dict[str, Any] = {"memory": memory.to_dict()}
+    if memory.kv_cache is not None:
+        out["kv_cache"] = memory.kv_cache.to_dict()
+    return out
 
 
 # --- reading the config ---------------------------------------------------------
@@ -522,13 +542,42 @@ def _cluster(cfg: object) -> tuple[int, int, list[str]]:
     return n_nodes, per_node, notes
 
 
-def plan_config(cfg: object) -> Plan:
+def _with_memory(
+    cfg: object, engines: list[EnginePlan], on_memory: str
+) -> tuple[list[EnginePlan], list[str], list[str], str | None, int | None]:
+    """Each engine's memory estimate; refuses (``fail``) or warns of what does not fit."""
+    # loaded only for configs that name a model: a plain layout check stays light
+    from areal_alloc.fit import estimate_memory, memory_problems
+
+    fit = estimate_memory(cfg, engines)
+    errors, warnings = memory_problems(engines, fit)
+    if errors and on_memory == "fail":
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise AllocationValidationError(errors[0] + more)
+    warnings = [*errors, *warnings]
+    engines = [replace(e, memory=m) for e, m in zip(engines, fit.estimates, strict=True)]
+    gpu = fit.gpu
+    return (
+        engines,
+        warnings,
+        list(fit.assumptions),
+        gpu.name if gpu else None,
+        gpu.capacity if gpu else None,
+    )
+
+
+def plan_config(cfg: object, on_memory: str = "fail") -> Plan:
     """Read, check and place every engine of a composed config (``areal_alloc.validate``).
 
     ``cfg`` is a DictConfig from ``hydra.compose`` or ``OmegaConf.load``, a plain
     mapping, or the dataclass object the reference's ``load_expr_config`` returns.
-    Raises an :class:`AllocationError` whose message names the key.
+    Raises an :class:`AllocationError` whose message names the key. When the
+    config names the model (and ``cluster.gpu``), each engine's memory per GPU is
+    estimated; ``on_memory`` says what an engine over its GPU memory does:
+    ``fail`` (raise), ``warn`` (a plan warning) or ``off`` (not estimated).
     """
+    if on_memory not in ("fail", "warn", "off"):
+        raise AllocationValidationError(f"on_memory={on_memory!r}: must be 'fail', 'warn' or 'off'")
     if not is_mapping(cfg):
         raise AllocationValidationError(
             f"expected a config mapping (DictConfig, dict or a dataclass instance), "
@@ -541,6 +590,14 @@ def plan_config(cfg: object) -> Plan:
     _check_scheduling(engines)
     _check_capacity(engines, n_nodes, per_node)
     _check_shapes(cfg, engines)
+    gpu: str | None = None
+    gpu_memory: int | None = None
+    if on_memory != "off" and _names_a_model(cfg):
+        engines, memory_warnings, memory_notes, gpu, gpu_memory = _with_memory(
+            cfg, engines, on_memory
+        )
+        warnings.extend(memory_warnings)
+        assumptions.extend(memory_notes)
     placements, placement_warnings = place(engines, n_nodes, per_node)
     return Plan(
         tuple(engines),
@@ -549,4 +606,19 @@ def plan_config(cfg: object) -> Plan:
         placements,
         (*warnings, *placement_warnings),
         tuple(assumptions),
+        gpu,
+        gpu_memory,
     )
+
+
+def _names_a_model(cfg: object) -> bool:
+    """Cheap test before loading the memory model: does the config say which model runs?"""
+    if not unset(child(cfg, "model_shape")):
+        return True
+    for key in ("actor", "critic", "ref", "teacher", "sglang", "vllm"):
+        section = child(cfg, key)
+        if is_mapping(section) and any(
+            not unset(child(section, k)) for k in ("path", "model_path", "model", "model_shape")
+        ):
+            return True
+    return False

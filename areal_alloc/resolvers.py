@@ -72,14 +72,24 @@ def total_gpus(*, _root_: Any) -> int:
 def layouts(backend: object, gpus: object, *options: object) -> str:
     """``${alloc.layouts:fsdp,8}`` → ``fsdp:d8,fsdp:d4t2,…``, a sweep value list.
 
-    Extra ``key=value`` arguments are constraints, e.g. ``max_tp=4`` or ``gpus_per_node=8``.
+    Extra ``key=value`` arguments are constraints, e.g. ``max_tp=4`` or ``gpus_per_node=8``;
+    ``model=Qwen3-8B,gpu=H100-80GB`` (with ``tokens=N``, ``recompute=full``) keeps only
+    the layouts whose estimated memory per GPU fits.
     """
-    from areal_alloc.layouts import enumerate_layouts, parse_constraints
+    from areal_alloc.layouts import enumerate_layouts, fitting_layouts, parse_constraints
 
     count = int(gpus) if isinstance(gpus, str) and gpus.isdigit() else gpus
-    return ",".join(
-        enumerate_layouts(str(backend), count, parse_constraints(options))  # type: ignore[arg-type]
-    )
+    memory = {"model", "gpu", "tokens", "recompute"}
+    fit_options = {
+        key.strip(): value.strip()
+        for key, _, value in (str(o).partition("=") for o in options)
+        if key.strip() in memory
+    }
+    rest = [o for o in options if str(o).partition("=")[0].strip() not in memory]
+    constraints = parse_constraints(rest)
+    if fit_options:
+        return ",".join(fitting_layouts(str(backend), count, constraints, **fit_options))  # type: ignore[arg-type]
+    return ",".join(enumerate_layouts(str(backend), count, constraints))  # type: ignore[arg-type]
 
 
 RESOLVERS: dict[str, Callable[..., Any]] = {

@@ -18,10 +18,16 @@ from areal_alloc.kinds import SchedulingStrategyType
 __all__ = [
     "ActorConfig",
     "ClusterConfig",
+    "DistributedDataParallelConfig",
     "EngineConfig",
     "ExperimentConfig",
+    "FSDPConfig",
+    "MegatronConfig",
+    "MicroBatchConfig",
     "ModelShapeConfig",
+    "OptimizerConfig",
     "SchedulingConfig",
+    "ServerConfig",
     "TeacherConfig",
     "register_configs",
 ]
@@ -38,25 +44,96 @@ class SchedulingConfig:
 
 @dataclass
 class ModelShapeConfig:
-    """The model sizes a layout must divide, or ``path`` to a local model folder."""
+    """The model sizes a layout must divide, or ``path`` to a local model folder.
+
+    With the widths too (``hidden_size`` …, Hugging Face's names) it is a whole
+    architecture, and memory is estimated from it.
+    """
 
     path: str | None = None
     num_layers: int | None = None
+    num_hidden_layers: int | None = None
     num_attention_heads: int | None = None
     num_key_value_heads: int | None = None
     num_experts: int | None = None
     vocab_size: int | None = None
     virtual_pipeline_size: int | None = None
+    hidden_size: int | None = None
+    head_dim: int | None = None
+    intermediate_size: int | None = None
+    num_experts_per_tok: int | None = None
+    moe_intermediate_size: int | None = None
+    n_shared_experts: int | None = None
+    first_k_dense_replace: int | None = None
+    tie_word_embeddings: bool | None = None
+    model_type: str | None = None
+
+
+@dataclass
+class OptimizerConfig:
+    """``optimizer.type``: adam, adam_bf16 or sgd (the reference's choices)."""
+
+    type: str | None = None
+
+
+@dataclass
+class MicroBatchConfig:
+    """``mb_spec.max_tokens_per_mb``: the tokens one micro-batch packs (activations)."""
+
+    max_tokens_per_mb: int | None = None
+
+
+@dataclass
+class DistributedDataParallelConfig:
+    use_distributed_optimizer: bool | None = None
+
+
+@dataclass
+class MegatronConfig:
+    """The Megatron settings that change memory."""
+
+    recompute_granularity: str | None = None
+    virtual_pipeline_parallel_size: int | None = None
+    use_precision_aware_optimizer: bool | None = None
+    ddp: DistributedDataParallelConfig = field(default_factory=DistributedDataParallelConfig)
+
+
+@dataclass
+class FSDPConfig:
+    offload_params: bool | None = None
 
 
 @dataclass
 class EngineConfig:
-    """One engine: its backend string and scheduling (null: not configured)."""
+    """One engine: its backend string and scheduling (null: not configured), the model it
+    runs, and the settings that change its memory per GPU."""
 
     backend: str | None = None
     scheduling_strategy: SchedulingConfig = field(default_factory=SchedulingConfig)
     path: str | None = None
     model_shape: ModelShapeConfig = field(default_factory=ModelShapeConfig)
+    dtype: str | None = None
+    optimizer_dtype: str | None = None
+    gradient_checkpointing: bool | None = None
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    mb_spec: MicroBatchConfig = field(default_factory=MicroBatchConfig)
+    megatron: MegatronConfig = field(default_factory=MegatronConfig)
+    fsdp: FSDPConfig = field(default_factory=FSDPConfig)
+    max_concurrent_rollouts: int | None = None
+
+
+@dataclass
+class ServerConfig:
+    """``sglang`` / ``vllm``: the model served and how much memory its KV cache gets."""
+
+    model_path: str | None = None  # sglang
+    model: str | None = None  # vllm
+    dtype: str | None = None
+    kv_cache_dtype: str | None = None
+    mem_fraction_static: float | None = None  # sglang
+    context_length: int | None = None  # sglang
+    gpu_memory_utilization: float | None = None  # vllm
+    max_model_len: int | None = None  # vllm
 
 
 @dataclass
@@ -83,6 +160,9 @@ class ClusterConfig:
 
     n_nodes: int | None = None
     n_gpus_per_node: int | None = None
+    gpu: str | None = None  # a catalogue name: H100-80GB, H200, A100-40GB …
+    gpu_memory_gib: float | None = None
+    memory_reserve_gib: float | None = None
 
 
 @dataclass
@@ -96,6 +176,8 @@ class ExperimentConfig:
     ref: EngineConfig = field(default_factory=EngineConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     model_shape: ModelShapeConfig = field(default_factory=ModelShapeConfig)
+    sglang: ServerConfig = field(default_factory=ServerConfig)
+    vllm: ServerConfig = field(default_factory=ServerConfig)
     # Declared so the deprecated key reaches the hook's migration message
     # instead of a generic "not in struct" error.
     allocation_mode: str | None = None

@@ -93,8 +93,11 @@ def _apply(cfg: DictConfig, overrides: Sequence[Any]) -> None:
     ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
 
 
-def check_sweep(config: DictConfig) -> list[JobCheck]:
-    """Validate every job of the sweep described by a multirun ``config``."""
+def check_sweep(config: DictConfig, on_memory: str = "fail") -> list[JobCheck]:
+    """Validate every job of the sweep described by a multirun ``config``.
+
+    ``on_memory``: ``fail`` rejects a job whose engines do not fit their GPU memory.
+    """
     jobs = sweep_jobs(config)
     choices = set(config.hydra.runtime.choices.keys()) if "runtime" in config.hydra else set()
     parser = _parser()
@@ -118,7 +121,7 @@ def check_sweep(config: DictConfig) -> list[JobCheck]:
                 except Exception as error:  # Hydra's own override error, as the job would get
                     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
                     raise AllocationValidationError(" ".join(lines)) from None
-            plan = plan_config(cfg)
+            plan = plan_config(cfg, on_memory)
         except AllocationError as error:
             results.append(JobCheck(index, _shown(job), tuple(job), error=error))
             continue

@@ -120,6 +120,11 @@ LAYERS = [
     "areal_alloc.model",
     "areal_alloc.legacy",
     "areal_alloc.model_shape",
+    # model → memory: the model's architecture, the catalogues, the estimate
+    "areal_alloc.architecture",
+    "areal_alloc.catalogue",
+    "areal_alloc.memory",
+    "areal_alloc.fit",
     # model → plan
     "areal_alloc.placement",
     "areal_alloc.plan",

@@ -14,13 +14,22 @@ from dataclasses import fields
 from typing import Any
 
 from areal_alloc._config import child
-from areal_alloc.cli.render import render_plan, table
+from areal_alloc.catalogue import find_model
+from areal_alloc.cli.render import render_memory, render_plan, table
 from areal_alloc.compose import compose_file, read_launch_args, script_args
 from areal_alloc.errors import AllocationError, AllocationValidationError
+from areal_alloc.fit import GPUSpec, estimate_allocation, resolve_gpu
 from areal_alloc.format import layout_parts
-from areal_alloc.layouts import LayoutConstraints, enumerate_layouts
+from areal_alloc.layouts import LayoutConstraints, enumerate_layouts, layout_memory
 from areal_alloc.legacy import migration_overrides
 from areal_alloc.limits import MAX_GPUS, grouped
+from areal_alloc.memory import (
+    RECOMPUTE,
+    InferenceSettings,
+    MemoryEstimate,
+    TrainingSettings,
+    readable_bytes,
+)
 from areal_alloc.model import ModelAllocation
 from areal_alloc.model_shape import ModelShape
 from areal_alloc.plan import plan_config
@@ -142,7 +151,9 @@ def explain(args: list[str]) -> int:
         help=f"print the rank groups as JSON (every group, up to {JSON_MAX_RANKS:,} ranks "
         f"per kind)",
     )
+    _memory_flags(parser)
     ns = parser.parse_args(args)
+    memory = _memory_estimate(ModelAllocation.from_str(ns.spec), ns)
     if ns.json:
         alloc = ModelAllocation.from_str(ns.spec)
         p = alloc.parallel
@@ -175,6 +186,12 @@ def explain(args: list[str]) -> int:
                         s.name: {"size": s.size, "count": s.count, "omitted": s.omitted}
                         for s in summaries
                     },
+                    "memory": memory.to_dict() if memory else None,
+                    **(
+                        {"kv_cache": memory.kv_cache.to_dict()}
+                        if memory and memory.kv_cache
+                        else {}
+                    ),
                 },
                 indent=1,
             )
@@ -182,9 +199,86 @@ def explain(args: list[str]) -> int:
         return 0
     text, refused = _explain_text(ns.spec, ns.order, ns.groups or 3)
     print(text)
+    if memory is not None:
+        print()
+        print(render_memory(memory, f"memory per GPU ({ns.model}{_on(ns)}; an estimate):"))
     if refused is not None:
         raise refused
     return 0
+
+
+def _on(ns: argparse.Namespace) -> str:
+    return f" on {ns.gpu_spec.name}" if getattr(ns, "gpu_spec", None) else ""
+
+
+def _memory_flags(parser: argparse.ArgumentParser) -> None:
+    """--model, --gpu and the settings that change memory (the reference's defaults)."""
+    parser.add_argument(
+        "--model",
+        metavar="M",
+        help="a local config.json (or folder), a hub id in the local Hugging Face cache, or a "
+        "catalogue name such as Qwen3-8B: estimate memory per GPU",
+    )
+    parser.add_argument(
+        "--gpu", metavar="G", help="a GPU name such as H100-80GB, or its memory in GiB (80)"
+    )
+    parser.add_argument(
+        "--tokens",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="tokens per micro-batch (mb_spec.max_tokens_per_mb; default 32768)",
+    )
+    parser.add_argument(
+        "--recompute",
+        choices=RECOMPUTE,
+        default="none",
+        help="activation recomputation (gradient_checkpointing): none, selective or full",
+    )
+    parser.add_argument(
+        "--optimizer",
+        choices=("adam", "adam_bf16", "sgd", "none"),
+        default="adam",
+        help="optimizer.type; none: forward only (a ref or a teacher)",
+    )
+    parser.add_argument(
+        "--context-length",
+        type=_positive,
+        default=32768,
+        metavar="N",
+        help="inference: sglang.context_length / vllm.max_model_len (default 32768)",
+    )
+    parser.add_argument(
+        "--mem-fraction",
+        type=float,
+        default=0.9,
+        metavar="F",
+        help="inference: sglang.mem_fraction_static / vllm.gpu_memory_utilization (0.9)",
+    )
+
+
+def _settings(ns: argparse.Namespace) -> tuple[TrainingSettings, InferenceSettings]:
+    training = TrainingSettings(
+        optimizer=None if ns.optimizer == "none" else ns.optimizer,
+        optimizer_dtype="bfloat16" if ns.optimizer == "adam_bf16" else "float32",
+        recompute=ns.recompute,
+        tokens_per_micro_batch=ns.tokens or 32768,
+    )
+    inference = InferenceSettings(memory_fraction=ns.mem_fraction, context_length=ns.context_length)
+    return training, inference
+
+
+def _memory_estimate(alloc: ModelAllocation, ns: argparse.Namespace) -> MemoryEstimate | None:
+    if ns.gpu and not ns.model:
+        raise AllocationValidationError("--gpu needs --model: which model should fit?")
+    if not ns.model:
+        return None
+    ns.gpu_spec = resolve_gpu(ns.gpu) if ns.gpu else None
+    gpu: GPUSpec | None = ns.gpu_spec
+    training, inference = _settings(ns)
+    return estimate_allocation(
+        alloc, find_model(ns.model), gpu.capacity if gpu else None, training, inference
+    )
 
 
 # --- migrate ---------------------------------------------------------------------
@@ -249,6 +343,7 @@ def layouts(args: list[str]) -> int:
     parser.add_argument(
         "--sweep", action="store_true", help="one comma-separated line, ready for -m key=…"
     )
+    _memory_flags(parser)
     ns = parser.parse_args(args)
 
     shape = ModelShape.from_hf_config(ns.model_config) if ns.model_config else ModelShape()
@@ -256,10 +351,67 @@ def layouts(args: list[str]) -> int:
     values = {k: v for k, v in values.items() if v is not None}
     for name in _SHAPE_FIELDS:
         values.setdefault(name, getattr(shape, name))
-    found = enumerate_layouts(ns.backend, ns.gpus, LayoutConstraints(**values))
+    constraints = LayoutConstraints(**values)
+    if not ns.model:
+        found = enumerate_layouts(ns.backend, ns.gpus, constraints)
+        if not found:
+            raise AllocationError(f"no {ns.backend} layout of {ns.gpus} GPUs meets the constraints")
+        print(",".join(found) if ns.sweep else "\n".join(found))
+        return 0
+    return _fitting(ns, constraints)
+
+
+def _fitting(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
+    """``layouts … --model M [--gpu G]``: the layouts that fit, with memory per GPU."""
+    gpu = resolve_gpu(ns.gpu) if ns.gpu else None
+    training, inference = _settings(ns)
+    found = list(
+        layout_memory(
+            ns.backend,
+            ns.gpus,
+            constraints,
+            find_model(ns.model),
+            gpu.capacity if gpu else None,
+            training,
+            inference,
+        )
+    )
     if not found:
-        raise AllocationError(f"no {ns.backend} layout of {ns.gpus} GPUs meets the constraints")
-    print(",".join(found) if ns.sweep else "\n".join(found))
+        raise AllocationError(
+            f"no {ns.backend} layout of {ns.gpus} GPUs meets the constraints and the shape "
+            f"of {ns.model}"
+        )
+    fitting = [(spec, m) for spec, m in found if m.fits is not False]
+    if not fitting:
+        smallest = min((m for _, m in found), key=lambda m: m.total)
+        raise AllocationError(
+            f"none of the {len(found)} {ns.backend} layouts of {ns.gpus} GPUs fits "
+            f"{ns.model} on {gpu.name if gpu else '?'}: the smallest needs "
+            f"{readable_bytes(smallest.total)} per GPU (largest term {smallest.largest.name} "
+            f"{readable_bytes(smallest.largest.bytes)}); try more GPUs, --recompute full or "
+            f"fewer --tokens"
+        )
+    if ns.sweep:
+        print(",".join(spec for spec, _ in fitting))
+        return 0
+    inference_rows = fitting[0][1].kv_cache is not None
+    rows = [["layout", "per GPU", "largest term", "KV tokens" if inference_rows else ""]]
+    for spec, m in fitting:
+        kv = m.kv_cache
+        rows.append(
+            [
+                spec,
+                readable_bytes(m.total),
+                f"{m.largest.name} {readable_bytes(m.largest.bytes)}",
+                f"{kv.tokens:,}" if kv is not None and kv.tokens is not None else "",
+            ]
+        )
+    print("\n".join(table(rows)))
+    where = f"on {gpu.name}" if gpu else "(no --gpu given: none left out)"
+    print(
+        f"# {len(fitting)} of {len(found)} layouts fit {ns.model} {where}; "
+        f"{len(found) - len(fitting)} left out"
+    )
     return 0
 
 
@@ -297,6 +449,13 @@ def check(args: list[str]) -> int:
         "--quiet", action="store_true", help="print only the failures, not the plans"
     )
     parser.add_argument(
+        "--on-memory",
+        choices=("fail", "warn", "off"),
+        default="fail",
+        help="an engine predicted over its GPU memory (cluster.gpu): fail (default), warn, "
+        "or off (no estimate)",
+    )
+    parser.add_argument(
         "--skip-without-engines",
         action="store_true",
         help="pass over files that configure no engine (config fragments, other YAML): "
@@ -315,7 +474,7 @@ def check(args: list[str]) -> int:
             cfg = compose_file(path, overrides)
             if ns.skip_without_engines and all(child(cfg, key) is None for key in ENGINE_ORDER):
                 continue
-            plan = plan_config(cfg)
+            plan = plan_config(cfg, ns.on_memory)
         except AllocationError as error:
             failed.append(path)
             message = str(error) if len(files) == 1 else f"{path}: {error}"

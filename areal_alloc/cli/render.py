@@ -6,9 +6,10 @@ import bisect
 from dataclasses import dataclass
 
 from areal_alloc.format import describe_dims
+from areal_alloc.memory import MemoryEstimate, readable_bytes
 from areal_alloc.plan import Plan
 
-__all__ = ["describe_dims", "render_plan", "symbols", "table"]
+__all__ = ["describe_dims", "render_memory", "render_plan", "symbols", "table"]
 
 FREE = "·"
 
@@ -69,10 +70,70 @@ def render_plan(plan: Plan, title: str = "allocation plan") -> str:
         free = plan.capacity - plan.total_gpus
         lines.append(f"total: {plan.total_gpus} of {plan.capacity} GPUs used, {free} free")
         lines.extend(_node_map(plan))
+    lines.extend(_memory_table(plan))
     for assumption in plan.assumptions:
         lines.append(f"assumed: {assumption}")
     for warning in plan.warnings:
         lines.append(f"warning: {warning}")
+    return "\n".join(lines)
+
+
+def _memory_table(plan: Plan) -> list[str]:
+    engines = [e for e in plan.engines if e.memory is not None]
+    if not engines:
+        return []
+    gpu = f"{plan.gpu}, {readable_bytes(plan.gpu_memory)}" if plan.gpu_memory else "no GPU named"
+    rows = [["engine", "per GPU", "fits", "largest term", "KV cache per instance"]]
+    for e in plan.engines:
+        m = e.memory
+        if m is None:
+            continue
+        fits = {True: "yes", False: "NO", None: "-"}[m.fits]
+        kv = ""
+        if m.kv_cache is not None:
+            kv = f"{m.kv_cache.bytes_per_token:,} B/token"
+            if m.kv_cache.tokens is not None:
+                kv += (
+                    f", {m.kv_cache.tokens:,} tokens = {m.kv_cache.sequences:,} × "
+                    f"{m.kv_cache.sequence_length:,}"
+                )
+        rows.append(
+            [
+                e.key,
+                readable_bytes(m.total),
+                fits,
+                f"{m.largest.name} {readable_bytes(m.largest.bytes)}",
+                kv,
+            ]
+        )
+    return [
+        "",
+        f"memory per GPU (estimate; {gpu}; every term: areal-alloc explain SPEC --model M):",
+        *("  " + line for line in table(rows)),
+    ]
+
+
+def render_memory(estimate: MemoryEstimate, title: str) -> str:
+    """Every term of one estimate with its formula, then the total against the GPU."""
+    rows = [[t.name, readable_bytes(t.bytes), t.formula] for t in estimate.terms]
+    lines = [title, *("  " + line for line in table(rows))]
+    if estimate.kv_cache is not None:
+        kv = estimate.kv_cache
+        lines.append(f"  KV bytes per token per GPU: {kv.bytes_per_token:,} = {kv.formula}")
+        if kv.tokens is not None:
+            lines.append(
+                f"  KV cache: {kv.tokens:,} tokens = {kv.sequences:,} sequences of "
+                f"{kv.sequence_length:,} tokens"
+                + (f" (the run keeps {kv.concurrency:,} in flight)" if kv.concurrency else "")
+            )
+    total = f"  total {readable_bytes(estimate.total)} per GPU"
+    if estimate.capacity is not None:
+        headroom = estimate.headroom or 0
+        total += f" of {readable_bytes(estimate.capacity)}: " + (
+            f"{readable_bytes(headroom)} free" if estimate.fits else "DOES NOT FIT"
+        )
+    lines.append(total)
+    lines.extend(f"  assumed: {a}" for a in estimate.assumptions)
     return "\n".join(lines)
 
 

@@ -29,6 +29,12 @@ node map (one column per GPU, · free):
 
   R/r = rollout sglang:d2t4, 2 instances of 4 GPUs  (node 0)
   A = actor fsdp:d4t2 + ref (colocated)  (node 1)
+
+memory per GPU (estimate; H100-80GB, 80.0 GiB; every term: areal-alloc explain SPEC --model M):
+  engine   per GPU   fits  largest term       KV cache per instance
+  rollout  72.0 GiB  yes   kv_cache 66.5 GiB  14,336 B/token, 4,977,268 tokens = 151 × 32,768
+  actor    32.0 GiB  yes   optimizer 7.1 GiB
+  ref      14.8 GiB  yes   weights 5.0 GiB
 """
 
 
@@ -58,7 +64,7 @@ def test_default_run_prints_the_plan_and_writes_nothing(tmp_path: Path, cli: Cli
             ],
         ),
         (
-            ["cluster.n_nodes=3", "+critic.backend=fsdp:d4t2"],
+            ["cluster.n_nodes=3", "+critic.backend=fsdp:d4t2", "+critic.gradient_checkpointing=1"],
             [
                 "  critic   fsdp:d4t2    d4 t2  8      -          separate           8",
                 "  node 2  C C C C C C C C",

@@ -118,7 +118,15 @@ def test_every_shipped_experiment_validates(
 def test_one_override_adds_a_critic() -> None:
     with initialize_config_module(config_module="areal_alloc.conf.app", version_base="1.3"):
         plan = areal_alloc.validate(
-            compose("config", overrides=["cluster.n_nodes=3", "+critic.backend=fsdp:d4t2"])
+            compose(
+                "config",
+                overrides=[
+                    "cluster.n_nodes=3",
+                    "+critic.backend=fsdp:d4t2",
+                    # the default experiment names its model and GPU: the critic must fit
+                    "+critic.gradient_checkpointing=true",
+                ],
+            )
         )
     assert plan["critic"].spec == "fsdp:d4t2"
     assert plan.total_gpus == 24

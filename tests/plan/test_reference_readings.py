@@ -273,7 +273,11 @@ def test_migration_overrides_work_where_the_engine_does_not_exist_yet(hydra_conf
 
 
 def test_the_hook_prints_the_plans_warnings(tmp_path: Path, cli: Cli) -> None:
-    done = cli("rollout.backend=sglang:d1t2", "actor.backend=megatron:d1t8")
+    done = cli(
+        "rollout.backend=sglang:d1t2",
+        "rollout.max_concurrent_rollouts=16",
+        "actor.backend=megatron:d1t8",
+    )
     assert done.returncode == 0, done.stderr
     assert done.stderr == (
         "areal-alloc: warning: actor: 1 tensor-parallel group(s) cross nodes, e.g. GPUs 2-9 on "

@@ -1,0 +1,352 @@
+"""A model's architecture, and its exact parameter count, from a Hugging Face config.
+
+:class:`Architecture` holds what the memory estimate needs: widths, layer
+counts, attention (multi-head, grouped-query or DeepSeek's multi-head latent
+attention), the MLP (SwiGLU), and mixture-of-experts layers (routed and shared
+experts, router, dense-first layers). :attr:`Architecture.parameters` counts
+every weight the Hugging Face implementation creates, by kind, so that a layout
+can shard each kind the way its backend does.
+
+Where the config keys come from: ``transformers``' ``LlamaConfig``,
+``Qwen2Config``, ``Qwen3Config``, ``Qwen3MoeConfig`` and ``DeepseekV3Config``
+(https://huggingface.co/docs/transformers/model_doc/qwen3_moe lists the MoE
+keys); a few Megatron-style names are read too (``num_layers``,
+``ffn_hidden_size``, ``num_query_groups``, ``kv_channels``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from areal_alloc.errors import AllocationValidationError
+
+__all__ = ["Architecture", "ParameterCount"]
+
+#: Our field name -> the config keys it is read from, first found wins.
+_KEYS: dict[str, tuple[str, ...]] = {
+    "hidden_size": ("hidden_size", "n_embd", "d_model"),
+    "num_layers": ("num_hidden_layers", "num_layers", "n_layer"),
+    "num_attention_heads": ("num_attention_heads", "n_head"),
+    "num_key_value_heads": ("num_key_value_heads", "num_query_groups"),
+    "head_dim": ("head_dim", "kv_channels"),
+    "intermediate_size": ("intermediate_size", "ffn_hidden_size"),
+    "vocab_size": ("vocab_size", "padded_vocab_size"),
+    "num_experts": ("num_experts", "n_routed_experts", "num_local_experts"),
+    "experts_per_token": ("num_experts_per_tok", "moe_router_topk"),
+    "moe_intermediate_size": ("moe_intermediate_size", "moe_ffn_hidden_size"),
+    "first_dense_layers": ("first_k_dense_replace",),
+    "q_lora_rank": ("q_lora_rank",),
+    "kv_lora_rank": ("kv_lora_rank",),
+    "qk_nope_head_dim": ("qk_nope_head_dim",),
+    "qk_rope_head_dim": ("qk_rope_head_dim",),
+    "v_head_dim": ("v_head_dim",),
+}
+
+_REQUIRED = ("hidden_size", "num_layers", "num_attention_heads", "vocab_size")
+
+
+@dataclass(frozen=True, slots=True)
+class ParameterCount:
+    """Parameters by kind, as a backend shards them.
+
+    Per-layer figures are for one layer of that kind; ``moe_layers`` of the
+    ``num_layers`` are mixture-of-experts layers, the rest dense.
+    """
+
+    embedding: int
+    output: int  # 0 when the output layer is tied to the embedding
+    attention: int  # one layer's attention projections (and their biases)
+    dense_mlp: int  # one dense layer's MLP
+    shared_experts: int  # one MoE layer's shared experts (and their gate)
+    routed_experts: int  # one MoE layer's routed experts, all of them
+    active_routed_experts: int  # the top-k of them one token passes through
+    router: int  # one MoE layer's router
+    norms: int  # one layer's norms (q/k norms and MLA's latent norms included)
+    final_norm: int
+    dense_layers: int
+    moe_layers: int
+
+    @property
+    def dense_layer(self) -> int:
+        return self.attention + self.dense_mlp + self.norms
+
+    @property
+    def moe_layer(self) -> int:
+        return self.attention + self.shared_experts + self.routed_experts + self.router + self.norms
+
+    @property
+    def layers(self) -> int:
+        return self.dense_layer * self.dense_layers + self.moe_layer * self.moe_layers
+
+    @property
+    def total(self) -> int:
+        return self.embedding + self.output + self.layers + self.final_norm
+
+    @property
+    def active(self) -> int:
+        """Parameters one token passes through (routed experts: only the top-k)."""
+        return self.total - (self.routed_experts - self.active_routed_experts) * self.moe_layers
+
+    @property
+    def expert_sharded(self) -> int:
+        """Routed-expert parameters of the whole model (sharded over etp·ep)."""
+        return self.routed_experts * self.moe_layers
+
+    @property
+    def replicated(self) -> int:
+        """Parameters that tensor parallelism does not split (norms, routers)."""
+        return (
+            self.norms * (self.dense_layers + self.moe_layers)
+            + self.router * self.moe_layers
+            + self.final_norm
+        )
+
+    @property
+    def tensor_sharded(self) -> int:
+        """Parameters split by tensor parallelism (everything else)."""
+        return self.total - self.expert_sharded - self.replicated
+
+    @property
+    def largest_layer(self) -> int:
+        """The largest decoder layer (what FSDP gathers at once)."""
+        return max(
+            self.dense_layer if self.dense_layers else 0, self.moe_layer if self.moe_layers else 0
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Architecture:
+    """The widths and counts of a decoder-only transformer (SwiGLU MLP, RMSNorm)."""
+
+    hidden_size: int
+    num_layers: int
+    num_attention_heads: int
+    vocab_size: int
+    num_key_value_heads: int = 0  # 0: as many as attention heads
+    head_dim: int = 0  # 0: hidden_size / num_attention_heads
+    intermediate_size: int = 0  # dense MLP width (dense models, dense-first layers)
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False  # q, k and v projections with bias (Qwen2)
+    qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3)
+    gated_mlp: bool = True  # SwiGLU (gate, up, down); False: GPT's two-matrix GeLU MLP
+    num_experts: int = 0
+    experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    shared_expert_intermediate_size: int = 0  # all shared experts together
+    shared_expert_gate: bool = False  # Qwen2-MoE's sigmoid gate on the shared expert
+    first_dense_layers: int = 0
+    q_lora_rank: int = 0  # MLA: 0 means q is projected directly
+    kv_lora_rank: int = 0  # MLA when > 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    source: str = "model"
+
+    def __post_init__(self) -> None:
+        for name in (
+            "hidden_size",
+            "num_layers",
+            "num_attention_heads",
+            "vocab_size",
+            "num_key_value_heads",
+            "head_dim",
+            "intermediate_size",
+            "num_experts",
+            "experts_per_token",
+            "moe_intermediate_size",
+            "shared_expert_intermediate_size",
+            "first_dense_layers",
+            "q_lora_rank",
+            "kv_lora_rank",
+            "qk_nope_head_dim",
+            "qk_rope_head_dim",
+            "v_head_dim",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise AllocationValidationError(
+                    f"{self.source}: {name}={value!r} must be a whole number ≥ 0"
+                )
+            if value > 1 << 40:
+                raise AllocationValidationError(
+                    f"{self.source}: {name}={value:,} is beyond any real model (limit 2^40)"
+                )
+        for name in _REQUIRED:
+            if getattr(self, name) < 1:
+                raise AllocationValidationError(f"{self.source}: {name} must be ≥ 1")
+        if self.num_experts and not (1 <= self.experts_per_token <= self.num_experts):
+            raise AllocationValidationError(
+                f"{self.source}: experts_per_token={self.experts_per_token} must be between 1 "
+                f"and num_experts={self.num_experts}"
+            )
+        if self.num_experts and not self.moe_intermediate_size:
+            raise AllocationValidationError(
+                f"{self.source}: num_experts={self.num_experts} needs moe_intermediate_size"
+            )
+        if self.first_dense_layers > self.num_layers:
+            raise AllocationValidationError(
+                f"{self.source}: first_dense_layers={self.first_dense_layers} > "
+                f"num_layers={self.num_layers}"
+            )
+        if self.dense_layer_count and not self.intermediate_size:
+            raise AllocationValidationError(
+                f"{self.source}: intermediate_size is needed for the dense MLP layers"
+            )
+
+    # --- derived sizes -------------------------------------------------------------
+    @property
+    def kv_heads(self) -> int:
+        return self.num_key_value_heads or self.num_attention_heads
+
+    @property
+    def head_size(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def moe_layer_count(self) -> int:
+        return self.num_layers - self.first_dense_layers if self.is_moe else 0
+
+    @property
+    def dense_layer_count(self) -> int:
+        return self.num_layers - self.moe_layer_count
+
+    @property
+    def query_width(self) -> int:
+        """Width of all query heads together (a·d; MLA: a·(nope + rope))."""
+        if self.is_mla:
+            return self.num_attention_heads * (self.qk_nope_head_dim + self.qk_rope_head_dim)
+        return self.num_attention_heads * self.head_size
+
+    @property
+    def kv_width(self) -> int:
+        """Width of the keys (= of the values) per token: kv heads × head size."""
+        return self.kv_heads * self.head_size
+
+    @property
+    def parameters(self) -> ParameterCount:
+        h = self.hidden_size
+        if self.is_mla:
+            a, nope, rope, v = (
+                self.num_attention_heads,
+                self.qk_nope_head_dim,
+                self.qk_rope_head_dim,
+                self.v_head_dim,
+            )
+            if self.q_lora_rank:
+                query = h * self.q_lora_rank + self.q_lora_rank * a * (nope + rope)
+                latent_norms = self.q_lora_rank + self.kv_lora_rank
+            else:
+                query = h * a * (nope + rope)
+                latent_norms = self.kv_lora_rank
+            attention = (
+                query
+                + h * (self.kv_lora_rank + rope)  # kv_a_proj_with_mqa
+                + self.kv_lora_rank * a * (nope + v)  # kv_b_proj
+                + a * v * h  # o_proj
+            )
+        else:
+            q, kv = self.query_width, self.kv_width
+            attention = h * q + 2 * h * kv + q * h
+            if self.attention_bias:
+                attention += q + 2 * kv
+            latent_norms = 2 * self.head_size if self.qk_norm else 0
+        matrices = 3 if self.gated_mlp else 2
+        shared = matrices * h * self.shared_expert_intermediate_size
+        if self.shared_expert_gate and self.shared_expert_intermediate_size:
+            shared += h
+        one_expert = matrices * h * self.moe_intermediate_size
+        return ParameterCount(
+            embedding=self.vocab_size * h,
+            output=0 if self.tie_word_embeddings else self.vocab_size * h,
+            attention=attention,
+            dense_mlp=matrices * h * self.intermediate_size,
+            shared_experts=shared if self.is_moe else 0,
+            routed_experts=one_expert * self.num_experts,
+            active_routed_experts=one_expert * self.experts_per_token,
+            router=h * self.num_experts,
+            norms=2 * h + latent_norms,
+            final_norm=h,
+            dense_layers=self.dense_layer_count,
+            moe_layers=self.moe_layer_count,
+        )
+
+    # --- reading configs --------------------------------------------------------------
+    @classmethod
+    def from_mapping(cls, data: Any, source: str = "model") -> Architecture:
+        """Read a Hugging Face ``config.json`` mapping (or our own field names)."""
+        if not hasattr(data, "get"):
+            raise AllocationValidationError(f"{source}: expected a mapping of config values")
+        if isinstance(data.get("text_config"), dict) and "hidden_size" not in data:
+            data = data["text_config"]  # multimodal wrappers keep the LM here
+        values: dict[str, Any] = {}
+        for name, keys in _KEYS.items():
+            for key in keys:
+                value = data.get(key)
+                if value is not None:
+                    values[name] = value
+                    break
+        missing = [name for name in _REQUIRED if name not in values]
+        if missing:
+            raise AllocationValidationError(
+                f"{source}: not a model config: {', '.join(missing)} missing (a Hugging Face "
+                f"config.json has hidden_size, num_hidden_layers, num_attention_heads, "
+                f"vocab_size)"
+            )
+        for name, value in values.items():
+            if isinstance(value, float) and value.is_integer():
+                values[name] = int(value)
+        values["tie_word_embeddings"] = bool(data.get("tie_word_embeddings", False))
+        values["gated_mlp"] = bool(data.get("swiglu", True))  # Megatron-style configs say so
+        model_type = str(data.get("model_type") or "")
+        # Qwen2 always has q/k/v biases; Llama-style configs say attention_bias
+        values["attention_bias"] = bool(
+            data.get("attention_bias", data.get("qkv_bias", model_type in ("qwen2", "qwen2_moe")))
+        )
+        values["qk_norm"] = bool(
+            data.get("qk_layernorm", data.get("use_qk_norm", model_type.startswith("qwen3")))
+        )
+        if values.get("q_lora_rank") is None:
+            values.pop("q_lora_rank", None)
+        shared = data.get("shared_expert_intermediate_size")
+        n_shared = data.get("n_shared_experts")
+        if shared:
+            values["shared_expert_intermediate_size"] = int(shared)
+            values["shared_expert_gate"] = model_type == "qwen2_moe"
+        elif n_shared and values.get("moe_intermediate_size"):
+            values["shared_expert_intermediate_size"] = int(n_shared) * int(
+                values["moe_intermediate_size"]
+            )
+        if values.get("num_experts") and data.get("mlp_only_layers"):
+            raise AllocationValidationError(
+                f"{source}: mlp_only_layers={data.get('mlp_only_layers')!r} (dense layers "
+                f"between MoE layers) is not supported; give a model_shape instead"
+            )
+        try:
+            return cls(**values, source=source)
+        except TypeError as error:  # a value of the wrong kind, e.g. a list
+            raise AllocationValidationError(f"{source}: {error}") from None
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Architecture:
+        """Read a local ``config.json`` (or the folder holding one)."""
+        file = Path(path).expanduser()
+        if file.is_dir():
+            file = file / "config.json"
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise AllocationValidationError(f"{file}: no such file") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise AllocationValidationError(f"{file}: cannot read it as JSON ({error})") from None
+        return cls.from_mapping(data, source=str(file))

@@ -1,0 +1,359 @@
+"""Built-in models and GPUs, and finding a model by path, Hugging Face id or name.
+
+Every catalogue entry records the published values it came from and where they
+were read. Model entries hold the config.json values that decide memory; the
+hub id's own config is the authority and the copies we read (mirrors of that
+config.json on the Hub, or a training framework's model config naming the same
+values) are cited next to each entry. A model in the local Hugging Face cache is
+read from there first, offline; nothing is ever downloaded.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from areal_alloc.architecture import Architecture
+from areal_alloc.errors import AllocationValidationError
+
+__all__ = ["GPU", "GPUS", "MODELS", "CatalogueModel", "find_gpu", "find_model"]
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogueModel:
+    """A model people train with the reference, as its config.json publishes it."""
+
+    hub_id: str
+    config: dict[str, Any] = field(hash=False)
+    #: where the config values above were read (a copy of the hub's config.json)
+    config_source: str
+    #: the published parameter count, and where it is published (None: not given)
+    published_total: float | None = None
+    published_active: float | None = None
+    published_source: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.hub_id.rsplit("/", 1)[-1]
+
+    @property
+    def architecture(self) -> Architecture:
+        return Architecture.from_mapping(self.config, source=self.hub_id)
+
+
+def _qwen2(
+    h: int, ffn: int, layers: int, heads: int, kv: int, vocab: int, tied: bool
+) -> dict[str, Any]:
+    return {
+        "model_type": "qwen2",
+        "hidden_size": h,
+        "intermediate_size": ffn,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "vocab_size": vocab,
+        "tie_word_embeddings": tied,
+    }
+
+
+def _qwen3(h: int, ffn: int, layers: int, heads: int, kv: int, tied: bool) -> dict[str, Any]:
+    return {
+        "model_type": "qwen3",
+        "hidden_size": h,
+        "intermediate_size": ffn,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "head_dim": 128,
+        "vocab_size": 151936,
+        "tie_word_embeddings": tied,
+    }
+
+
+def _qwen3_moe(
+    h: int, layers: int, heads: int, kv: int, experts: int, top_k: int, ffn: int
+) -> dict[str, Any]:
+    return {
+        "model_type": "qwen3_moe",
+        "hidden_size": h,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "head_dim": 128,
+        "vocab_size": 151936,
+        "num_experts": experts,
+        "num_experts_per_tok": top_k,
+        "moe_intermediate_size": ffn,
+        "mlp_only_layers": [],
+        "tie_word_embeddings": False,
+    }
+
+
+def _llama(h: int, ffn: int, layers: int, heads: int, kv: int) -> dict[str, Any]:
+    return {
+        "model_type": "llama",
+        "hidden_size": h,
+        "intermediate_size": ffn,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "vocab_size": 128256,
+        "attention_bias": False,
+        "tie_word_embeddings": False,
+    }
+
+
+_HF = "https://huggingface.co/"
+
+#: The built-in models. Base and Instruct variants share shapes; both ids resolve.
+MODELS: dict[str, CatalogueModel] = {
+    m.hub_id.lower(): m
+    for m in (
+        CatalogueModel(
+            "Qwen/Qwen2.5-3B",
+            _qwen2(2048, 11008, 36, 16, 2, 151936, True),
+            _HF + "osllmai-community/Qwen2.5-3B-Instruct/blob/main/config.json "
+            "(a copy of Qwen/Qwen2.5-3B-Instruct's config.json)",
+        ),
+        CatalogueModel(
+            "Qwen/Qwen2.5-7B",
+            _qwen2(3584, 18944, 28, 28, 4, 152064, False),
+            _HF + "osllmai-community/Qwen2.5-7B-Instruct/blob/main/config.json "
+            "(a copy of Qwen/Qwen2.5-7B-Instruct's config.json)",
+        ),
+        CatalogueModel(
+            "Qwen/Qwen2.5-72B",
+            _qwen2(8192, 29568, 80, 64, 8, 152064, False),
+            _HF + "gghfez/UwU-72B-Preview/blob/64af8159bc15b908f7f1792121f99beaad633ce9/"
+            "config.json (a Qwen2.5-72B-Instruct derivative with its config.json values)",
+        ),
+        CatalogueModel(
+            "Qwen/Qwen3-4B",
+            _qwen3(2560, 9728, 36, 32, 8, True),
+            _HF + "Thrillcrazyer/LDS_4B/blob/main/config.json (base_config_dict of "
+            "Qwen/Qwen3-4B) and " + _HF + "MultiRL/qwen3_4b_instruct_sft/blob/main/config.json",
+        ),
+        CatalogueModel(
+            "Qwen/Qwen3-8B",
+            _qwen3(4096, 12288, 36, 32, 8, False),
+            _HF + "thejaminator/qwen-hook-layer-9/commit/"
+            "478fb720f1f3ced834fce0275b55b2732d438edc ('Copy config.json from Qwen/Qwen3-8B')",
+            # the Hub's safetensors metadata for Qwen/Qwen3-8B, as quoted in issue #10
+            published_total=8_190_735_360,
+            published_source=_HF + "Qwen/Qwen3-8B (safetensors parameter count)",
+        ),
+        CatalogueModel(
+            "Qwen/Qwen3-32B",
+            _qwen3(5120, 25600, 64, 64, 8, False),
+            "https://gitcode.com/Ascend/MindSpeed-RL/blob/master/configs/model/qwen3_32b.yaml",
+        ),
+        CatalogueModel(
+            "Qwen/Qwen3-30B-A3B",
+            _qwen3_moe(2048, 48, 32, 4, 128, 8, 768),
+            "https://gitcode.com/Ascend/MindSpeed-RL/blob/master/configs/model/qwen3_30b_a3b.yaml "
+            "and " + _HF + "AweAI-Team/Scale-SWE-Agent/blob/main/config.json",
+            # Qwen3-30B-A3B model card: "30.5B in total and 3.3B activated" (issue #10)
+            published_total=30.5e9,
+            published_active=3.3e9,
+            published_source=_HF + "Qwen/Qwen3-30B-A3B (model card)",
+        ),
+        CatalogueModel(
+            "Qwen/Qwen3-235B-A22B",
+            _qwen3_moe(4096, 94, 64, 4, 128, 8, 1536),
+            "https://gitcode.com/Ascend/MindSpeed-RL/blob/master/configs/model/"
+            "qwen3_235b_a22b.yaml",
+        ),
+        CatalogueModel(
+            "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B",
+            _qwen2(1536, 8960, 28, 12, 2, 151936, False),
+            _HF
+            + "rohinm/model/blob/main/config.json and "
+            + _HF
+            + "bluryar/DeepSeek-R1-Distill-Qwen-1.5B-sft/blob/main/config.json (copies with "
+            "_name_or_path deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B)",
+        ),
+        CatalogueModel(
+            "meta-llama/Llama-3.1-8B",
+            _llama(4096, 14336, 32, 32, 8),
+            _HF + "NbAiLab/nb-llama-3.1-8B/blob/main/config.json (a copy with _name_or_path "
+            "meta-llama/Llama-3.1-8B)",
+            # the Hub's safetensors metadata for meta-llama/Llama-3.1-8B, as quoted in issue #10
+            published_total=8_030_261_248,
+            published_source=_HF + "meta-llama/Llama-3.1-8B (safetensors parameter count)",
+        ),
+        CatalogueModel(
+            "meta-llama/Llama-3.1-70B",
+            _llama(8192, 28672, 80, 64, 8),
+            _HF + "mlabonne/Llama-3.1-70B-Instruct-lorablated/blame/"
+            "4cc98185081c6c938df69f8e5ac4cf7aeade7fa3/config.json (_name_or_path "
+            "meta-llama/Meta-Llama-3.1-70B-Instruct)",
+        ),
+        CatalogueModel(
+            "deepseek-ai/DeepSeek-V3",
+            {
+                "model_type": "deepseek_v3",
+                "hidden_size": 7168,
+                "intermediate_size": 18432,
+                "moe_intermediate_size": 2048,
+                "num_hidden_layers": 61,
+                "num_attention_heads": 128,
+                "num_key_value_heads": 128,
+                "n_routed_experts": 256,
+                "n_shared_experts": 1,
+                "num_experts_per_tok": 8,
+                "first_k_dense_replace": 3,
+                "q_lora_rank": 1536,
+                "kv_lora_rank": 512,
+                "qk_nope_head_dim": 128,
+                "qk_rope_head_dim": 64,
+                "v_head_dim": 128,
+                "vocab_size": 129280,
+                "tie_word_embeddings": False,
+            },
+            "https://gitcode.com/cann/cann-recipes-train/blob/master/llm_rl/deepseek/"
+            "verl_patches/config.json (DeepSeek-V3's config.json); the multi-token "
+            "prediction module is not counted, as the published 671B does not count it",
+            # DeepSeek-V3 model card: "671B total parameters with 37B activated"
+            published_total=671e9,
+            published_active=37e9,
+            published_source=_HF + "deepseek-ai/DeepSeek-V3 (model card)",
+        ),
+    )
+}
+
+#: Other ids with the same shapes: instruct/chat variants, R1 (same as V3).
+_ALIASES = {
+    "qwen/qwen2.5-3b-instruct": "qwen/qwen2.5-3b",
+    "qwen/qwen2.5-7b-instruct": "qwen/qwen2.5-7b",
+    "qwen/qwen2.5-72b-instruct": "qwen/qwen2.5-72b",
+    "meta-llama/llama-3.1-8b-instruct": "meta-llama/llama-3.1-8b",
+    "meta-llama/llama-3.1-70b-instruct": "meta-llama/llama-3.1-70b",
+    "meta-llama/meta-llama-3.1-8b": "meta-llama/llama-3.1-8b",
+    "meta-llama/meta-llama-3.1-8b-instruct": "meta-llama/llama-3.1-8b",
+    "meta-llama/meta-llama-3.1-70b-instruct": "meta-llama/llama-3.1-70b",
+    "deepseek-ai/deepseek-r1": "deepseek-ai/deepseek-v3",
+    "qwen/qwen3-4b-instruct-2507": "qwen/qwen3-4b",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class GPU:
+    """A GPU model and its published memory (taken as GiB, 2^30 bytes)."""
+
+    name: str
+    memory_gib: float
+    source: str
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.memory_gib * GIB)
+
+
+_LLMBOOK = "http://llmbook.apartsin.com/appendices/appendix-g-hardware-compute/section-g.1.html"
+
+GPUS: dict[str, GPU] = {
+    g.name.lower(): g
+    for g in (
+        GPU("A100-40GB", 40, "the product name: NVIDIA A100 40GB"),
+        GPU("A100-80GB", 80, _LLMBOOK + " (A100 SXM: 80 GB HBM2e)"),
+        GPU(
+            "A800",
+            80,
+            "https://tweakers.net/nieuws/203182/ (A800: up to 80GB HBM2e, as the A100)",
+        ),
+        GPU("H100-80GB", 80, _LLMBOOK + " (H100 SXM: 80 GB HBM3)"),
+        GPU("H200", 141, _LLMBOOK + " (H200 SXM: 141 GB HBM3e)"),
+        GPU(
+            "H20",
+            96,
+            "https://tweakers.net/nieuws/215984/ (H20: 96GB HBM3, 4TB/s)",
+        ),
+        GPU("L40S", 48, _LLMBOOK + " (L40S: 48 GB GDDR6)"),
+        GPU("B200", 192, _LLMBOOK + " (B200: 192 GB HBM3e)"),
+    )
+}
+
+_GPU_ALIASES = {"a100": "a100-80gb", "h100": "h100-80gb", "h100-sxm": "h100-80gb"}
+
+
+def _close(name: str, choices: list[str]) -> str:
+    lowered = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(name.lower(), list(lowered), n=3, cutoff=0.5)
+    return f"did you mean {', '.join(lowered[c] for c in close)}? " if close else ""
+
+
+def find_gpu(name: str) -> GPU:
+    """A catalogue GPU by name, case-insensitively; an unknown one lists close matches."""
+    key = name.strip().lower().replace(" ", "-").replace("_", "-")
+    key = _GPU_ALIASES.get(key, key)
+    if key in GPUS:
+        return GPUS[key]
+    names = [g.name for g in GPUS.values()]
+    raise AllocationValidationError(
+        f"unknown GPU {name!r}: {_close(name, names)}known GPUs: {', '.join(names)}; or give "
+        f"its memory as cluster.gpu_memory_gib"
+    )
+
+
+def _hub_cache() -> Path:
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    return Path.home() / ".cache" / "huggingface" / "hub"
+
+
+def _cached_config(hub_id: str) -> Path | None:
+    """``config.json`` of a hub id in the local cache (newest snapshot), offline."""
+    folder = _hub_cache() / ("models--" + hub_id.replace("/", "--"))
+    ref = folder / "refs" / "main"
+    try:
+        if ref.is_file():
+            file = folder / "snapshots" / ref.read_text(encoding="utf-8").strip() / "config.json"
+            if file.is_file():
+                return file
+        snapshots = sorted(
+            (s for s in (folder / "snapshots").glob("*/config.json")),
+            key=lambda p: p.stat().st_mtime,
+        )
+    except OSError:
+        return None
+    return snapshots[-1] if snapshots else None
+
+
+def find_model(reference: str) -> Architecture:
+    """A model from a local config path, a hub id in the local cache, or the catalogue."""
+    text = reference.strip()
+    if not text:
+        raise AllocationValidationError("empty model name: give a path, a hub id or a name")
+    path = Path(text).expanduser()
+    if path.is_file() or (path.is_dir() and (path / "config.json").is_file()):
+        return Architecture.from_file(path)
+    if path.is_dir():
+        raise AllocationValidationError(f"{text}: this folder has no config.json")
+    if text.count("/") == 1 and not text.startswith(("/", ".", "~")):
+        cached = _cached_config(text)
+        if cached is not None:
+            return Architecture.from_file(cached)
+    names = [m.name for m in MODELS.values()]
+    if text.startswith(("/", ".", "~")) or text.count("/") > 1:
+        raise AllocationValidationError(f"{text}: no such file or folder with a config.json here")
+    key = text.lower()
+    key = _ALIASES.get(key, key)
+    if key in MODELS:
+        return MODELS[key].architecture
+    # a catalogue name, or a hub id of another organisation (e.g. a mirror's) by its name
+    short = key.rsplit("/", 1)[-1]
+    for hub_id in (*MODELS, *_ALIASES):
+        if hub_id.rsplit("/", 1)[-1] == short:
+            return MODELS[_ALIASES.get(hub_id, hub_id)].architecture
+    raise AllocationValidationError(
+        f"unknown model {reference!r}: not a local config.json, not in the local Hugging Face "
+        f"cache ({_hub_cache()}), not in the catalogue; {_close(short, names)}"
+        f"catalogue: {', '.join(names)}"
+    )

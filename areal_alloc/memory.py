@@ -1,0 +1,671 @@
+"""Per-GPU memory of one engine: an estimate whose every term shows its inputs.
+
+Training (``fsdp``, ``megatron``, ``archon``), for the most-loaded GPU:
+
+- weights, gradients and optimizer states, sharded the way the reference's
+  engines shard them (see :func:`training_memory`);
+- activations from Korthikanti et al. 2022, "Reducing Activation Recomputation
+  in Large Transformer Models" (arXiv:2205.05198), Table 2, generalised from
+  GPT's MLP to grouped-query attention, SwiGLU and mixture-of-experts layers;
+- the logits of the whole vocabulary in float32 on the last pipeline stage;
+- a reserve for the CUDA context, NCCL buffers and fragmentation (a stated
+  number the user can override).
+
+Inference (``sglang``, ``vllm``), per GPU of one instance: the weights over t·p,
+the KV bytes per token, and how many tokens (and full-length sequences) the KV
+cache holds: ``(fraction × GPU memory − weights − reserve) / bytes per token``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, replace
+
+from areal_alloc.architecture import Architecture, ParameterCount
+from areal_alloc.errors import AllocationValidationError
+from areal_alloc.strategy import ParallelStrategy
+
+__all__ = [
+    "DTYPE_BYTES",
+    "GIB",
+    "InferenceSettings",
+    "KVCache",
+    "MemoryEstimate",
+    "Term",
+    "TrainingSettings",
+    "activation_bytes_per_token",
+    "inference_memory",
+    "kv_bytes_per_token",
+    "readable_bytes",
+    "training_memory",
+]
+
+GIB = 1 << 30
+
+#: Bytes per element of the dtypes the reference's configs name.
+DTYPE_BYTES = {
+    "float32": 4,
+    "fp32": 4,
+    "float": 4,
+    "bfloat16": 2,
+    "bf16": 2,
+    "float16": 2,
+    "fp16": 2,
+    "half": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+}
+
+RECOMPUTE = ("none", "selective", "full")
+OPTIMIZERS = ("adam", "adam_bf16", "sgd")
+
+
+def dtype_bytes(name: str, key: str) -> int:
+    value = DTYPE_BYTES.get(str(name).lower())
+    if value is None:
+        raise AllocationValidationError(
+            f"{key}={name!r}: unknown dtype; known: {', '.join(sorted(DTYPE_BYTES))}"
+        )
+    return value
+
+
+def readable_bytes(n: float) -> str:
+    """``12.3 GiB``; ``512.0 MiB`` under a GiB."""
+    if abs(n) >= GIB:
+        return f"{n / GIB:.1f} GiB"
+    return f"{n / (1 << 20):.1f} MiB"
+
+
+def _b(n: float) -> str:
+    """A parameter or element count, short: 7.62e9 → 7.62B."""
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.3g}{unit}"
+    return f"{n:.3g}"
+
+
+@dataclass(frozen=True, slots=True)
+class Term:
+    """One part of the estimate: its bytes and the formula with its inputs."""
+
+    name: str
+    bytes: int
+    formula: str
+
+
+@dataclass(frozen=True, slots=True)
+class KVCache:
+    """What an inference instance's KV cache holds, per GPU."""
+
+    bytes_per_token: int
+    formula: str
+    tokens: int | None  # None: the GPU's memory is not known
+    sequence_length: int
+    concurrency: int | None  # sequences the run keeps in flight per instance
+
+    @property
+    def sequences(self) -> int | None:
+        return None if self.tokens is None else self.tokens // self.sequence_length
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "bytes_per_token": self.bytes_per_token,
+            "formula": self.formula,
+            "tokens": self.tokens,
+            "sequence_length": self.sequence_length,
+            "sequences": self.sequences,
+            "concurrency": self.concurrency,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEstimate:
+    """One engine's memory per GPU, term by term."""
+
+    key: str
+    backend: str
+    terms: tuple[Term, ...]
+    capacity: int | None  # bytes per GPU; None when no GPU is named
+    assumptions: tuple[str, ...] = ()
+    kv_cache: KVCache | None = None
+    #: an inference engine claims this share of the GPU up front
+    claimed_fraction: float | None = None
+
+    @property
+    def total(self) -> int:
+        if self.claimed_fraction is not None and self.capacity is not None:
+            return int(self.claimed_fraction * self.capacity)
+        return sum(t.bytes for t in self.terms)
+
+    def term(self, name: str) -> int:
+        return sum(t.bytes for t in self.terms if t.name == name)
+
+    @property
+    def largest(self) -> Term:
+        return max(self.terms, key=lambda t: t.bytes)
+
+    @property
+    def headroom(self) -> int | None:
+        return None if self.capacity is None else self.capacity - self.total
+
+    @property
+    def fits(self) -> bool | None:
+        if self.capacity is None:
+            return None
+        if self.kv_cache is not None:
+            return (self.kv_cache.tokens or 0) >= self.kv_cache.sequence_length
+        return self.total <= self.capacity
+
+    def with_term(self, term: Term) -> MemoryEstimate:
+        return replace(self, terms=(*self.terms, term))
+
+    def to_dict(self) -> dict[str, object]:
+        names = ("weights", "gradients", "optimizer", "activations", "logits", "reserve")
+        out: dict[str, object] = {name: self.term(name) for name in names}
+        colocated = self.term("colocated")
+        if colocated:
+            out["colocated"] = colocated
+        if self.kv_cache is not None:
+            out["kv_cache"] = self.term("kv_cache")
+        out["total"] = self.total
+        out["capacity"] = self.capacity
+        out["headroom"] = self.headroom
+        out["fits"] = self.fits
+        out["terms"] = [
+            {"name": t.name, "bytes": t.bytes, "formula": t.formula} for t in self.terms
+        ]
+        out["assumptions"] = list(self.assumptions)
+        return out
+
+
+# --- settings ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingSettings:
+    """The run settings that change a training engine's memory (the reference's defaults)."""
+
+    dtype: str = "bfloat16"  # compute dtype (actor.dtype)
+    optimizer: str | None = "adam"  # None: no optimizer, forward only (ref, a teacher)
+    optimizer_dtype: str = "float32"  # FSDP parameter storage and Adam states
+    distributed_optimizer: bool = True  # Megatron
+    precision_aware_optimizer: bool = False  # Megatron: bf16 Adam states
+    recompute: str = "none"  # none | selective | full
+    tokens_per_micro_batch: int = 32768
+    micro_batches: int | None = None  # None: enough to fill the pipeline
+    virtual_pipeline: int = 1
+    offload_params: bool = False  # FSDP CPU offload of parameters and optimizer
+    flash_attention: bool = True  # never stores the a·s² attention scores
+    dropout: bool = False  # dropout masks (the reference's LLMs train without dropout)
+    sequence_parallel: bool | None = None  # None: the backend's default (on when t > 1)
+    reserve_bytes: int = 4 * GIB
+
+    def __post_init__(self) -> None:
+        if self.recompute not in RECOMPUTE:
+            raise AllocationValidationError(
+                f"recompute={self.recompute!r}: must be one of {', '.join(RECOMPUTE)}"
+            )
+        if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
+            raise AllocationValidationError(
+                f"optimizer.type={self.optimizer!r}: must be one of {', '.join(OPTIMIZERS)}"
+            )
+        for name in ("tokens_per_micro_batch", "virtual_pipeline"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise AllocationValidationError(f"{name}={value!r}: must be an integer ≥ 1")
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceSettings:
+    """The settings that decide an inference server's KV cache (the reference's defaults)."""
+
+    dtype: str = "bfloat16"
+    kv_cache_dtype: str = "auto"  # auto: the model dtype
+    memory_fraction: float = 0.9  # sglang.mem_fraction_static / vllm.gpu_memory_utilization
+    context_length: int = 32768  # sglang.context_length / vllm.max_model_len
+    concurrency: int | None = None  # sequences in flight per instance
+    reserve_bytes: int = 2 * GIB
+
+    def __post_init__(self) -> None:
+        if not 0 < self.memory_fraction <= 1:
+            raise AllocationValidationError(
+                f"memory fraction {self.memory_fraction!r}: must be in (0, 1]"
+            )
+        if self.context_length < 1:
+            raise AllocationValidationError(f"context length {self.context_length}: must be ≥ 1")
+
+
+# --- activations --------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1024)
+def activation_bytes_per_token(
+    arch: Architecture,
+    *,
+    moe: bool,
+    tp: int,
+    sequence_parallel: bool,
+    recompute: str,
+    flash_attention: bool,
+    dropout: bool,
+    sequence_length: int,
+) -> tuple[float, str]:
+    """Bytes one token leaves stored in one layer, per GPU, and how they were counted.
+
+    Korthikanti et al. 2022, section 4 and Table 2, counts per token of one layer
+    (2 bytes an element, 1 byte a dropout mask): attention 11h + 5as (the a·s²
+    scores), MLP 19h, two layer norms 4h: 34h + 5as in all. Under tensor
+    parallelism without sequence parallelism 10h of it (norm inputs, the
+    attention and MLP inputs, the dropout masks) stays on every GPU and the rest
+    is split by t; with sequence parallelism all of it is split by t. Selective
+    recomputation (and FlashAttention, which never stores the scores) drops the
+    5as term; full recomputation keeps only each layer's 2h input.
+
+    Generalised here: q, k and v widths from the attention heads (GQA: the kv
+    heads; MLA: its head dims), SwiGLU's gate and up outputs (4f) and their
+    product (2f) instead of GeLU's 2f + 2f, and an MoE layer's top-k routed
+    experts (each token's copy 2h and 6f each) plus shared experts and the
+    float32 router logits.
+    """
+    h = arch.hidden_size
+    mask = 1 if dropout else 0
+    if arch.is_mla:
+        a = arch.num_attention_heads
+        q = k = a * (arch.qk_nope_head_dim + arch.qk_rope_head_dim)
+        v = proj = a * arch.v_head_dim
+    else:
+        q = proj = arch.query_width
+        k = v = arch.kv_width
+    replicated = 4 * h + 2 * h + 2 * h + 2 * mask * h  # norm inputs, attn & MLP inputs, masks
+    split = 2 * (q + k + v + proj)
+    # SwiGLU keeps gate and up (4f) and their product (2f); GeLU its input and output (4f)
+    per_f = 6 if arch.gated_mlp else 4
+    kind = "SwiGLU" if arch.gated_mlp else "GeLU"
+    if moe:
+        k_experts = arch.experts_per_token
+        split += k_experts * (2 * h + per_f * arch.moe_intermediate_size)
+        split += per_f * arch.shared_expert_intermediate_size + 4 * arch.num_experts
+        mlp = (
+            f"MoE {k_experts}×(2h + {per_f}·{arch.moe_intermediate_size})"
+            + (
+                f" + {per_f}·{arch.shared_expert_intermediate_size}"
+                if arch.shared_expert_intermediate_size
+                else ""
+            )
+            + f" + 4·{arch.num_experts} router"
+        )
+    else:
+        split += per_f * arch.intermediate_size
+        mlp = f"{kind} {per_f}·{arch.intermediate_size}"
+    scores = 0
+    if recompute == "none" and not flash_attention:
+        scores = (5 if dropout else 2) * arch.num_attention_heads * sequence_length
+    if recompute == "full":
+        return 2 * h / (tp if sequence_parallel else 1), f"2h = {2 * h} (full recomputation)"
+    if sequence_parallel or tp == 1:
+        per_token = (replicated + split + scores) / tp
+        how = (
+            f"({replicated} + {split} + {scores})/t{tp}"
+            if tp > 1
+            else f"{replicated + split + scores}"
+        )
+    else:
+        per_token = replicated + (split + scores) / tp
+        how = f"{replicated} + ({split} + {scores})/t{tp}"
+    text = f"2·(q{q} + k{k} + v{v} + o{proj}) + {mlp} + norms/inputs {replicated}: {how}"
+    return per_token, text
+
+
+# --- training -----------------------------------------------------------------------------
+
+
+def _stage_params(p: ParameterCount, pp: int, first: bool) -> tuple[float, float, float, str]:
+    """(tensor-sharded, replicated, expert) parameters of the first or last pipeline stage."""
+    layers_tp = (p.attention + p.dense_mlp) * p.dense_layers + (
+        p.attention + p.shared_experts
+    ) * p.moe_layers
+    layers_rep = p.norms * (p.dense_layers + p.moe_layers) + p.router * p.moe_layers
+    experts = p.routed_experts * p.moe_layers
+    tp_part, rep, exp = layers_tp / pp, layers_rep / pp, experts / pp
+    if pp == 1:
+        tp_part += p.embedding + p.output
+        rep += p.final_norm
+        where = "all layers, embedding" + (", output layer" if p.output else " (tied output)")
+    elif first:
+        tp_part += p.embedding
+        where = f"1/{pp} of the layers + embedding (first stage)"
+    else:
+        tp_part += p.output or p.embedding  # a tied output keeps a copy on the last stage
+        rep += p.final_norm
+        where = f"1/{pp} of the layers + output layer (last stage)"
+    return tp_part, rep, exp, where
+
+
+def training_memory(
+    key: str,
+    backend: str,
+    arch: Architecture,
+    parallel: ParallelStrategy,
+    settings: TrainingSettings,
+    capacity: int | None,
+) -> MemoryEstimate:
+    """The most-loaded GPU of a training engine.
+
+    Megatron (areal/engine/megatron_engine.py with megatron-core's
+    distributed optimizer): weights in ``dtype``, float32 main gradients
+    (``main_grads_dtype``), and over dp the float32 main parameters and the two
+    Adam states (bfloat16 states with the precision-aware optimizer; SGD keeps
+    one momentum buffer, megatron-core's ``sgd_momentum`` = 0.9). Tensor-parallel
+    blocks are split by t, routed experts by etp·ep and their optimizer states
+    by expert-dp = world/(etp·ep·p). The same counting as megatron-core's
+    ``6 + 12/dp`` bytes per parameter (megatron/training/theoretical_memory_usage.py).
+
+    FSDP (areal/engine/fsdp_engine.py): parameters stored in
+    ``optimizer_dtype`` (float32 by default; FSDP2's MixedPrecisionPolicy computes
+    in ``dtype``), gradients in the same dtype, AdamW states in the parameters'
+    dtype (AnyPrecisionAdamW with bfloat16 states for ``adam_bf16``; plain SGD has
+    none), all sharded over dp·cp after the tensor-parallel split; plus the
+    gathered units being computed: the root module (embedding, output layer) and
+    two decoder layers (the current one and the prefetched next) in ``dtype``.
+    """
+    p = arch.parameters
+    tp, pp, dp, cp = parallel.tp_size, parallel.pp_size, parallel.dp_size, parallel.cp_size
+    ep, etp = parallel.ep_size, parallel.etp_size
+    world = parallel.world_size
+    compute = dtype_bytes(settings.dtype, f"{key}.dtype")
+    assumptions: list[str] = []
+    megatron_like = backend in ("megatron", "archon")
+    if backend == "archon":
+        assumptions.append(
+            "archon counted like Megatron (pipeline stages, experts over etp·ep, states over dp)"
+        )
+    sp = settings.sequence_parallel if settings.sequence_parallel is not None else tp > 1
+    tokens = math.ceil(settings.tokens_per_micro_batch / cp)
+
+    # in flight on the first stage: 1F1B holds up to p micro-batches
+    in_flight = float(pp if settings.micro_batches is None else min(pp, settings.micro_batches))
+    interleave = 1.0
+    if pp > 1 and settings.virtual_pipeline > 1:
+        interleave = 1 + (pp - 1) / (pp * settings.virtual_pipeline)
+    per_token = {
+        moe: activation_bytes_per_token(
+            arch,
+            moe=moe,
+            tp=tp,
+            sequence_parallel=sp,
+            recompute=settings.recompute,
+            flash_attention=settings.flash_attention,
+            dropout=settings.dropout,
+            sequence_length=tokens,
+        )
+        for moe in (False, True)
+    }
+    dense_l, moe_l = p.dense_layers / pp, p.moe_layers / pp
+    layer_bytes = dense_l * per_token[False][0] + moe_l * per_token[True][0]
+    forward_only = settings.optimizer is None
+    stages = []
+    for first in (True, False) if pp > 1 else (True,):
+        tp_part, rep, exp, where = _stage_params(p, pp, first)
+        if megatron_like:
+            on_gpu = tp_part / tp + rep + exp / (etp * ep)
+            shard_text = (
+                f"({_b(tp_part)}/t{tp} + {_b(rep)} replicated"
+                + (f" + {_b(exp)} experts/(etp{etp}·ep{ep})" if exp else "")
+                + ")"
+            )
+        else:
+            on_gpu = (tp_part + exp) / tp + rep
+            shard_text = f"({_b(tp_part + exp)}/t{tp} + {_b(rep)} replicated)"
+        stage_flight = in_flight if first else 1.0
+        if settings.recompute == "full" or forward_only:
+            one_layer = max(
+                activation_bytes_per_token(
+                    arch,
+                    moe=m,
+                    tp=tp,
+                    sequence_parallel=sp,
+                    recompute="none",
+                    flash_attention=settings.flash_attention,
+                    dropout=settings.dropout,
+                    sequence_length=tokens,
+                )[0]
+                for m in (
+                    (False, True) if p.moe_layers and p.dense_layers else (bool(p.moe_layers),)
+                )
+            )
+        else:
+            one_layer = 0.0
+        if forward_only:
+            acts = tokens * one_layer
+            act_text = (
+                f"forward only: one layer's working set, {tokens:,} tokens × {one_layer:,.0f} B"
+            )
+        else:
+            acts = tokens * layer_bytes * stage_flight * interleave + tokens * one_layer
+            act_text = (
+                f"{tokens:,} tokens/micro-batch"
+                + (f" (/c{cp})" if cp > 1 else "")
+                + f" × layers {_layers_text(dense_l, moe_l, per_token)}"
+                + (f" × {stage_flight:g} in flight (1F1B)" if stage_flight > 1 else "")
+                + (
+                    f" × {interleave:.3f} interleaved (vpp {settings.virtual_pipeline})"
+                    if interleave > 1
+                    else ""
+                )
+                + (f" + one layer recomputed {one_layer:,.0f} B/token" if one_layer else "")
+            )
+        logits = 0.0
+        if not first or pp == 1:
+            logits = tokens * (arch.vocab_size / tp) * 4
+        terms: list[Term] = []
+        if megatron_like:
+            weights = on_gpu * compute
+            terms.append(
+                Term(
+                    "weights",
+                    int(weights),
+                    f"{shard_text} params on this GPU [{where}] × {compute} B ({settings.dtype})",
+                )
+            )
+            if not forward_only:
+                terms.append(
+                    Term(
+                        "gradients",
+                        int(on_gpu * 4),
+                        f"{_b(on_gpu)} params × 4 B (float32 main gradients)",
+                    )
+                )
+                dense_on_gpu = tp_part / tp + rep
+                exp_on_gpu = exp / (etp * ep)
+                per_param, states = _megatron_state_bytes(settings)
+                if settings.distributed_optimizer:
+                    edp = world // (etp * ep * pp) if (ep > 1 or etp > 1) else dp
+                    opt = dense_on_gpu * per_param / dp + exp_on_gpu * per_param / edp
+                    text = f"{_b(dense_on_gpu)} params × {per_param} B ({states}) / dp{dp}" + (
+                        f" + {_b(exp_on_gpu)} expert params × {per_param} B / expert-dp{edp} "
+                        f"(world {world}/(etp{etp}·ep{ep}·p{pp}))"
+                        if exp_on_gpu
+                        else ""
+                    )
+                else:
+                    opt = on_gpu * per_param
+                    text = f"{_b(on_gpu)} params × {per_param} B ({states}), not distributed"
+                terms.append(Term("optimizer", int(opt), text))
+        else:
+            storage = dtype_bytes(settings.optimizer_dtype, f"{key}.optimizer_dtype")
+            shards = dp * cp
+            sharded = on_gpu / shards
+            gathered = (p.embedding + p.output) / tp + 2 * p.largest_layer / tp
+            if settings.offload_params:
+                terms.append(
+                    Term(
+                        "weights",
+                        int(gathered * compute),
+                        f"offload_params: parameters live on the CPU; gathered root + 2 "
+                        f"layers {_b(gathered)} × {compute} B",
+                    )
+                )
+            else:
+                terms.append(
+                    Term(
+                        "weights",
+                        int(sharded * storage + gathered * compute),
+                        f"{shard_text}/(dp{dp}·cp{cp}) × {storage} B "
+                        f"({settings.optimizer_dtype} storage) + gathered root and 2 layers "
+                        f"{_b(gathered)} × {compute} B ({settings.dtype})",
+                    )
+                )
+                if not forward_only:
+                    terms.append(
+                        Term(
+                            "gradients",
+                            int(sharded * storage),
+                            f"{_b(sharded)} params × {storage} B ({settings.optimizer_dtype})",
+                        )
+                    )
+                    state_bytes = {"adam": 2 * storage, "adam_bf16": 4, "sgd": 0}[
+                        settings.optimizer or "adam"
+                    ]
+                    name = {
+                        "adam": f"AdamW: 2 states × {storage} B",
+                        "adam_bf16": "AnyPrecisionAdamW: 2 bfloat16 states",
+                        "sgd": "SGD without momentum: no state",
+                    }[settings.optimizer or "adam"]
+                    terms.append(
+                        Term(
+                            "optimizer",
+                            int(sharded * state_bytes),
+                            f"{_b(sharded)} params × {state_bytes} B ({name})",
+                        )
+                    )
+        terms.append(Term("activations", int(acts), act_text))
+        if logits:
+            terms.append(
+                Term(
+                    "logits",
+                    int(logits),
+                    f"{tokens:,} tokens × vocab {arch.vocab_size:,}/t{tp} × 4 B (float32 logits)",
+                )
+            )
+        terms.append(
+            Term(
+                "reserve",
+                settings.reserve_bytes,
+                f"{readable_bytes(settings.reserve_bytes)} for the CUDA context, NCCL buffers "
+                f"and fragmentation (cluster.memory_reserve_gib)",
+            )
+        )
+        stages.append((sum(t.bytes for t in terms), first, terms))
+    _, first, terms = max(stages, key=lambda s: s[0])
+    if pp > 1:
+        assumptions.append(f"most-loaded GPU: the {'first' if first else 'last'} pipeline stage")
+    if settings.flash_attention and settings.recompute == "none":
+        assumptions.append("FlashAttention: the a·s² attention scores are never stored")
+    return MemoryEstimate(key, backend, tuple(terms), capacity, tuple(assumptions))
+
+
+def _layers_text(dense: float, moe: float, per_token: dict[bool, tuple[float, str]]) -> str:
+    parts = []
+    if dense:
+        parts.append(f"{dense:g} dense × {per_token[False][0]:,.0f} B [{per_token[False][1]}]")
+    if moe:
+        parts.append(f"{moe:g} MoE × {per_token[True][0]:,.0f} B [{per_token[True][1]}]")
+    return " + ".join(parts)
+
+
+def _megatron_state_bytes(settings: TrainingSettings) -> tuple[int, str]:
+    if settings.optimizer == "sgd":
+        return 8, "float32 main params + momentum"
+    if settings.optimizer == "adam_bf16" or settings.precision_aware_optimizer:
+        return 8, "float32 main params + 2 bfloat16 Adam states"
+    return 12, "float32 main params + 2 float32 Adam states"
+
+
+# --- inference ------------------------------------------------------------------------------
+
+
+def kv_bytes_per_token(
+    arch: Architecture, tp: int, pp: int, kv_dtype_bytes: int
+) -> tuple[int, str]:
+    """KV bytes one token takes on one GPU, as vLLM and SGLang allocate them.
+
+    Per layer 2 (k and v) × kv heads on this GPU × head size × dtype bytes; a
+    GPU holds ``max(1, kv_heads // t)`` heads (replicated when fewer than t) and
+    ``ceil(layers / p)`` layers. MLA caches one latent of kv_lora_rank + rope
+    dims per layer, the same on every tensor-parallel rank.
+    """
+    layers = math.ceil(arch.num_layers / pp)
+    if arch.is_mla:
+        width = arch.kv_lora_rank + arch.qk_rope_head_dim
+        return (
+            width * layers * kv_dtype_bytes,
+            f"MLA latent ({arch.kv_lora_rank} + rope {arch.qk_rope_head_dim}) × {layers} layers × "
+            f"{kv_dtype_bytes} B (not split by t)",
+        )
+    heads = max(1, arch.kv_heads // tp)
+    return (
+        2 * heads * arch.head_size * layers * kv_dtype_bytes,
+        f"2 × {heads} kv heads (max(1, {arch.kv_heads}//t{tp})) × head {arch.head_size} × "
+        f"{layers} layers × {kv_dtype_bytes} B",
+    )
+
+
+def inference_memory(
+    key: str,
+    backend: str,
+    arch: Architecture,
+    parallel: ParallelStrategy,
+    settings: InferenceSettings,
+    capacity: int | None,
+) -> MemoryEstimate:
+    """One GPU of one inference instance: weights, KV cache and its capacity."""
+    tp, pp = parallel.tp_size, parallel.pp_size
+    compute = dtype_bytes(settings.dtype, f"{key}.dtype")
+    kv_dtype = (
+        compute
+        if settings.kv_cache_dtype == "auto"
+        else dtype_bytes(settings.kv_cache_dtype, f"{key}.kv_cache_dtype")
+    )
+    p = arch.parameters
+    weights = p.total * compute / (tp * pp)
+    per_token, formula = kv_bytes_per_token(arch, tp, pp, kv_dtype)
+    terms = [
+        Term(
+            "weights",
+            int(weights),
+            f"{_b(p.total)} params / (t{tp}·p{pp}) × {compute} B ({settings.dtype})",
+        ),
+        Term(
+            "reserve",
+            settings.reserve_bytes,
+            f"{readable_bytes(settings.reserve_bytes)} for activations, CUDA graphs and the "
+            f"CUDA context (cluster.memory_reserve_gib)",
+        ),
+    ]
+    tokens: int | None = None
+    if capacity is not None:
+        pool = settings.memory_fraction * capacity - weights - settings.reserve_bytes
+        tokens = max(0, int(pool // per_token))
+        terms.append(
+            Term(
+                "kv_cache",
+                max(0, int(pool)),
+                f"{settings.memory_fraction:g} × {readable_bytes(capacity)} − weights − reserve "
+                f"= {tokens:,} tokens × {per_token:,} B",
+            )
+        )
+    kv = KVCache(per_token, formula, tokens, settings.context_length, settings.concurrency)
+    assumptions = (f"{backend} claims {settings.memory_fraction:g} of each GPU",)
+    return MemoryEstimate(
+        key,
+        backend,
+        tuple(terms),
+        capacity,
+        assumptions,
+        kv,
+        settings.memory_fraction if capacity is not None else None,
+    )

@@ -1,0 +1,416 @@
+"""The memory model: parameter counts, activations, KV cache, and the plan's memory checks.
+
+Expected figures are published ones (with their source) or arithmetic written
+out from a published formula, never our own output copied back.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from areal_alloc.architecture import Architecture
+from areal_alloc.catalogue import GPUS, MODELS, find_gpu, find_model
+from areal_alloc.errors import AllocationValidationError
+from areal_alloc.memory import (
+    GIB,
+    InferenceSettings,
+    TrainingSettings,
+    activation_bytes_per_token,
+    inference_memory,
+    kv_bytes_per_token,
+    training_memory,
+)
+from areal_alloc.model import ModelAllocation
+from areal_alloc.plan import plan_config
+
+# --- parameter counts against the published totals ---------------------------------------
+
+
+def _truncated(value: float, like: float) -> float:
+    """``value`` cut to the significant digits ``like`` is published with (30.53e9 → 30.5e9)."""
+    digits = len(f"{like:.6g}".replace(".", "").replace("e+", "e").split("e")[0].rstrip("0"))
+    scale = 10 ** (len(str(int(like))) - digits)
+    return float(int(value // scale) * scale)
+
+
+PUBLISHED = [m for m in MODELS.values() if m.published_total]
+
+
+@pytest.mark.parametrize("model", PUBLISHED, ids=lambda m: m.hub_id)
+def test_parameter_count_matches_the_published_total(model: Any) -> None:
+    counted = model.architecture.parameters
+    assert abs(counted.total / model.published_total - 1) <= 0.001 or _truncated(
+        counted.total, model.published_total
+    ) == pytest.approx(model.published_total)
+    if model.published_active:
+        # published as "3.3B" / "37B" activated: ours gives the same leading digits
+        assert _truncated(counted.active, model.published_active) == pytest.approx(
+            model.published_active
+        )
+
+
+@pytest.mark.parametrize(
+    ("hub_id", "total"),
+    [
+        # issue #10 quotes the Hub's exact safetensors counts for these two
+        ("Qwen/Qwen3-8B", 8_190_735_360),
+        ("meta-llama/Llama-3.1-8B", 8_030_261_248),
+    ],
+)
+def test_exact_published_counts(hub_id: str, total: int) -> None:
+    assert find_model(hub_id).parameters.total == total
+
+
+def test_every_catalogue_entry_cites_its_config_and_builds() -> None:
+    for model in MODELS.values():
+        assert model.config_source.strip()
+        assert model.architecture.parameters.total > 0
+        if model.published_total:
+            assert model.published_source
+    for gpu in GPUS.values():
+        assert gpu.source.strip()
+        assert gpu.memory_gib > 0
+
+
+@pytest.mark.parametrize(
+    ("config", "error"),
+    [
+        ({"hidden_size": 4096}, "not a model config: num_layers, num_attention_heads"),
+        ({**MODELS["qwen/qwen3-8b"].config, "hidden_size": -1}, "hidden_size=-1 must be"),
+        ({**MODELS["qwen/qwen3-8b"].config, "hidden_size": "big"}, "hidden_size='big' must be"),
+        ({**MODELS["qwen/qwen3-8b"].config, "vocab_size": 10**30}, "beyond any real model"),
+        (
+            {**MODELS["qwen/qwen3-30b-a3b"].config, "num_experts_per_tok": 500},
+            "experts_per_token=500 must be between 1 and num_experts=128",
+        ),
+        ([1, 2], "expected a mapping"),
+    ],
+)
+def test_bad_model_configs_are_named(config: Any, error: str) -> None:
+    with pytest.raises(AllocationValidationError, match=None) as caught:
+        Architecture.from_mapping(config, source="m")
+    assert error in str(caught.value)
+
+
+# --- finding models and GPUs ---------------------------------------------------------------
+
+
+def test_models_resolve_by_hub_id_name_and_alias_case_insensitively() -> None:
+    eight = find_model("Qwen/Qwen3-8B")
+    assert find_model("qwen3-8b") == eight
+    assert find_model("QWEN/QWEN3-8B") == eight
+    assert find_model("Qwen/Qwen2.5-7B-Instruct") == find_model("Qwen/Qwen2.5-7B")
+
+
+def test_an_unknown_model_lists_close_names() -> None:
+    with pytest.raises(AllocationValidationError) as caught:
+        find_model("Qwen3-9B")
+    assert "did you mean Qwen3-8B" in str(caught.value)
+
+
+def test_a_local_config_and_the_offline_hub_cache(tmp_path: Path, monkeypatch: Any) -> None:
+    config = dict(MODELS["meta-llama/llama-3.1-8b"].config)
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    assert find_model(str(folder)).parameters.total == 8_030_261_248
+    # a hub id in the cache: models--org--name/snapshots/<rev>/config.json, refs/main
+    cache = tmp_path / "hub"
+    snapshot = cache / "models--acme--tiny" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    tiny = {**config, "num_hidden_layers": 2, "vocab_size": 1000}
+    (snapshot / "config.json").write_text(json.dumps(tiny))
+    (cache / "models--acme--tiny" / "refs").mkdir()
+    (cache / "models--acme--tiny" / "refs" / "main").write_text("abc123")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    assert find_model("acme/tiny").num_layers == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "gib"), [("H100-80GB", 80), ("h100", 80), ("h200", 141), ("A100_40GB", 40)]
+)
+def test_gpus_by_name(name: str, gib: int) -> None:
+    assert find_gpu(name).memory_bytes == gib * GIB
+
+
+def test_an_unknown_gpu_lists_close_names() -> None:
+    with pytest.raises(AllocationValidationError) as caught:
+        find_gpu("H2000")
+    assert "did you mean H200" in str(caught.value)
+    assert "cluster.gpu_memory_gib" in str(caught.value)
+
+
+# --- activations: Korthikanti et al. 2022, Table 2 ------------------------------------------
+
+
+def _gpt(h: int, a: int) -> Architecture:
+    return Architecture(
+        hidden_size=h,
+        num_layers=1,
+        num_attention_heads=a,
+        vocab_size=51200,
+        intermediate_size=4 * h,
+        gated_mlp=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("t", "sp", "recompute", "expected"),
+    [
+        # Table 2 of "Reducing Activation Recomputation in Large Transformer Models"
+        # (arXiv:2205.05198), per layer in units of s·b·h, with s·b = 1 token:
+        (1, False, "none", lambda h, a, s: h * (34 + 5 * a * s / h)),  # no parallelism
+        (8, False, "none", lambda h, a, s: h * (10 + 24 / 8 + 5 * a * s / (h * 8))),  # tensor
+        (8, True, "none", lambda h, a, s: h / 8 * (34 + 5 * a * s / h)),  # tensor + sequence
+        (8, False, "selective", lambda h, a, s: h * (10 + 24 / 8)),  # tensor, selective
+        (8, True, "selective", lambda h, a, s: h * 34 / 8),  # tensor + sequence, selective
+        (1, False, "full", lambda h, a, s: 2 * h),  # full recomputation
+    ],
+)
+def test_korthikanti_table_2(t: int, sp: bool, recompute: str, expected: Any) -> None:
+    h, a, s = 6144, 64, 2048  # their 22B model
+    bytes_per_token, formula = activation_bytes_per_token(
+        _gpt(h, a),
+        moe=False,
+        tp=t,
+        sequence_parallel=sp,
+        recompute=recompute,
+        flash_attention=False,
+        dropout=True,
+        sequence_length=s,
+    )
+    assert bytes_per_token == pytest.approx(expected(h, a, s))
+    assert formula
+
+
+def test_flash_attention_stores_no_scores_and_swiglu_counts_three_widths() -> None:
+    arch = find_model("Qwen/Qwen3-8B")  # h 4096, 32 q heads, 8 kv heads of 128, f 12288
+    per_token, _ = activation_bytes_per_token(
+        arch,
+        moe=False,
+        tp=1,
+        sequence_parallel=False,
+        recompute="none",
+        flash_attention=True,
+        dropout=False,
+        sequence_length=32768,
+    )
+    h, q, kv, f = 4096, 32 * 128, 8 * 128, 12288
+    assert per_token == 4 * h + 2 * h + 2 * h + 2 * (q + kv + kv + q) + 6 * f
+
+
+# --- KV cache -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "t", "p", "expected"),
+    [
+        # vLLM allocates 2 (k, v) × kv heads × head size × layers × dtype bytes per token:
+        # Llama-3.1-8B, 8 kv heads of 128, 32 layers, bf16 → 131,072 (the figure in issue #10)
+        ("meta-llama/Llama-3.1-8B", 1, 1, 131_072),
+        ("meta-llama/Llama-3.1-8B", 4, 1, 2 * (8 // 4) * 128 * 32 * 2),
+        # fewer kv heads than t: each GPU keeps one (replicated), vLLM's max(1, kv // t)
+        ("meta-llama/Llama-3.1-8B", 16, 1, 2 * 1 * 128 * 32 * 2),
+        ("meta-llama/Llama-3.1-8B", 1, 2, 2 * 8 * 128 * 16 * 2),
+        # MLA caches one latent (kv_lora_rank 512 + rope 64) per layer, on every t rank
+        ("deepseek-ai/DeepSeek-V3", 8, 1, (512 + 64) * 61 * 2),
+    ],
+)
+def test_kv_bytes_per_token(model: str, t: int, p: int, expected: int) -> None:
+    assert kv_bytes_per_token(find_model(model), t, p, 2)[0] == expected
+
+
+def test_kv_capacity_is_fraction_minus_weights_minus_reserve() -> None:
+    arch = find_model("meta-llama/Llama-3.1-8B")
+    estimate = inference_memory(
+        "rollout",
+        "sglang",
+        arch,
+        ModelAllocation.from_str("sglang:d1t1").parallel,
+        InferenceSettings(memory_fraction=0.9, reserve_bytes=GIB),
+        80 * GIB,
+    )
+    weights = 8_030_261_248 * 2
+    assert estimate.term("weights") == weights
+    assert estimate.kv_cache is not None
+    assert estimate.kv_cache.tokens == int((0.9 * 80 * GIB - weights - GIB) // 131_072)
+    assert estimate.kv_cache.sequences == estimate.kv_cache.tokens // 32768
+
+
+# --- how the terms shard -------------------------------------------------------------------
+
+
+def _train(spec: str, **settings: Any) -> Any:
+    allocation = ModelAllocation.from_str(spec)
+    return training_memory(
+        "actor",
+        allocation.backend,
+        find_model(settings.pop("model", "Qwen/Qwen3-8B")),
+        allocation.parallel,
+        TrainingSettings(**settings),
+        None,
+    )
+
+
+def test_fsdp_shards_states_over_dp_and_stores_parameters_in_optimizer_dtype() -> None:
+    total = 8_190_735_360
+    eight, sixteen = _train("fsdp:d8"), _train("fsdp:d16")
+    assert eight.term("optimizer") == pytest.approx(total / 8 * 2 * 4, rel=1e-6)  # 2 fp32 states
+    assert sixteen.term("optimizer") == pytest.approx(eight.term("optimizer") / 2, rel=1e-6)
+    assert eight.term("gradients") == pytest.approx(total / 8 * 4, rel=1e-6)
+    bf16 = _train("fsdp:d8", optimizer="adam_bf16", optimizer_dtype="bfloat16")
+    assert bf16.term("optimizer") == pytest.approx(total / 8 * 4, rel=1e-6)
+    assert _train("fsdp:d8", optimizer="sgd").term("optimizer") == 0
+    assert _train("fsdp:d8", optimizer=None).term("gradients") == 0  # a forward-only ref
+
+
+def test_megatron_experts_states_over_expert_data_parallel() -> None:
+    arch = find_model("Qwen/Qwen3-30B-A3B")
+    p = arch.parameters
+    estimate = _train("megatron:d4p2t2e8", model="Qwen/Qwen3-30B-A3B")
+    experts_on_gpu = p.routed_experts * p.moe_layers / 2 / 8  # half the layers, ep 8
+    edp = 16 // (1 * 8 * 2)  # world / (etp·ep·pp)
+    dense_on_gpu = estimate.term("weights") / 2 - experts_on_gpu
+    assert estimate.term("optimizer") == pytest.approx(
+        dense_on_gpu * 12 / 4 + experts_on_gpu * 12 / edp, rel=1e-6
+    )
+
+
+def test_recomputation_and_micro_batch_tokens_shrink_activations() -> None:
+    none = _train("megatron:d2t4", tokens_per_micro_batch=16384).term("activations")
+    full = _train("megatron:d2t4", tokens_per_micro_batch=16384, recompute="full")
+    half = _train("megatron:d2t4", tokens_per_micro_batch=8192).term("activations")
+    assert full.term("activations") < none / 5
+    assert half == pytest.approx(none / 2, rel=1e-3)
+    cp = _train("megatron:d1t4c2", tokens_per_micro_batch=16384).term("activations")
+    assert cp == pytest.approx(none / 2, rel=1e-3)
+
+
+# --- in a config: the plan, the refusals ---------------------------------------------------
+
+
+def _cfg(**extra: Any) -> dict[str, Any]:
+    cfg: dict[str, Any] = {
+        "cluster": {"n_nodes": 2, "n_gpus_per_node": 8, "gpu": "H100-80GB"},
+        "actor": {
+            "backend": "fsdp:d8",
+            "path": "Qwen/Qwen3-8B",
+            "gradient_checkpointing": True,
+            "mb_spec": {"max_tokens_per_mb": 16384},
+        },
+        "rollout": {"backend": "sglang:d4t2", "max_concurrent_rollouts": 64},
+    }
+    for dotted, value in extra.items():
+        node = cfg
+        *parents, last = dotted.split("__")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return cfg
+
+
+def test_the_plan_carries_memory_per_engine() -> None:
+    plan = plan_config(_cfg())
+    data = plan.to_dict()
+    assert data["cluster"]["gpu"] == "H100-80GB"
+    actor = next(e for e in data["engines"] if e["key"] == "actor")
+    memory = actor["memory"]
+    for key in ("weights", "gradients", "optimizer", "activations", "logits", "reserve"):
+        assert memory[key] > 0
+    assert memory["total"] == sum(t["bytes"] for t in memory["terms"])
+    assert memory["capacity"] == 80 * GIB
+    assert memory["fits"] is True
+    rollout = next(e for e in data["engines"] if e["key"] == "rollout")
+    assert rollout["kv_cache"]["bytes_per_token"] == 2 * (8 // 2) * 128 * 36 * 2
+    assert rollout["kv_cache"]["sequences"] >= 1
+
+
+def test_without_a_gpu_memory_is_shown_and_nothing_refused() -> None:
+    cfg = _cfg(actor__gradient_checkpointing=False, actor__mb_spec={"max_tokens_per_mb": 10**6})
+    del cfg["cluster"]["gpu"]
+    plan = plan_config(cfg)
+    assert plan["actor"].memory is not None
+    assert plan["actor"].memory.fits is None
+
+
+def test_an_engine_over_its_gpu_memory_is_refused_naming_key_and_largest_term() -> None:
+    cfg = _cfg(actor__gradient_checkpointing=False, actor__mb_spec={"max_tokens_per_mb": 65536})
+    with pytest.raises(AllocationValidationError) as caught:
+        plan_config(cfg)
+    message = str(caught.value)
+    assert message.startswith("actor.backend='fsdp:d8': needs about ")
+    assert "of a H100-80GB; largest term activations" in message
+    assert "turn on gradient_checkpointing" in message
+    warned = plan_config(cfg, on_memory="warn")
+    assert any(w.startswith("actor.backend='fsdp:d8': needs about") for w in warned.warnings)
+    assert plan_config(cfg, on_memory="off")["actor"].memory is None
+
+
+def test_a_kv_cache_that_cannot_hold_one_sequence_is_refused() -> None:
+    cfg = _cfg(
+        rollout__backend="sglang:d8t1",
+        actor__path="Qwen/Qwen2.5-72B",
+        actor__backend="megatron:d1p2t4",
+        cluster__gpu="L40S",
+    )
+    with pytest.raises(AllocationValidationError) as caught:
+        plan_config(cfg)
+    assert str(caught.value).startswith("rollout.backend='sglang:d8': the KV cache holds 0")
+
+
+def test_fewer_sequences_than_the_concurrency_warns() -> None:
+    plan = plan_config(_cfg(rollout__max_concurrent_rollouts=100_000))
+    assert any("fewer than the 25,000 the run keeps in flight" in w for w in plan.warnings)
+
+
+def test_colocated_ref_adds_its_weights_to_the_actors_gpus() -> None:
+    alone = plan_config(_cfg())["actor"].memory
+    colocated = {"type": "colocation", "target": "actor"}
+    cfg = _cfg(ref={"backend": "", "scheduling_strategy": colocated})
+    plan = plan_config(cfg)
+    shared = plan["actor"].memory
+    assert alone is not None
+    assert shared is not None
+    assert plan["ref"].memory is not None
+    assert shared.term("colocated") == plan["ref"].memory.term("weights") > 0
+    assert shared.total == alone.total + shared.term("colocated")
+
+
+def test_a_cluster_path_is_read_by_its_name_and_said_so() -> None:
+    plan = plan_config(_cfg(actor__path="/storage/models/Qwen3-8B"))
+    assert "actor.path='/storage/models/Qwen3-8B' read as the catalogue's Qwen3-8B" in (
+        plan.assumptions
+    )
+    unknown = plan_config(_cfg(actor__path="/storage/models/secret-model"))
+    assert unknown["actor"].memory is None
+    assert any("its memory is not estimated" in a for a in unknown.assumptions)
+
+
+@pytest.mark.parametrize(
+    ("extra", "error"),
+    [
+        ({"cluster__gpu": "H2000"}, "cluster.gpu='H2000': unknown GPU 'H2000': did you mean"),
+        ({"cluster__gpu_memory_gib": "lots"}, "cluster.gpu_memory_gib='lots': must be a number"),
+        ({"cluster__gpu_memory_gib": -3}, "cluster.gpu_memory_gib=-3: must be a number"),
+        ({"cluster__memory_reserve_gib": [1]}, "cluster.memory_reserve_gib=[1]: must be"),
+        ({"actor__gradient_checkpointing": "maybe"}, "actor.gradient_checkpointing='maybe'"),
+        ({"actor__mb_spec": {"max_tokens_per_mb": 0}}, "actor.mb_spec.max_tokens_per_mb=0"),
+        ({"actor__optimizer": {"type": "lion"}}, "actor: optimizer.type='lion': must be one of"),
+        ({"actor__dtype": "float128"}, "actor.dtype='float128': unknown dtype"),
+        ({"sglang": {"mem_fraction_static": 1.5}}, "sglang: memory fraction 1.5: must be in"),
+    ],
+)
+def test_bad_memory_settings_name_their_key(extra: dict[str, Any], error: str) -> None:
+    with pytest.raises(AllocationValidationError) as caught:
+        plan_config(_cfg(**extra))
+    assert str(caught.value).startswith(error)
+
+
+def test_gpu_memory_gib_overrides_the_catalogue() -> None:
+    plan = plan_config(_cfg(cluster__gpu_memory_gib=24), on_memory="warn")
+    assert plan.gpu_memory == 24 * GIB
+    assert plan.gpu == "H100-80GB (24 GiB)"
