@@ -326,15 +326,34 @@ def _cached_config(hub_id: str) -> Path | None:
     return snapshots[-1] if snapshots else None
 
 
+def _probe(text: str) -> str:
+    """``config`` (a file, or a folder with config.json), ``folder``, or ``none``."""
+    try:
+        path = Path(text).expanduser()
+        if path.is_file() or (path.is_dir() and (path / "config.json").is_file()):
+            return "config"
+        return "folder" if path.is_dir() else "none"
+    except (OSError, ValueError, RuntimeError):  # too long, unknown ~user, …
+        return "none"
+
+
 def find_model(reference: str) -> Architecture:
     """A model from a local config path, a hub id in the local cache, or the catalogue."""
+    if not isinstance(reference, str):
+        raise AllocationValidationError(
+            f"model {reference!r}: must be a path, a hub id or a catalogue name"
+        )
     text = reference.strip()
     if not text:
         raise AllocationValidationError("empty model name: give a path, a hub id or a name")
-    path = Path(text).expanduser()
-    if path.is_file() or (path.is_dir() and (path / "config.json").is_file()):
-        return Architecture.from_file(path)
-    if path.is_dir():
+    if len(text) > 4096 or "\x00" in text:
+        raise AllocationValidationError(
+            f"model {text[:40]!r}…: not a path, hub id or name (too long, or a NUL character)"
+        )
+    kind = _probe(text)
+    if kind == "config":
+        return Architecture.from_file(Path(text).expanduser())
+    if kind == "folder":
         raise AllocationValidationError(f"{text}: this folder has no config.json")
     if text.count("/") == 1 and not text.startswith(("/", ".", "~")):
         cached = _cached_config(text)
@@ -353,7 +372,7 @@ def find_model(reference: str) -> Architecture:
         if hub_id.rsplit("/", 1)[-1] == short:
             return MODELS[_ALIASES.get(hub_id, hub_id)].architecture
     raise AllocationValidationError(
-        f"unknown model {reference!r}: not a local config.json, not in the local Hugging Face "
+        f"unknown model {text[:80]!r}: not a local config.json, not in the local Hugging Face "
         f"cache ({_hub_cache()}), not in the catalogue; {_close(short, names)}"
         f"catalogue: {', '.join(names)}"
     )

@@ -1,7 +1,8 @@
 """OmegaConf resolvers under the ``alloc`` namespace.
 
 ``${alloc.world_size:SPEC}``, ``${alloc.dim:SPEC,tp}``, ``${alloc.total_gpus:}`` and
-``${alloc.layouts:BACKEND,GPUS}``. They are registered idempotently on
+``${alloc.layouts:BACKEND,GPUS}`` (with ``model=…,gpu=…``: only the layouts that fit
+its memory). They are registered idempotently on
 ``import areal_alloc`` and when Hydra scans our plugin. This module imports only
 omegaconf; the parser is loaded when a resolver first runs.
 """
@@ -12,6 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from omegaconf import OmegaConf
+
+from areal_alloc.errors import AllocationValidationError
 
 __all__ = ["DIM_ALIASES", "RESOLVERS", "register_resolvers"]
 
@@ -88,7 +91,17 @@ def layouts(backend: object, gpus: object, *options: object) -> str:
     rest = [o for o in options if str(o).partition("=")[0].strip() not in memory]
     constraints = parse_constraints(rest)
     if fit_options:
-        return ",".join(fitting_layouts(str(backend), count, constraints, **fit_options))  # type: ignore[arg-type]
+        if "model" not in fit_options or "gpu" not in fit_options:
+            raise AllocationValidationError(
+                "alloc.layouts: the memory filter needs both model=… and gpu=…"
+            )
+        fitting = fitting_layouts(str(backend), count, constraints, **fit_options)  # type: ignore[arg-type]
+        if not fitting:
+            raise AllocationValidationError(
+                f"alloc.layouts: no {backend} layout of {gpus} GPUs fits {fit_options['model']} "
+                f"on {fit_options['gpu']}; try more GPUs, recompute=full or fewer tokens"
+            )
+        return ",".join(fitting)
     return ",".join(enumerate_layouts(str(backend), count, constraints))  # type: ignore[arg-type]
 
 

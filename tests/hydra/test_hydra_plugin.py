@@ -158,6 +158,31 @@ def test_strict_schema_rejects_unknown_keys_and_still_adds_a_critic(tmp_path: Pa
             areal_alloc.validate(legacy)
 
 
+def test_strict_schema_declares_the_memory_keys(tmp_path: Path) -> None:
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "strict.yaml").write_text(
+        "defaults:\n  - areal_alloc/schema\n  - _self_\n"
+        "cluster: {n_nodes: 2, n_gpus_per_node: 8, gpu: H100-80GB, memory_reserve_gib: 3}\n"
+        "rollout: {backend: 'sglang:d2t4', max_concurrent_rollouts: 64}\n"
+        "sglang: {context_length: 16384, mem_fraction_static: 0.8}\n"
+        "actor:\n  backend: fsdp:d8\n  path: Qwen/Qwen3-8B\n  gradient_checkpointing: true\n"
+        "  optimizer: {type: adam}\n  mb_spec: {max_tokens_per_mb: 16384}\n"
+        "ref:\n  backend: ''\n  scheduling_strategy: {type: colocation, target: actor}\n"
+    )
+    with initialize_config_dir(str(conf)):
+        plan = areal_alloc.validate(compose("strict"))
+    actor, ref, rollout = plan["actor"].memory, plan["ref"].memory, plan["rollout"].memory
+    assert actor is not None
+    assert ref is not None
+    assert rollout is not None
+    assert actor.term("reserve") == 3 << 30
+    # the schema's all-null ref.optimizer section is no optimizer: the ref runs forward only
+    assert ref.term("optimizer") == 0
+    assert rollout.kv_cache is not None
+    assert rollout.kv_cache.sequence_length == 16384
+
+
 def initialize_config_dir(path: str) -> Any:
     from hydra import initialize_config_dir as init
 
@@ -220,7 +245,27 @@ RESOLVER_ERRORS = [
     ("${alloc.dim:fsdp:d4,xx}", "alloc.dim: unknown dimension name 'xx'"),
     ("${alloc.layouts:fsdp,0}", "GPU count must be an integer ≥ 1, got 0"),
     ("${alloc.layouts:fsdp,8,'max_xx=2'}", "unknown layout constraint 'max_xx=2'"),
+    (
+        "${alloc.layouts:fsdp,8,'model=Qwen2.5-72B','gpu=H100-80GB'}",
+        "alloc.layouts: no fsdp layout of 8 GPUs fits Qwen2.5-72B on H100-80GB",
+    ),
+    ("${alloc.layouts:fsdp,8,'model=Qwen3-8B'}", "the memory filter needs both model=… and gpu="),
+    ("${alloc.layouts:fsdp,8,'model=Qwen3-8B','gpu=H2000'}", "unknown GPU 'H2000'"),
+    ("${alloc.layouts:fsdp,8,'model=Qwen3-8B','gpu=H100','tokens=x'}", "tokens='x': must be"),
 ]
+
+
+def test_the_layouts_resolver_keeps_the_layouts_that_fit() -> None:
+    def listed(expression: str) -> list[str]:
+        return str(OmegaConf.create({"v": expression}).v).split(",")
+
+    everything = listed("${alloc.layouts:megatron,16,'max_cp=1'}")
+    fit = "'model=Qwen3-8B','gpu=H100-80GB','max_cp=1'"
+    short = listed(f"${{alloc.layouts:megatron,16,{fit},'tokens=4096'}}")
+    long = listed(f"${{alloc.layouts:megatron,16,{fit},'tokens=65536'}}")
+    # fewer tokens per micro-batch never needs more memory: a superset fits
+    assert set(long) < set(short) <= set(everything)
+    assert long
 
 
 @pytest.mark.parametrize(("expression", "message"), RESOLVER_ERRORS)

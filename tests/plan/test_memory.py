@@ -414,3 +414,93 @@ def test_gpu_memory_gib_overrides_the_catalogue() -> None:
     plan = plan_config(_cfg(cluster__gpu_memory_gib=24), on_memory="warn")
     assert plan.gpu_memory == 24 * GIB
     assert plan.gpu == "H100-80GB (24 GiB)"
+
+
+# --- any input: a result or one clear error ----------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from areal_alloc.errors import AllocationError  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=300))
+def test_any_model_name_finds_a_model_or_says_why(text: str) -> None:
+    try:
+        arch = find_model(text)
+    except AllocationError as error:
+        message = error.message
+    else:
+        assert arch.parameters.total > 0
+        return
+    assert "\n" not in message
+
+
+_SIZES = st.one_of(st.integers(-5, 1 << 50), st.text(max_size=5), st.none(), st.floats())
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            key: _SIZES
+            for key in (
+                "hidden_size",
+                "num_hidden_layers",
+                "num_attention_heads",
+                "num_key_value_heads",
+                "intermediate_size",
+                "vocab_size",
+                "num_experts",
+                "num_experts_per_tok",
+                "moe_intermediate_size",
+                "head_dim",
+            )
+        },
+    )
+)
+def test_any_config_builds_an_architecture_or_says_why(config: dict[str, Any]) -> None:
+    try:
+        arch: Architecture | None = Architecture.from_mapping(config)
+    except AllocationError as error:
+        arch, message = None, error.message
+    if arch is None:
+        assert "\n" not in message
+        return
+    counted = arch.parameters
+    assert counted.total >= counted.active > 0
+    estimate = training_memory(
+        "actor",
+        "megatron",
+        arch,
+        ModelAllocation.from_str("megatron:d2p2t2").parallel,
+        TrainingSettings(),
+        None,
+    )
+    assert all(term.bytes >= 0 for term in estimate.terms)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    gpu=st.one_of(st.text(max_size=20), st.integers(), st.floats(), st.none()),
+    tokens=st.one_of(st.integers(), st.text(max_size=8), st.none()),
+    fraction=st.one_of(st.floats(), st.text(max_size=5), st.none()),
+)
+def test_any_memory_settings_plan_or_name_the_key(gpu: Any, tokens: Any, fraction: Any) -> None:
+    cfg = _cfg(cluster__gpu=gpu, actor__mb_spec={"max_tokens_per_mb": tokens})
+    cfg["sglang"] = {"mem_fraction_static": fraction}
+    try:
+        plan_config(cfg, on_memory="warn")
+    except AllocationError as error:
+        message = error.message
+    else:
+        return
+    assert "\n" not in message
+    assert message.split("=")[0].split(":")[0] in (
+        "cluster.gpu",
+        "actor.mb_spec.max_tokens_per_mb",
+        "sglang.mem_fraction_static",
+        "sglang",
+    )
