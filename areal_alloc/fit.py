@@ -17,7 +17,7 @@ its defaults:
   ``megatron.ddp.use_distributed_optimizer``,
   ``megatron.use_precision_aware_optimizer``,
   ``megatron.virtual_pipeline_parallel_size``, ``mb_spec.max_tokens_per_mb``,
-  ``fsdp.offload_params``;
+  ``fsdp.offload_params``, ``offload`` (colocated with an inference engine);
 - inference: ``sglang.mem_fraction_static`` / ``vllm.gpu_memory_utilization``,
   ``sglang.context_length`` / ``vllm.max_model_len``, ``kv_cache_dtype``,
   ``dtype``, ``rollout.max_concurrent_rollouts``.
@@ -430,14 +430,24 @@ def estimate_memory(cfg: object, engines: Sequence[EngineLike]) -> Fit:
             estimates.append(
                 estimate_allocation(allocation, arch, capacity, train, None, engine.key)
             )
-    estimates = _add_colocated(engines, estimates, notes)
+    estimates = _add_colocated(cfg, engines, estimates, notes)
     return Fit(tuple(estimates), gpu, tuple(dict.fromkeys(notes)))
 
 
 def _add_colocated(
-    engines: Sequence[EngineLike], estimates: list[MemoryEstimate | None], notes: list[str]
+    cfg: object,
+    engines: Sequence[EngineLike],
+    estimates: list[MemoryEstimate | None],
+    notes: list[str],
 ) -> list[MemoryEstimate | None]:
-    """A training engine colocated onto another adds its weights to the target's GPUs."""
+    """Colocated engines add up on their shared GPUs.
+
+    A training engine colocated onto another leaves its weights and states there.
+    An inference engine sharing a training engine's GPUs claims its memory
+    fraction up front; unless the training engine sets ``offload: true`` (the
+    reference then moves it off the GPU while the other runs), the training
+    engine must fit in what is left.
+    """
     index = {e.key: i for i, e in enumerate(engines)}
     out = list(estimates)
     for engine, estimate in zip(engines, estimates, strict=True):
@@ -449,10 +459,7 @@ def _add_colocated(
         if target is None:
             continue
         if engine.allocation.is_inference or engines[target_i].allocation.is_inference:
-            notes.append(
-                f"{engine.key} shares {strategy.target}'s GPUs with an inference engine: the "
-                f"reference offloads one while the other runs, so each is checked alone"
-            )
+            out = _share_with_inference(cfg, engines, out, index[engine.key], target_i, notes)
             continue
         resident = (
             estimate.term("weights") + estimate.term("gradients") + estimate.term("optimizer")
@@ -468,6 +475,42 @@ def _add_colocated(
     return out
 
 
+def _share_with_inference(
+    cfg: object,
+    engines: Sequence[EngineLike],
+    estimates: list[MemoryEstimate | None],
+    a: int,
+    b: int,
+    notes: list[str],
+) -> list[MemoryEstimate | None]:
+    serve_i, train_i = (a, b) if engines[a].allocation.is_inference else (b, a)
+    serving, training = estimates[serve_i], estimates[train_i]
+    if serving is None or training is None or serving.kv_cache is None:
+        return estimates
+    train_key = engines[train_i].backend_key.rsplit(".", 1)[0]
+    server = engines[serve_i].allocation.backend
+    if _flag(_section(cfg, train_key), "offload", False, f"{train_key}.offload"):
+        notes.append(
+            f"{engines[serve_i].key} shares {engines[train_i].key}'s GPUs; {train_key}.offload="
+            f"true moves {engines[train_i].key} off the GPU while {server} runs, so each is "
+            f"checked alone"
+        )
+        return estimates
+    fraction = serving.claimed_fraction
+    claimed = serving.total if fraction is not None else serving.term("weights")
+    what = f"{fraction:g} of each GPU" if fraction is not None else "its weights (no GPU named)"
+    out = list(estimates)
+    out[train_i] = training.with_term(
+        Term(
+            "colocated",
+            claimed,
+            f"{engines[serve_i].key} ({server}) keeps {what} while both are resident; set "
+            f"{train_key}.offload=true or lower the {server} memory fraction",
+        )
+    )
+    return out
+
+
 _FIXES = {
     "activations": (
         "turn on gradient_checkpointing, lower mb_spec.max_tokens_per_mb, or raise t/p/c"
@@ -476,7 +519,7 @@ _FIXES = {
     "optimizer": "raise d (the optimizer states shard over data parallelism) or t/p",
     "gradients": "raise t or p",
     "weights": "raise t or p",
-    "colocated": "separate the colocated engine or raise t/p",
+    "colocated": "separate the colocated engine, offload it, or raise t/p",
     "reserve": "lower cluster.memory_reserve_gib",
 }
 

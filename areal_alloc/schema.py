@@ -119,6 +119,7 @@ class EngineConfig:
     mb_spec: MicroBatchConfig = field(default_factory=MicroBatchConfig)
     megatron: MegatronConfig = field(default_factory=MegatronConfig)
     fsdp: FSDPConfig = field(default_factory=FSDPConfig)
+    offload: bool | None = None
     max_concurrent_rollouts: int | None = None
 
 

@@ -504,3 +504,27 @@ def test_any_memory_settings_plan_or_name_the_key(gpu: Any, tokens: Any, fractio
         "sglang.mem_fraction_static",
         "sglang",
     )
+
+
+def test_an_inference_engine_on_training_gpus_claims_its_fraction_unless_offloaded() -> None:
+    cfg = _cfg(
+        cluster__n_nodes=1,
+        rollout__backend="sglang:d8",
+        rollout__scheduling_strategy={"type": "colocation", "target": "actor"},
+        sglang={"mem_fraction_static": 0.9},
+    )
+    with pytest.raises(AllocationValidationError) as caught:
+        plan_config(cfg)
+    assert "largest term colocated 72.0 GiB (rollout (sglang) keeps 0.9 of each GPU" in str(
+        caught.value
+    )
+    cfg["sglang"]["mem_fraction_static"] = 0.4
+    shared = plan_config(cfg)["actor"].memory
+    assert shared is not None
+    assert shared.term("colocated") == int(0.4 * 80 * GIB)
+    cfg["sglang"]["mem_fraction_static"] = 0.9
+    cfg["actor"]["offload"] = True
+    alone = plan_config(cfg)
+    assert alone["actor"].memory is not None
+    assert alone["actor"].memory.term("colocated") == 0
+    assert any("actor.offload=true moves actor off the GPU" in a for a in alone.assumptions)
