@@ -115,6 +115,19 @@ MODELS: dict[str, CatalogueModel] = {
     m.hub_id.lower(): m
     for m in (
         CatalogueModel(
+            "Qwen/Qwen2.5-0.5B",
+            _qwen2(896, 4864, 24, 14, 2, 151936, True),
+            _HF + "osllmai-community/Qwen2.5-0.5B/blob/main/config.json (a copy with "
+            "_name_or_path Qwen/Qwen2.5-0.5B)",
+        ),
+        CatalogueModel(
+            "Qwen/Qwen2.5-1.5B",
+            _qwen2(1536, 8960, 28, 12, 2, 151936, True),
+            _HF + "onnx-community/Qwen2.5-1.5B-Instruct/blob/"
+            "94677ac90364afdc2b476788d085a9680efde737/config.json (_name_or_path "
+            "Qwen/Qwen2.5-1.5B-Instruct)",
+        ),
+        CatalogueModel(
             "Qwen/Qwen2.5-3B",
             _qwen2(2048, 11008, 36, 16, 2, 151936, True),
             _HF + "osllmai-community/Qwen2.5-3B-Instruct/blob/main/config.json "
@@ -125,6 +138,18 @@ MODELS: dict[str, CatalogueModel] = {
             _qwen2(3584, 18944, 28, 28, 4, 152064, False),
             _HF + "osllmai-community/Qwen2.5-7B-Instruct/blob/main/config.json "
             "(a copy of Qwen/Qwen2.5-7B-Instruct's config.json)",
+        ),
+        CatalogueModel(
+            "Qwen/Qwen2.5-14B",
+            _qwen2(5120, 13824, 48, 40, 8, 152064, False),
+            _HF + "osllmai-community/Qwen2.5-14B-Instruct/blob/"
+            "eaddfa685697f74aa707d6cd5cf36784cdcabe05/config.json (_name_or_path "
+            "Qwen/Qwen2.5-14B-Instruct)",
+        ),
+        CatalogueModel(
+            "Qwen/Qwen2.5-32B",
+            _qwen2(5120, 27648, 64, 40, 8, 152064, False),
+            _HF + "Qwen/Qwen2.5-32B/blob/main/config.json",
         ),
         CatalogueModel(
             "Qwen/Qwen2.5-72B",
@@ -228,6 +253,10 @@ MODELS: dict[str, CatalogueModel] = {
 
 #: Other ids with the same shapes: instruct/chat variants, R1 (same as V3).
 _ALIASES = {
+    "qwen/qwen2.5-0.5b-instruct": "qwen/qwen2.5-0.5b",
+    "qwen/qwen2.5-1.5b-instruct": "qwen/qwen2.5-1.5b",
+    "qwen/qwen2.5-14b-instruct": "qwen/qwen2.5-14b",
+    "qwen/qwen2.5-32b-instruct": "qwen/qwen2.5-32b",
     "qwen/qwen2.5-3b-instruct": "qwen/qwen2.5-3b",
     "qwen/qwen2.5-7b-instruct": "qwen/qwen2.5-7b",
     "qwen/qwen2.5-72b-instruct": "qwen/qwen2.5-72b",
