@@ -364,13 +364,7 @@ def training_memory(
     by expert-dp = world/(etp·ep·p). The same counting as megatron-core's
     ``6 + 12/dp`` bytes per parameter (megatron/training/theoretical_memory_usage.py).
 
-    FSDP (areal/engine/fsdp_engine.py): parameters stored in
-    ``optimizer_dtype`` (float32 by default; FSDP2's MixedPrecisionPolicy computes
-    in ``dtype``), gradients in the same dtype, AdamW states in the parameters'
-    dtype (AnyPrecisionAdamW with bfloat16 states for ``adam_bf16``; plain SGD has
-    none), all sharded over dp·cp after the tensor-parallel split; plus the
-    gathered units being computed: the root module (embedding, output layer) and
-    two decoder layers (the current one and the prefetched next) in ``dtype``.
+    FSDP and archon: see :func:`_sharded_terms`.
     """
     p = arch.parameters
     tp, pp, dp, cp = parallel.tp_size, parallel.pp_size, parallel.dp_size, parallel.cp_size
@@ -378,10 +372,11 @@ def training_memory(
     world = parallel.world_size
     compute = dtype_bytes(settings.dtype, f"{key}.dtype")
     assumptions: list[str] = []
-    megatron_like = backend in ("megatron", "archon")
-    if backend == "archon":
-        assumptions.append(
-            "archon counted like Megatron (pipeline stages, experts over etp·ep, states over dp)"
+    megatron_like = backend == "megatron"
+    if backend == "archon" and settings.optimizer == "adam_bf16":
+        raise AllocationValidationError(
+            f"{key}.optimizer.type='adam_bf16': the archon engine takes adam or sgd "
+            f"(areal/experimental/engine/archon_utils.py create_optimizer)"
         )
     sp = settings.sequence_parallel if settings.sequence_parallel is not None else tp > 1
     tokens = math.ceil(settings.tokens_per_micro_batch / cp)
@@ -410,7 +405,7 @@ def training_memory(
     stages = []
     for first in (True, False) if pp > 1 else (True,):
         tp_part, rep, exp, where = _stage_params(p, pp, first)
-        if megatron_like:
+        if backend != "fsdp":  # megatron and archon split experts over etp·ep
             on_gpu = tp_part / tp + rep + exp / (etp * ep)
             shard_text = (
                 f"({_b(tp_part)}/t{tp} + {_b(rep)} replicated"
@@ -496,52 +491,11 @@ def training_memory(
                     text = f"{_b(on_gpu)} params × {per_param} B ({states}), not distributed"
                 terms.append(Term("optimizer", int(opt), text))
         else:
-            storage = dtype_bytes(settings.optimizer_dtype, f"{key}.optimizer_dtype")
-            shards = dp * cp
-            sharded = on_gpu / shards
-            gathered = (p.embedding + p.output) / tp + 2 * p.largest_layer / tp
-            if settings.offload_params:
-                terms.append(
-                    Term(
-                        "weights",
-                        int(gathered * compute),
-                        f"offload_params: parameters live on the CPU; gathered root + 2 "
-                        f"layers {_b(gathered)} × {compute} B",
-                    )
+            terms.extend(
+                _sharded_terms(
+                    key, backend, p, parallel, settings, tp_part, rep, exp, shard_text, forward_only
                 )
-            else:
-                terms.append(
-                    Term(
-                        "weights",
-                        int(sharded * storage + gathered * compute),
-                        f"{shard_text}/(dp{dp}·cp{cp}) × {storage} B "
-                        f"({settings.optimizer_dtype} storage) + gathered root and 2 layers "
-                        f"{_b(gathered)} × {compute} B ({settings.dtype})",
-                    )
-                )
-                if not forward_only:
-                    terms.append(
-                        Term(
-                            "gradients",
-                            int(sharded * storage),
-                            f"{_b(sharded)} params × {storage} B ({settings.optimizer_dtype})",
-                        )
-                    )
-                    state_bytes = {"adam": 2 * storage, "adam_bf16": 4, "sgd": 0}[
-                        settings.optimizer or "adam"
-                    ]
-                    name = {
-                        "adam": f"AdamW: 2 states × {storage} B",
-                        "adam_bf16": "AnyPrecisionAdamW: 2 bfloat16 states",
-                        "sgd": "SGD without momentum: no state",
-                    }[settings.optimizer or "adam"]
-                    terms.append(
-                        Term(
-                            "optimizer",
-                            int(sharded * state_bytes),
-                            f"{_b(sharded)} params × {state_bytes} B ({name})",
-                        )
-                    )
+            )
         terms.append(Term("activations", int(acts), act_text))
         if logits:
             terms.append(
@@ -566,6 +520,89 @@ def training_memory(
     if settings.flash_attention and settings.recompute == "none":
         assumptions.append("FlashAttention: the a·s² attention scores are never stored")
     return MemoryEstimate(key, backend, tuple(terms), capacity, tuple(assumptions))
+
+
+def _sharded_terms(
+    key: str,
+    backend: str,
+    p: ParameterCount,
+    parallel: ParallelStrategy,
+    settings: TrainingSettings,
+    tp_part: float,
+    rep: float,
+    exp: float,
+    shard_text: str,
+    forward_only: bool,
+) -> list[Term]:
+    """Weights, gradients and optimizer states of a fully sharded (FSDP2) engine.
+
+    FSDP (areal/engine/fsdp_engine.py): parameters stored in ``optimizer_dtype``,
+    sharded over dp·cp after the tensor-parallel split (experts split by t too).
+    Archon (areal/experimental/engine/archon_engine.py, FSDP2 over its dp_shard
+    mesh after the pipeline, tensor and expert splits): parameters stored in
+    ``dtype`` (the model is created in it), expert parameters sharded over
+    expert-dp = world/(etp·ep·p). Both: gradients in the parameters' dtype,
+    AdamW states in the parameters' dtype, none for SGD; the gathered root module
+    and two decoder layers (the current one and the prefetched next) in ``dtype``.
+    """
+    tp, dp, cp, pp = parallel.tp_size, parallel.dp_size, parallel.cp_size, parallel.pp_size
+    ep, etp = parallel.ep_size, parallel.etp_size
+    compute = dtype_bytes(settings.dtype, f"{key}.dtype")
+    if backend == "fsdp":
+        storage_name = settings.optimizer_dtype
+        storage = dtype_bytes(storage_name, f"{key}.optimizer_dtype")
+        sharded = ((tp_part + exp) / tp + rep) / (dp * cp)
+        where = f"{shard_text}/(dp{dp}·cp{cp})"
+    else:
+        storage_name, storage = settings.dtype, compute
+        edp = parallel.world_size // (etp * ep * pp)
+        sharded = (tp_part / tp + rep) / (dp * cp) + exp / (etp * ep) / edp
+        where = f"{shard_text} sharded over dp{dp}·cp{cp}" + (
+            f" (experts over expert-dp{edp})" if exp else ""
+        )
+    root = (p.embedding + p.output) / tp if pp == 1 else max(p.embedding, p.output) / tp
+    gathered = root + 2 * p.largest_layer / tp
+    if settings.offload_params:
+        return [
+            Term(
+                "weights",
+                int(gathered * compute),
+                f"offload_params: parameters live on the CPU; gathered root + 2 layers "
+                f"{_b(gathered)} × {compute} B",
+            )
+        ]
+    terms = [
+        Term(
+            "weights",
+            int(sharded * storage + gathered * compute),
+            f"{where} × {storage} B ({storage_name} storage) + gathered root and 2 layers "
+            f"{_b(gathered)} × {compute} B ({settings.dtype})",
+        )
+    ]
+    if forward_only:
+        return terms
+    terms.append(
+        Term(
+            "gradients",
+            int(sharded * storage),
+            f"{_b(sharded)} params × {storage} B ({storage_name})",
+        )
+    )
+    optimizer = settings.optimizer or "adam"
+    state_bytes = {"adam": 2 * storage, "adam_bf16": 4, "sgd": 0}[optimizer]
+    name = {
+        "adam": f"AdamW: 2 states × {storage} B",
+        "adam_bf16": "AnyPrecisionAdamW: 2 bfloat16 states",
+        "sgd": "SGD without momentum: no state",
+    }[optimizer]
+    terms.append(
+        Term(
+            "optimizer",
+            int(sharded * state_bytes),
+            f"{_b(sharded)} params × {state_bytes} B ({name})",
+        )
+    )
+    return terms
 
 
 def _layers_text(dense: float, moe: float, per_token: dict[bool, tuple[float, str]]) -> str:

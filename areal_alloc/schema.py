@@ -1,4 +1,8 @@
-"""Structured-config dataclasses for the engines, registered in Hydra's ConfigStore.
+"""Structured-config dataclasses for the engines: the strict schema ``areal_alloc/schema``.
+
+Hydra finds it through areal-alloc's config source (built when a config asks
+for it); ``register_configs()`` also stores it in Hydra's ConfigStore for code
+that looks there.
 
 The default is lenient: experiment YAMLs carry many keys areal-alloc does not
 own (optimizer, mb_spec, …), and the validation hook type-checks only the

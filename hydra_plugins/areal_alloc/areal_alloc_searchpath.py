@@ -1,7 +1,9 @@
 """Puts areal-alloc's configs on every Hydra app's search path and registers its resolvers.
 
 Hydra imports this module on every start of every Hydra app, so it imports
-nothing heavy (no lark, no parser) and never raises.
+nothing heavy (no lark, no parser, not even the schema: ``areal_alloc/schema``
+comes from a config source that builds it when a config asks for it) and never
+raises.
 """
 
 from __future__ import annotations
@@ -13,19 +15,19 @@ from hydra.plugins.search_path_plugin import SearchPathPlugin
 
 
 class AllocSearchPathPlugin(SearchPathPlugin):
-    """Appends ``pkg://areal_alloc.conf.plugin``: ``- areal_alloc/validate`` becomes available."""
+    """Appends ``pkg://areal_alloc.conf.plugin`` (``- areal_alloc/validate``) and the
+    schema source (``- areal_alloc/schema``)."""
 
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
         search_path.append(provider="areal-alloc", path="pkg://areal_alloc.conf.plugin")
+        search_path.append(provider="areal-alloc", path="areal-alloc-schema://")
 
 
 def _register() -> None:
     try:
         from areal_alloc.resolvers import register_resolvers
-        from areal_alloc.schema import register_configs
 
         register_resolvers()
-        register_configs()
     except Exception as error:  # never break somebody else's Hydra app
         warnings.warn(f"areal-alloc: plugin set-up failed: {error!r}", stacklevel=1)
 

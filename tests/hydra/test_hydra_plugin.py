@@ -13,6 +13,7 @@ import pytest
 from hydra import compose, initialize, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.plugins import Plugins
+from hydra.plugins.config_source import ConfigSource
 from hydra.plugins.search_path_plugin import SearchPathPlugin
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import OmegaConf
@@ -22,6 +23,7 @@ from omegaconf.errors import ConfigAttributeError, InterpolationResolutionError
 import areal_alloc
 from areal_alloc import AllocationError
 from areal_alloc.resolvers import RESOLVERS, register_resolvers
+from hydra_plugins.areal_alloc.areal_alloc_schema_source import AllocSchemaSource
 from hydra_plugins.areal_alloc.areal_alloc_searchpath import AllocSearchPathPlugin
 from hydra_plugins.areal_alloc.areal_alloc_sweeper import SkipInvalidSweeper
 
@@ -57,6 +59,21 @@ def test_config_installed() -> None:
         loader = GlobalHydra.instance().config_loader()
         assert "validate" in loader.get_group_options("areal_alloc")
         assert "schema" in loader.get_group_options("areal_alloc")
+    names = [p.__name__ for p in Plugins.instance().discover(ConfigSource)]
+    assert AllocSchemaSource.__name__ in names
+
+
+def test_a_hydra_app_without_the_schema_never_builds_it(tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text("defaults:\n  - areal_alloc/validate\n  - _self_\n")
+    code = (
+        "import sys\n"
+        "from hydra import compose, initialize_config_dir\n"
+        f"with initialize_config_dir(config_dir={str(tmp_path)!r}, version_base='1.3'):\n"
+        "    compose('config')\n"
+        "print('areal_alloc.schema' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (0, "False\n"), done.stderr
 
 
 def test_hydra_plugins_is_a_namespace_package() -> None:
@@ -69,9 +86,10 @@ def test_hydra_plugins_is_a_namespace_package() -> None:
 def test_plugin_module_imports_nothing_heavy() -> None:
     code = (
         "import sys, hydra_plugins.areal_alloc.areal_alloc_searchpath, "
-        "hydra_plugins.areal_alloc.areal_alloc_sweeper\n"
+        "hydra_plugins.areal_alloc.areal_alloc_sweeper, "
+        "hydra_plugins.areal_alloc.areal_alloc_schema_source\n"
         "print(sorted(m for m in ('lark', 'areal_alloc._parse', 'areal_alloc.model', "
-        "'areal_alloc.plan') if m in sys.modules))"
+        "'areal_alloc.plan', 'areal_alloc.schema') if m in sys.modules))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True

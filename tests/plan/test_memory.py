@@ -528,3 +528,14 @@ def test_an_inference_engine_on_training_gpus_claims_its_fraction_unless_offload
     assert alone["actor"].memory is not None
     assert alone["actor"].memory.term("colocated") == 0
     assert any("actor.offload=true moves actor off the GPU" in a for a in alone.assumptions)
+
+
+def test_archon_keeps_parameters_and_adam_states_in_dtype() -> None:
+    # areal/experimental/engine/archon_engine.py creates the model in config.dtype and
+    # archon_utils.create_optimizer builds a plain AdamW over those parameters
+    total = 8_190_735_360
+    archon = _train("archon:d8")
+    assert archon.term("optimizer") == pytest.approx(total / 8 * 2 * 2, rel=1e-6)
+    assert archon.term("gradients") == pytest.approx(total / 8 * 2, rel=1e-6)
+    with pytest.raises(AllocationValidationError, match="archon engine takes adam or sgd"):
+        _train("archon:d8", optimizer="adam_bf16")
