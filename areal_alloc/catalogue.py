@@ -272,11 +272,18 @@ _ALIASES = {
 
 @dataclass(frozen=True, slots=True)
 class GPU:
-    """A GPU model and its published memory (taken as GiB, 2^30 bytes)."""
+    """A GPU model: its published memory (taken as GiB, 2^30 bytes) and, where a source
+    gives them, dense BF16 tensor TFLOP/s, HBM bandwidth (TB/s) and NVLink bandwidth
+    per GPU (GB/s, both directions together, as published). ``None``: not published
+    in a source we could cite; give it in ``cluster`` instead."""
 
     name: str
     memory_gib: float
     source: str
+    bf16_tflops: float | None = None
+    hbm_tbps: float | None = None
+    nvlink_gbps: float | None = None
+    speed_source: str | None = None
 
     @property
     def memory_bytes(self) -> int:
@@ -289,21 +296,71 @@ GPUS: dict[str, GPU] = {
     g.name.lower(): g
     for g in (
         GPU("A100-40GB", 40, "the product name: NVIDIA A100 40GB"),
-        GPU("A100-80GB", 80, _LLMBOOK + " (A100 SXM: 80 GB HBM2e)"),
+        GPU(
+            "A100-80GB",
+            80,
+            _LLMBOOK + " (A100 SXM: 80 GB HBM2e)",
+            312,
+            2.0,
+            600,
+            _LLMBOOK + " (A100 SXM: 2.0 TB/s, BF16 312 TFLOPS, NVLink 3 600 GB/s)",
+        ),
         GPU(
             "A800",
             80,
             "https://tweakers.net/nieuws/203182/ (A800: up to 80GB HBM2e, as the A100)",
+            312,
+            2.0,
+            400,
+            "https://tweakers.net/nieuws/203182/ (the A100's stated performance, NVLink "
+            "limited to 400GB/s) with the A100 SXM figures of " + _LLMBOOK,
         ),
-        GPU("H100-80GB", 80, _LLMBOOK + " (H100 SXM: 80 GB HBM3)"),
-        GPU("H200", 141, _LLMBOOK + " (H200 SXM: 141 GB HBM3e)"),
+        GPU(
+            "H100-80GB",
+            80,
+            _LLMBOOK + " (H100 SXM: 80 GB HBM3)",
+            990,
+            3.35,
+            900,
+            _LLMBOOK + " (H100 SXM: 3.35 TB/s, BF16 990 TFLOPS, NVLink 4 900 GB/s)",
+        ),
+        GPU(
+            "H200",
+            141,
+            _LLMBOOK + " (H200 SXM: 141 GB HBM3e)",
+            990,
+            4.8,
+            900,
+            _LLMBOOK + " (H200 SXM: 4.8 TB/s, BF16 990 TFLOPS, NVLink 4 900 GB/s)",
+        ),
         GPU(
             "H20",
             96,
             "https://tweakers.net/nieuws/215984/ (H20: 96GB HBM3, 4TB/s)",
+            148,
+            4.0,
+            900,
+            "https://willitrunai.com/es/gpus/h20-96gb (148 TFLOPS FP16, 4,000 GB/s, "
+            "NVLink 4.0 900 GB/s)",
         ),
-        GPU("L40S", 48, _LLMBOOK + " (L40S: 48 GB GDDR6)"),
-        GPU("B200", 192, _LLMBOOK + " (B200: 192 GB HBM3e)"),
+        GPU(
+            "L40S",
+            48,
+            _LLMBOOK + " (L40S: 48 GB GDDR6)",
+            362,
+            0.864,
+            None,  # no NVLink: PCIe 4.0 (64 GB/s)
+            _LLMBOOK + " (L40S: 864 GB/s, BF16 362 TFLOPS, PCIe 4.0 64 GB/s)",
+        ),
+        GPU(
+            "B200",
+            192,
+            _LLMBOOK + " (B200: 192 GB HBM3e)",
+            2250,
+            8.0,
+            1800,
+            _LLMBOOK + " (B200: 8.0 TB/s, BF16 2,250 TFLOPS, NVLink 5 1,800 GB/s)",
+        ),
     )
 }
 

@@ -30,6 +30,7 @@ from areal_alloc.memory import (
 from areal_alloc.model import ModelAllocation
 from areal_alloc.model_shape import ModelShape, layout_problems
 from areal_alloc.strategy import ParallelStrategy
+from areal_alloc.throughput import Hardware, StepEstimate, decode_step, training_step
 from areal_alloc.vocab import BACKEND_DIMS, HYBRID_BACKENDS, INFERENCE_BACKENDS
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "iter_layouts",
     "iter_strategies",
     "layout_memory",
+    "ranked_layouts",
 ]
 
 #: Candidate layouts one search examines at most (about a second of work).
@@ -292,3 +294,89 @@ def fitting_layouts(
         backend, gpus, constraints, find_model(model), resolve_gpu(gpu).capacity, settings
     )
     return [spec for spec, estimate in found if estimate.fits]
+
+
+@dataclass(frozen=True, slots=True)
+class RankedLayout:
+    """A layout that fits, its memory per GPU, and its estimated speed."""
+
+    spec: str
+    memory: MemoryEstimate
+    speed: StepEstimate
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "backend": self.spec,
+            "memory_total": self.memory.total,
+            "step_seconds": self.speed.seconds,
+            "tokens_per_second": self.speed.tokens_per_second,
+            "mfu": self.speed.mfu,
+            "bottleneck": self.speed.bottleneck,
+            "memory": self.memory.to_dict(),
+            "speed": self.speed.to_dict(),
+        }
+
+
+def ranked_layouts(
+    backend: str,
+    gpus: int,
+    constraints: LayoutConstraints | None,
+    arch: Architecture,
+    capacity: int | None,
+    hardware: Hardware,
+    *,
+    tokens_per_step: int,
+    sequence_length: int,
+    training: TrainingSettings | None = None,
+    inference: InferenceSettings | None = None,
+) -> list[RankedLayout]:
+    """The layouts that fit, fastest first (training: tokens per second of a step;
+    inference: generated tokens per second of all instances at the batch the KV cache
+    holds)."""
+    training = training or TrainingSettings()
+    out = []
+    for spec, memory in layout_memory(
+        backend, gpus, constraints, arch, capacity, training, inference
+    ):
+        if memory.fits is False:
+            continue
+        parallel = ModelAllocation.from_str(spec).parallel
+        if backend in INFERENCE_BACKENDS:
+            kv = memory.kv_cache
+            per_token = kv.bytes_per_token if kv is not None else 0
+            batch = max(1, min(kv.sequences or 1, 256)) if kv is not None else 1
+            one = decode_step(
+                arch,
+                parallel,
+                hardware,
+                batch=batch,
+                context=sequence_length,
+                kv_bytes_per_token=per_token,
+            )
+            instances = gpus // (parallel.tp_size * parallel.pp_size)
+            speed = replace_tokens(one, one.tokens * instances, gpus)
+        else:
+            speed = training_step(
+                backend,
+                arch,
+                parallel,
+                hardware,
+                tokens_per_step=tokens_per_step,
+                tokens_per_micro_batch=training.tokens_per_micro_batch,
+                sequence_length=sequence_length,
+                recompute=training.recompute,
+                virtual_pipeline=training.virtual_pipeline,
+            )
+        out.append(RankedLayout(spec, memory, speed))
+    out.sort(key=lambda r: -r.speed.tokens_per_second)
+    return out
+
+
+def replace_tokens(estimate: StepEstimate, tokens: int, gpus: int) -> StepEstimate:
+    """One instance's decode step counted for all instances of the engine."""
+    return replace(
+        estimate,
+        tokens=tokens,
+        model_flops=estimate.model_flops * tokens / max(estimate.tokens, 1),
+        gpus=gpus,
+    )

@@ -125,12 +125,14 @@ LAYERS = [
     "areal_alloc.catalogue",
     "areal_alloc.memory",
     "areal_alloc.fit",
+    "areal_alloc.throughput",
     # model → plan
     "areal_alloc.placement",
     "areal_alloc.plan",
     # the leaves
     "areal_alloc.rankgroups",
     "areal_alloc.layouts",
+    "areal_alloc.suggest",
     "areal_alloc.ray_placement",
     "areal_alloc.compose",
     "areal_alloc.schema",

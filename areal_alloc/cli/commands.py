@@ -10,17 +10,22 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
 from areal_alloc._config import child
-from areal_alloc.catalogue import find_model
+from areal_alloc.catalogue import GPU, find_gpu, find_model
 from areal_alloc.cli.render import render_memory, render_plan, table
 from areal_alloc.compose import compose_file, read_launch_args, script_args
 from areal_alloc.errors import AllocationError, AllocationValidationError
 from areal_alloc.fit import GPUSpec, estimate_allocation, resolve_gpu
 from areal_alloc.format import layout_parts
-from areal_alloc.layouts import LayoutConstraints, enumerate_layouts, layout_memory
+from areal_alloc.layouts import (
+    LayoutConstraints,
+    enumerate_layouts,
+    layout_memory,
+    ranked_layouts,
+)
 from areal_alloc.legacy import migration_overrides
 from areal_alloc.limits import MAX_GPUS, grouped
 from areal_alloc.memory import (
@@ -34,7 +39,9 @@ from areal_alloc.model import ModelAllocation
 from areal_alloc.model_shape import ModelShape
 from areal_alloc.plan import plan_config
 from areal_alloc.rankgroups import order_refusal, summarize_rank_groups
-from areal_alloc.vocab import DEFAULT_ORDER, ENGINE_ORDER
+from areal_alloc.suggest import RunShape, suggest
+from areal_alloc.throughput import Hardware
+from areal_alloc.vocab import DEFAULT_ORDER, ENGINE_ORDER, INFERENCE_BACKENDS
 
 __all__ = ["COMMANDS", "run_command"]
 
@@ -344,6 +351,7 @@ def layouts(args: list[str]) -> int:
         "--sweep", action="store_true", help="one comma-separated line, ready for -m key=…"
     )
     _memory_flags(parser)
+    _speed_flags(parser)
     ns = parser.parse_args(args)
 
     shape = ModelShape.from_hf_config(ns.model_config) if ns.model_config else ModelShape()
@@ -352,6 +360,10 @@ def layouts(args: list[str]) -> int:
     for name in _SHAPE_FIELDS:
         values.setdefault(name, getattr(shape, name))
     constraints = LayoutConstraints(**values)
+    if ns.rank:
+        if not ns.model or not ns.gpu:
+            raise AllocationValidationError("--rank needs --model and --gpu")
+        return _ranking(ns, constraints)
     if not ns.model:
         found = enumerate_layouts(ns.backend, ns.gpus, constraints)
         if not found:
@@ -359,6 +371,130 @@ def layouts(args: list[str]) -> int:
         print(",".join(found) if ns.sweep else "\n".join(found))
         return 0
     return _fitting(ns, constraints)
+
+
+def _speed_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--rank",
+        action="store_true",
+        help="order the layouts that fit by estimated throughput (needs --model and --gpu)",
+    )
+    parser.add_argument("--top", type=_positive, metavar="K", help="only the K fastest")
+    parser.add_argument("--json", action="store_true", help="with --rank: one object per layout")
+    parser.add_argument(
+        "--tokens-per-step",
+        type=_positive,
+        default=1 << 20,
+        metavar="N",
+        help="training tokens per optimizer step (default 1,048,576)",
+    )
+    parser.add_argument(
+        "--seq-len",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="sequence length for attention (training) and context (inference); default "
+        "the micro-batch tokens / --context-length",
+    )
+    for flag, text in (
+        ("--peak-tflops", "dense BF16 TFLOP/s of a GPU not in the catalogue"),
+        ("--hbm-tbps", "HBM bandwidth (TB/s) of a GPU not in the catalogue"),
+        ("--nvlink-gbps", "NVLink GB/s per GPU, both directions (as published)"),
+        ("--inter-node-gbps", "network Gb/s per GPU between nodes (default 200, assumed)"),
+        ("--compute-efficiency", "fraction of peak compute reached (default 0.5, assumed)"),
+        ("--comm-efficiency", "fraction of link bandwidth reached (default 0.7, assumed)"),
+    ):
+        parser.add_argument(flag, type=float, default=None, metavar="X", help=text)
+
+
+def _hardware(ns: argparse.Namespace) -> Hardware:
+    """The GPU's speeds (catalogue, or flags), the node size and the network."""
+    per_node = ns.gpus_per_node or 8
+    name = str(ns.gpu)
+    try:
+        gpu = find_gpu(name)
+    except AllocationError:
+        if ns.peak_tflops is None or ns.hbm_tbps is None:
+            raise AllocationValidationError(
+                f"--gpu {name!r} is not in the catalogue: give --peak-tflops and --hbm-tbps "
+                f"to estimate speed"
+            ) from None
+        gpu = GPU(name, 0, "command line", ns.peak_tflops, ns.hbm_tbps, ns.nvlink_gbps)
+    if ns.peak_tflops is not None or ns.hbm_tbps is not None or ns.nvlink_gbps is not None:
+        gpu = replace(
+            gpu,
+            bf16_tflops=ns.peak_tflops or gpu.bf16_tflops,
+            hbm_tbps=ns.hbm_tbps or gpu.hbm_tbps,
+            nvlink_gbps=ns.nvlink_gbps or gpu.nvlink_gbps,
+        )
+    return Hardware.from_gpu(
+        gpu,
+        per_node,
+        inter_node_gbps=ns.inter_node_gbps,
+        compute_efficiency=ns.compute_efficiency,
+        comm_efficiency=ns.comm_efficiency,
+    )
+
+
+def _ranking(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
+    """``layouts … --rank``: the layouts that fit, fastest first, with their terms."""
+    gpu = resolve_gpu(ns.gpu)
+    hardware = _hardware(ns)
+    training, inference = _settings(ns)
+    inference_backend = ns.backend in INFERENCE_BACKENDS
+    sequence = ns.seq_len or (
+        ns.context_length if inference_backend else min(ns.tokens or 32768, 32768)
+    )
+    ranked = ranked_layouts(
+        ns.backend,
+        ns.gpus,
+        constraints,
+        find_model(ns.model),
+        gpu.capacity,
+        hardware,
+        tokens_per_step=ns.tokens_per_step,
+        sequence_length=sequence,
+        training=training,
+        inference=inference,
+    )
+    if not ranked:
+        raise AllocationError(
+            f"no {ns.backend} layout of {ns.gpus} GPUs fits {ns.model} on {gpu.name}; see "
+            f"`areal-alloc layouts {ns.backend} {ns.gpus} --model {ns.model} --gpu {ns.gpu}`"
+        )
+    shown = ranked[: ns.top] if ns.top else ranked
+    if ns.json:
+        print(json.dumps([r.to_dict() for r in shown], indent=1))
+        return 0
+    if ns.sweep:
+        print(",".join(r.spec for r in shown))
+        return 0
+    unit = "generated tokens/s" if inference_backend else "tokens/s"
+    rows = [["layout", "per GPU", "step", unit, "MFU", "bottleneck"]]
+    for r in shown:
+        rows.append(
+            [
+                r.spec,
+                readable_bytes(r.memory.total),
+                f"{r.speed.seconds:.3g} s",
+                f"{r.speed.tokens_per_second:,.0f}",
+                f"{r.speed.mfu:.0%}",
+                r.speed.bottleneck,
+            ]
+        )
+    print("\n".join(table(rows)))
+    what = (
+        f"decode of {sequence:,}-token contexts at the batch each KV cache holds (≤ 256)"
+        if inference_backend
+        else f"{ns.tokens_per_step:,} tokens per step, {training.tokens_per_micro_batch:,} "
+        f"per micro-batch, sequences of {sequence:,}"
+    )
+    print(f"# {len(shown)} of {len(ranked)} layouts that fit, fastest first: {what}")
+    for assumption in shown[0].speed.assumptions:
+        print(f"# assumed: {assumption}")
+    if not ns.gpus_per_node:
+        print("# assumed: 8 GPUs per node (--gpus-per-node)")
+    return 0
 
 
 def _fitting(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
@@ -539,12 +675,138 @@ def preflight(args: list[str]) -> int:
     return 0  # pragma: no cover - execvp does not return
 
 
+# --- suggest ---------------------------------------------------------------------
+
+
+def suggest_command(args: list[str]) -> int:
+    parser = _parser(
+        "suggest",
+        "Propose how to split the GPUs between rollout and training, and each engine's "
+        "layout, so that generation and training balance. Every figure is an estimate "
+        "printed with its terms (see layouts --rank); check the finalists with a short real "
+        "run.",
+        "example:\n  areal-alloc suggest --model Qwen3-8B --gpus 64 --gpu H100-80GB "
+        "--batch 512 --prompt-len 1024 --gen-len 8192",
+    )
+    parser.add_argument("--model", required=True, metavar="M", help="path, hub id or name")
+    parser.add_argument("--gpus", type=_positive, required=True, metavar="N", help="GPUs in all")
+    parser.add_argument("--gpu", required=True, metavar="G", help="a catalogue GPU, e.g. H100-80GB")
+    parser.add_argument("--gpus-per-node", type=_positive, default=None, metavar="N")
+    parser.add_argument("--batch", type=_positive, default=512, help="sequences per RL step")
+    parser.add_argument("--prompt-len", type=_positive, default=1024, metavar="N")
+    parser.add_argument("--gen-len", type=_positive, default=8192, metavar="N")
+    parser.add_argument("--no-ref", action="store_true", help="no reference model (kl_ctl=0)")
+    parser.add_argument("--critic", action="store_true", help="a critic colocated with actor")
+    parser.add_argument(
+        "--sync", action="store_true", help="synchronous RL: generation and training alternate"
+    )
+    parser.add_argument(
+        "--train-backend", choices=("megatron", "fsdp", "archon"), default="megatron"
+    )
+    parser.add_argument("--rollout-backend", choices=("sglang", "vllm"), default="sglang")
+    parser.add_argument(
+        "--tokens",
+        type=_positive,
+        default=16384,
+        metavar="N",
+        help="training tokens per micro-batch (default 16384)",
+    )
+    parser.add_argument("--recompute", choices=RECOMPUTE, default="full")
+    parser.add_argument("--context-length", type=_positive, default=32768, metavar="N")
+    parser.add_argument("--top", type=_positive, default=3, metavar="K")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="the finalists' overrides, one job per line, for a short real run each",
+    )
+    for flag in (
+        "--peak-tflops",
+        "--hbm-tbps",
+        "--nvlink-gbps",
+        "--inter-node-gbps",
+        "--compute-efficiency",
+        "--comm-efficiency",
+    ):
+        parser.add_argument(flag, type=float, default=None, metavar="X")
+    ns = parser.parse_args(args)
+    hardware = _hardware(ns)
+    gpu = resolve_gpu(ns.gpu)
+    shape = RunShape(
+        batch=ns.batch,
+        prompt_len=ns.prompt_len,
+        gen_len=ns.gen_len,
+        ref=not ns.no_ref,
+        critic=ns.critic,
+        asynchronous=not ns.sync,
+    )
+    training = TrainingSettings(tokens_per_micro_batch=ns.tokens, recompute=ns.recompute)
+    proposals = suggest(
+        find_model(ns.model),
+        ns.gpus,
+        gpu.capacity,
+        hardware,
+        shape,
+        train_backend=ns.train_backend,
+        rollout_backend=ns.rollout_backend,
+        training=training,
+        context_length=ns.context_length,
+        top=ns.top,
+    )
+    if not proposals:
+        raise AllocationError(
+            f"no split of {ns.gpus} {gpu.name} GPUs fits {ns.model}: the rollout or the "
+            f"trainer does not fit on any share; try more GPUs or --recompute full"
+        )
+    if ns.json:
+        print(json.dumps([p.to_dict() for p in proposals], indent=1))
+        return 0
+    if ns.sweep:
+        print("# one job per finalist: Hydra's -m takes a Cartesian product, which would pair")
+        print("# rollout and actor layouts that do not share the GPUs; run each line")
+        for p in proposals:
+            print(" ".join(p.overrides()))
+        return 0
+    mode = "asynchronous (overlapped)" if shape.asynchronous else "synchronous (alternating)"
+    print(
+        f"{ns.gpus} × {gpu.name}, {ns.model}: {shape.batch} sequences of {shape.prompt_len:,} + "
+        f"{shape.gen_len:,} tokens per step, {mode}"
+    )
+    for rank, p in enumerate(proposals, 1):
+        r, a = p.rollout, p.actor
+        print()
+        print(
+            f"{rank}. rollout {p.rollout_gpus} GPUs {r.spec}, training {p.train_gpus} GPUs "
+            f"{a.spec}: step ≈ {p.step_seconds:.1f} s — {p.advice}"
+        )
+        print(
+            f"   generation {p.generate_seconds:.1f} s: {r.speed.tokens_per_second:,.0f} "
+            f"tokens/s, bottleneck {r.speed.bottleneck}, {readable_bytes(r.memory.total)} per GPU"
+        )
+        print(
+            f"   training   {p.train_seconds:.1f} s: {a.speed.tokens_per_second:,.0f} tokens/s "
+            f"(actor), MFU {a.speed.mfu:.0%}, bottleneck {a.speed.bottleneck}, "
+            f"{readable_bytes(a.memory.total)} per GPU"
+            + (" (+ ref forward)" if shape.ref else "")
+            + (" (+ critic)" if shape.critic else "")
+        )
+        print("   " + " ".join(p.overrides()))
+        print("   " + p.yaml().rstrip().replace("\n", "\n   "))
+    print()
+    for assumption in proposals[0].actor.speed.assumptions:
+        print(f"# assumed: {assumption}")
+    if not ns.gpus_per_node:
+        print("# assumed: 8 GPUs per node (--gpus-per-node)")
+    return 0
+
+
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "explain": explain,
     "migrate": migrate,
     "layouts": layouts,
     "check": check,
     "preflight": preflight,
+    "suggest": suggest_command,
 }
 
 

@@ -1,0 +1,212 @@
+"""Proposing a whole RL allocation: how many GPUs generate, how many train, and how.
+
+For every split of the cluster on node boundaries (rollout on whole nodes, the
+rest training; below one node, any split), the fastest rollout layout (inference
+instances inside a node) and the fastest training layout that fits — with the
+reference model (forward only) and the critic colocated on the actor's GPUs, as
+the reference's examples place them — are estimated with
+:mod:`areal_alloc.throughput`. One RL step generates ``batch × gen_len`` tokens
+and trains on ``batch × (prompt_len + gen_len)``:
+
+- asynchronous (the reference's default off-policy mode): generation and
+  training overlap, so a step takes the longer of the two;
+- synchronous: one waits for the other, so a step takes their sum.
+
+Proposals are ordered by that step time; each carries the balance (how much of
+what the rollout produces training can consume).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from areal_alloc.architecture import Architecture
+from areal_alloc.errors import AllocationValidationError
+from areal_alloc.layouts import LayoutConstraints, RankedLayout, ranked_layouts
+from areal_alloc.memory import InferenceSettings, Term, TrainingSettings
+from areal_alloc.throughput import Hardware
+
+__all__ = ["Proposal", "RunShape", "suggest"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunShape:
+    """What one RL step does: prompts per step, their lengths, which engines exist."""
+
+    batch: int = 512  # prompts × samples per prompt, i.e. sequences per step
+    prompt_len: int = 1024
+    gen_len: int = 8192
+    ref: bool = True
+    critic: bool = False
+    asynchronous: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("batch", "prompt_len", "gen_len"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1 << 30:
+                raise AllocationValidationError(f"{name}={value!r}: must be an integer ≥ 1")
+
+    @property
+    def train_tokens(self) -> int:
+        return self.batch * (self.prompt_len + self.gen_len)
+
+    @property
+    def generated_tokens(self) -> int:
+        return self.batch * self.gen_len
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    rollout: RankedLayout
+    actor: RankedLayout
+    rollout_gpus: int
+    train_gpus: int
+    generate_seconds: float
+    train_seconds: float
+    shape: RunShape
+
+    @property
+    def step_seconds(self) -> float:
+        if self.shape.asynchronous:
+            return max(self.generate_seconds, self.train_seconds)
+        return self.generate_seconds + self.train_seconds
+
+    @property
+    def balance(self) -> float:
+        """Generation rate over training rate (>1: rollout outruns training)."""
+        return self.train_seconds / self.generate_seconds if self.generate_seconds else 0.0
+
+    @property
+    def advice(self) -> str:
+        b = self.balance
+        if 0.9 <= b <= 1.1:
+            return "balanced"
+        if b > 1:
+            return f"rollout produces {b:.1f}× what training consumes: move GPUs to training"
+        return f"training could consume {1 / b:.1f}× what rollout produces: move GPUs to rollout"
+
+    def overrides(self) -> list[str]:
+        out = [f"rollout.backend={self.rollout.spec}", f"actor.backend={self.actor.spec}"]
+        if self.shape.ref:
+            out += ["++ref.backend=''", "++ref.scheduling_strategy.type=colocation"]
+            out += ["++ref.scheduling_strategy.target=actor"]
+        if self.shape.critic:
+            out += [f"++critic.backend={self.actor.spec}"]
+            out += ["++critic.scheduling_strategy.type=colocation"]
+            out += ["++critic.scheduling_strategy.target=actor"]
+        return out
+
+    def yaml(self) -> str:
+        lines = [
+            f"rollout:\n  backend: {self.rollout.spec}",
+            f"actor:\n  backend: {self.actor.spec}",
+        ]
+        colocated = "  scheduling_strategy: {type: colocation, target: actor}"
+        if self.shape.ref:
+            lines.append(f'ref:\n  backend: ""\n{colocated}')
+        if self.shape.critic:
+            lines.append(f"critic:\n  backend: {self.actor.spec}\n{colocated}")
+        return "\n".join(lines) + "\n"
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "rollout": {"gpus": self.rollout_gpus, **self.rollout.to_dict()},
+            "actor": {"gpus": self.train_gpus, **self.actor.to_dict()},
+            "generate_seconds": self.generate_seconds,
+            "train_seconds": self.train_seconds,
+            "step_seconds": self.step_seconds,
+            "balance": self.balance,
+            "advice": self.advice,
+            "overrides": self.overrides(),
+        }
+
+
+def _splits(gpus: int, per_node: int) -> list[int]:
+    """GPU counts for the rollout: whole nodes when there are several, else divisors."""
+    if gpus >= 2 * per_node and gpus % per_node == 0:
+        return [n * per_node for n in range(1, gpus // per_node)]
+    return [d for d in range(1, gpus) if gpus % d == 0 or (gpus - d) % 2 == 0]
+
+
+def suggest(
+    arch: Architecture,
+    gpus: int,
+    capacity: int,
+    hardware: Hardware,
+    shape: RunShape,
+    *,
+    train_backend: str = "megatron",
+    rollout_backend: str = "sglang",
+    training: TrainingSettings | None = None,
+    context_length: int = 32768,
+    top: int = 3,
+) -> list[Proposal]:
+    """The best ``top`` splits of ``gpus`` between rollout and training, fastest first."""
+    if gpus < 2:
+        raise AllocationValidationError(f"{gpus} GPU(s): a rollout and a trainer need at least 2")
+    per_node = hardware.gpus_per_node
+    training = training or TrainingSettings()
+    # the colocated ref (forward only) and critic (trains) take turns on the actor's GPUs
+    forward_cost = 1.0
+    if shape.ref:
+        forward_cost += 1 / 3  # a forward pass is a third of forward + backward
+    if shape.critic:
+        forward_cost += 1.0
+    inference = InferenceSettings(context_length=context_length)
+    constraints = LayoutConstraints(gpus_per_node=per_node)
+    sequence = shape.prompt_len + shape.gen_len
+    best_rollout: dict[int, RankedLayout | None] = {}
+    best_train: dict[int, RankedLayout | None] = {}
+    proposals = []
+    for rollout_gpus in _splits(gpus, per_node):
+        train_gpus = gpus - rollout_gpus
+        if rollout_gpus not in best_rollout:
+            ranked = ranked_layouts(
+                rollout_backend,
+                rollout_gpus,
+                constraints,
+                arch,
+                capacity,
+                hardware,
+                tokens_per_step=shape.generated_tokens,
+                sequence_length=min(sequence, context_length),
+                inference=inference,
+            )
+            best_rollout[rollout_gpus] = ranked[0] if ranked else None
+        if train_gpus not in best_train:
+            ranked = ranked_layouts(
+                train_backend,
+                train_gpus,
+                constraints,
+                arch,
+                capacity,
+                hardware,
+                tokens_per_step=shape.train_tokens,
+                sequence_length=min(sequence, training.tokens_per_micro_batch),
+                training=training,
+            )
+            fitting = [r for r in ranked if _fits_with_colocated(r, shape, capacity)]
+            best_train[train_gpus] = fitting[0] if fitting else None
+        rollout, actor = best_rollout[rollout_gpus], best_train[train_gpus]
+        if rollout is None or actor is None:
+            continue
+        generate = shape.generated_tokens / rollout.speed.tokens_per_second
+        train = shape.train_tokens / actor.speed.tokens_per_second * forward_cost
+        proposals.append(Proposal(rollout, actor, rollout_gpus, train_gpus, generate, train, shape))
+    proposals.sort(key=lambda p: p.step_seconds)
+    return proposals[:top]
+
+
+def _fits_with_colocated(actor: RankedLayout, shape: RunShape, capacity: int) -> bool:
+    """The actor's GPUs also hold the ref's weights (bf16) and the critic's states."""
+    memory = actor.memory
+    resident = memory.term("weights") + memory.term("gradients") + memory.term("optimizer")
+    added = 0
+    if shape.ref:
+        added += memory.term("weights")  # the same model, weights only
+    if shape.critic:
+        added += resident
+    if not added:
+        return True
+    shared = memory.with_term(Term("colocated", added, "ref/critic on these GPUs"))
+    return shared.total <= capacity

@@ -1,0 +1,102 @@
+"""`layouts --rank` and `suggest`, run as users run them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+
+Cli = Callable[..., "subprocess.CompletedProcess[str]"]  # the `cli` fixture (conftest)
+
+RANK = ["layouts", "megatron", "16", "--model", "Qwen3-8B", "--gpu", "H100-80GB", "--rank"]
+
+
+def test_rank_lists_the_fitting_layouts_fastest_first(cli: Cli) -> None:
+    done = cli(*RANK, "--tokens", "16384", "--recompute", "full", "--top", "5")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == ["layout", "per", "GPU", "step", "tokens/s", "MFU", "bottleneck"]
+    rates = [float(line.split()[5].replace(",", "")) for line in lines[1:6]]
+    assert rates == sorted(rates, reverse=True)
+    assert "# assumed: 0.5 of peak compute" in done.stdout
+
+
+def test_rank_json_has_the_documented_keys(cli: Cli) -> None:
+    done = cli(*RANK, "--tokens", "16384", "--recompute", "full", "--json", "--top", "3")
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert len(rows) == 3
+    for row in rows:
+        assert {
+            "backend",
+            "memory_total",
+            "step_seconds",
+            "tokens_per_second",
+            "mfu",
+            "bottleneck",
+        } <= set(row)
+        assert row["memory_total"] <= 80 * 2**30
+    sweep = cli(*RANK, "--tokens", "16384", "--recompute", "full", "--sweep", "--top", "3")
+    assert sweep.stdout.strip().split(",") == [r["backend"] for r in rows]
+
+
+def test_rank_needs_a_model_and_a_gpu_with_speeds(cli: Cli) -> None:
+    done = cli("layouts", "fsdp", "8", "--rank")
+    assert (done.returncode, done.stderr) == (
+        1,
+        "areal-alloc layouts: --rank needs --model and --gpu\n",
+    )
+    unknown = cli("layouts", "fsdp", "8", "--model", "Qwen3-8B", "--gpu", "80", "--rank")
+    assert unknown.returncode == 1
+    assert "is not in the catalogue: give --peak-tflops and --hbm-tbps" in unknown.stderr
+    given = cli(
+        "layouts",
+        "fsdp",
+        "8",
+        "--model",
+        "Qwen3-4B",
+        "--gpu",
+        "80",
+        "--rank",
+        "--peak-tflops",
+        "300",
+        "--hbm-tbps",
+        "2",
+        "--recompute",
+        "full",
+        "--tokens",
+        "8192",
+    )
+    assert given.returncode == 0, given.stderr
+
+
+def test_suggest_prints_proposals_with_overrides_and_yaml(cli: Cli) -> None:
+    done = cli("suggest", "--model", "Qwen3-8B", "--gpus", "32", "--gpu", "H100-80GB", "--top", "2")
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    assert text.startswith("32 × H100-80GB, Qwen3-8B: 512 sequences of 1,024 + 8,192 tokens")
+    assert "\n1. rollout " in text
+    assert "\n2. rollout " in text
+    assert "rollout.backend=sglang:" in text
+    assert "actor.backend=megatron:" in text
+    assert "scheduling_strategy: {type: colocation, target: actor}" in text
+
+
+def test_suggest_json_and_sweep(cli: Cli) -> None:
+    args = ["suggest", "--model", "Qwen3-8B", "--gpus", "32", "--gpu", "H100-80GB", "--top", "2"]
+    data = json.loads(cli(*args, "--json").stdout)
+    assert len(data) == 2
+    for proposal in data:
+        assert proposal["rollout"]["gpus"] + proposal["actor"]["gpus"] == 32
+        assert proposal["rollout"]["backend"].startswith("sglang:")
+        assert {"step_seconds", "balance", "advice", "overrides"} <= set(proposal)
+    sweep = cli(*args, "--sweep").stdout.splitlines()
+    jobs = [line for line in sweep if not line.startswith("#")]
+    assert jobs == [" ".join(p["overrides"]) for p in data]
+
+
+def test_suggest_errors_are_one_line(cli: Cli) -> None:
+    done = cli("suggest", "--model", "Qwen2.5-72B", "--gpus", "2", "--gpu", "L40S")
+    assert done.returncode == 1
+    assert done.stderr.startswith("areal-alloc suggest: no split of 2 L40S GPUs fits Qwen2.5-72B")
+    assert done.stderr.count("\n") == 1

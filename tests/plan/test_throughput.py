@@ -1,0 +1,169 @@
+"""Step-time and throughput estimates: each term follows its stated formula.
+
+These check the arithmetic of the model against formulas written out here (and
+megatron-core's FLOP count), not against published measurements: no citable
+measurement was found for this work (see the README).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from areal_alloc.architecture import Architecture
+from areal_alloc.catalogue import find_gpu, find_model
+from areal_alloc.errors import AllocationValidationError
+from areal_alloc.memory import GIB, TrainingSettings
+from areal_alloc.model import ModelAllocation
+from areal_alloc.suggest import RunShape, suggest
+from areal_alloc.throughput import (
+    Hardware,
+    StepEstimate,
+    decode_step,
+    model_flops,
+    training_step,
+)
+
+H100 = Hardware.from_gpu(find_gpu("H100-80GB"), 8)
+
+
+def _gpt(h: int, layers: int, vocab: int) -> Architecture:
+    return Architecture(
+        hidden_size=h,
+        num_layers=layers,
+        num_attention_heads=h // 128,
+        vocab_size=vocab,
+        intermediate_size=4 * h,
+        gated_mlp=False,
+    )
+
+
+def test_model_flops_count_as_megatron_core_does() -> None:
+    # megatron/training/training.py num_floating_point_operations, GPT without SwiGLU:
+    # 6 × (attention 4h² + MLP 8h²) per token and layer, 6 × h × V for the logits, and
+    # 6 × h × s per token and layer for causal attention
+    h, layers, vocab, s, tokens = 4096, 32, 51200, 2048, 1 << 20
+    expected = tokens * (6 * 12 * h * h * layers + 6 * h * vocab + 6 * h * s * layers)
+    assert model_flops(_gpt(h, layers, vocab), tokens, s) == pytest.approx(expected)
+
+
+def _step(spec: str, hardware: Hardware = H100, **options: object) -> StepEstimate:
+    allocation = ModelAllocation.from_str(spec)
+    settings: dict[str, object] = {
+        "tokens_per_step": 1 << 20,
+        "tokens_per_micro_batch": 16384,
+        "sequence_length": 8192,
+    }
+    settings.update(options)
+    return training_step(
+        allocation.backend,
+        find_model("Qwen3-8B"),
+        allocation.parallel,
+        hardware,
+        **settings,  # type: ignore[arg-type]
+    )
+
+
+def _term(estimate: StepEstimate, name: str) -> float:
+    return sum(t.seconds for t in estimate.terms if t.name == name)
+
+
+def test_compute_is_flops_over_peak_times_efficiency() -> None:
+    estimate = _step("megatron:d8t2")
+    flops = model_flops(find_model("Qwen3-8B"), 1 << 20, 8192)
+    assert _term(estimate, "compute") == pytest.approx(flops / (16 * 990e12 * 0.5))
+    faster = Hardware.from_gpu(find_gpu("H100-80GB"), 8, compute_efficiency=1.0)
+    assert _term(_step("megatron:d8t2", faster), "compute") == pytest.approx(
+        _term(estimate, "compute") / 2
+    )
+    full = _step("megatron:d8t2", recompute="full")
+    assert _term(full, "compute") == pytest.approx(_term(estimate, "compute") * 4 / 3)
+
+
+def test_bubble_is_p_minus_1_over_micro_batches_times_vpp() -> None:
+    estimate = _step("megatron:d2p4t2")
+    micro_batches = (1 << 20) // (2 * 16384)
+    assert _term(estimate, "pipeline bubble") == pytest.approx(
+        3 / micro_batches * _term(estimate, "compute")
+    )
+    interleaved = _step("megatron:d2p4t2", virtual_pipeline=2)
+    assert _term(interleaved, "pipeline bubble") == pytest.approx(
+        _term(estimate, "pipeline bubble") / 2
+    )
+
+
+def test_a_tensor_group_across_nodes_uses_the_network() -> None:
+    inside = _step("megatron:d2t8")  # t8 within an 8-GPU node: NVLink
+    across = _step("megatron:d1t16")  # t16 spans two nodes
+    assert "over NVLink 450 GB/s" in next(
+        t.formula for t in inside.terms if t.name == "tensor parallel"
+    )
+    assert "over network 200 Gb/s" in next(
+        t.formula for t in across.terms if t.name == "tensor parallel"
+    )
+    assert _term(across, "tensor parallel") > 10 * _term(inside, "tensor parallel")
+
+
+def test_mfu_is_model_flops_over_the_step_at_peak() -> None:
+    estimate = _step("megatron:d8t2")
+    flops = model_flops(find_model("Qwen3-8B"), 1 << 20, 8192)
+    assert estimate.mfu == pytest.approx(flops / (estimate.seconds * 16 * 990e12))
+    assert 0 < estimate.mfu < 0.5
+
+
+def test_decode_reads_weights_and_kv_from_hbm() -> None:
+    arch = find_model("meta-llama/Llama-3.1-8B")
+    step = decode_step(
+        arch,
+        ModelAllocation.from_str("sglang:d1").parallel,
+        H100,
+        batch=64,
+        context=4096,
+        kv_bytes_per_token=131_072,
+    )
+    expected = (8_030_261_248 * 2 + 64 * 4096 * 131_072) / (3.35e12 * 0.7)
+    assert step.seconds == pytest.approx(expected)
+    assert step.tokens_per_second == pytest.approx(64 / expected)
+
+
+def test_bad_hardware_is_refused() -> None:
+    with pytest.raises(AllocationValidationError, match=r"compute_efficiency=1\.5"):
+        Hardware("x", 100, 1, None, 8, compute_efficiency=1.5)
+    with pytest.raises(AllocationValidationError, match="A100-40GB: no published bf16_tflops"):
+        Hardware.from_gpu(find_gpu("A100-40GB"), 8)
+
+
+def test_suggest_balances_generation_and_training() -> None:
+    gpu = find_gpu("H100-80GB")
+    shape = RunShape(batch=512, prompt_len=1024, gen_len=8192)
+    proposals = suggest(
+        find_model("Qwen3-8B"),
+        64,
+        gpu.memory_bytes,
+        H100,
+        shape,
+        training=TrainingSettings(tokens_per_micro_batch=16384, recompute="full"),
+        top=5,
+    )
+    assert proposals
+    steps = [p.step_seconds for p in proposals]
+    assert steps == sorted(steps)
+    for p in proposals:
+        assert p.rollout_gpus + p.train_gpus == 64
+        assert p.rollout_gpus % 8 == 0  # whole nodes
+        assert p.step_seconds == max(p.generate_seconds, p.train_seconds)
+        assert p.actor.memory.total <= 80 * GIB
+    sync = suggest(
+        find_model("Qwen3-8B"),
+        64,
+        gpu.memory_bytes,
+        H100,
+        RunShape(batch=512, prompt_len=1024, gen_len=8192, asynchronous=False),
+        training=TrainingSettings(tokens_per_micro_batch=16384, recompute="full"),
+    )
+    assert sync[0].step_seconds == sync[0].generate_seconds + sync[0].train_seconds
+
+
+@pytest.mark.parametrize(("field", "value"), [("batch", 0), ("gen_len", -1), ("prompt_len", True)])
+def test_bad_run_shapes_are_refused(field: str, value: object) -> None:
+    with pytest.raises(AllocationValidationError, match=f"{field}="):
+        RunShape(**{field: value})  # type: ignore[arg-type]
