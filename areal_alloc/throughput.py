@@ -63,13 +63,14 @@ class Hardware:
     inter_node_gbps: float = DEFAULT_INTER_NODE_GBPS  # per GPU, gigabits per second
     compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY
     comm_efficiency: float = DEFAULT_COMM_EFFICIENCY
+    hbm_efficiency: float = DEFAULT_COMM_EFFICIENCY
 
     def __post_init__(self) -> None:
         for name in ("peak_tflops", "hbm_tbps", "inter_node_gbps"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and 0 < value < 1e7):
                 raise AllocationValidationError(f"{self.name}: {name}={value!r} must be > 0")
-        for name in ("compute_efficiency", "comm_efficiency"):
+        for name in ("compute_efficiency", "comm_efficiency", "hbm_efficiency"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and 0 < value <= 1):
                 raise AllocationValidationError(f"{self.name}: {name}={value!r} must be in (0, 1]")
@@ -85,6 +86,7 @@ class Hardware:
         inter_node_gbps: float | None = None,
         compute_efficiency: float | None = None,
         comm_efficiency: float | None = None,
+        hbm_efficiency: float | None = None,
     ) -> Hardware:
         """A catalogue GPU's published speeds; the cluster's network and efficiencies."""
         missing = [name for name in ("bf16_tflops", "hbm_tbps") if getattr(gpu, name) is None]
@@ -102,6 +104,7 @@ class Hardware:
             DEFAULT_INTER_NODE_GBPS if inter_node_gbps is None else inter_node_gbps,
             DEFAULT_COMPUTE_EFFICIENCY if compute_efficiency is None else compute_efficiency,
             DEFAULT_COMM_EFFICIENCY if comm_efficiency is None else comm_efficiency,
+            DEFAULT_COMM_EFFICIENCY if hbm_efficiency is None else hbm_efficiency,
         )
 
     def link_bytes_per_second(self, inside_node: bool) -> float:
@@ -222,7 +225,7 @@ def training_step(
         )
     ]
     assumptions = [
-        f"{hardware.compute_efficiency:g} of peak compute and {hardware.comm_efficiency:g} of "
+        f"{hardware.compute_efficiency:.3g} of peak compute and {hardware.comm_efficiency:.3g} of "
         f"link bandwidth are reached (cluster.compute_efficiency, cluster.comm_efficiency)",
         "communication does not overlap compute (an upper bound on the step)",
     ]
@@ -341,14 +344,14 @@ def decode_step(
     p = arch.parameters
     weights = p.total * 2 / (tp * pp)
     kv = batch * context * kv_bytes_per_token
-    hbm = hardware.hbm_tbps * 1e12 * hardware.comm_efficiency
+    hbm = hardware.hbm_tbps * 1e12 * hardware.hbm_efficiency
     terms = [
         StepTerm(
             "HBM reads",
             (weights + kv) / hbm * pp,
             f"(weights {weights / 2**30:.1f} GiB + KV {batch} × {context:,} × "
             f"{kv_bytes_per_token:,} B) / ({hardware.hbm_tbps:g} TB/s × "
-            f"{hardware.comm_efficiency:g}) × p{pp} stages",
+            f"{hardware.hbm_efficiency:g}) × p{pp} stages",
         )
     ]
     if tp > 1:

@@ -126,6 +126,7 @@ LAYERS = [
     "areal_alloc.memory",
     "areal_alloc.fit",
     "areal_alloc.throughput",
+    "areal_alloc.calibration",
     # model → plan
     "areal_alloc.placement",
     "areal_alloc.plan",

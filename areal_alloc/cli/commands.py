@@ -13,7 +13,9 @@ from collections.abc import Callable
 from dataclasses import fields, replace
 from typing import Any
 
+from areal_alloc import calibration
 from areal_alloc._config import child
+from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import GPU, find_gpu, find_model
 from areal_alloc.cli.render import render_memory, render_plan, table
 from areal_alloc.compose import compose_file, read_launch_args, script_args
@@ -40,7 +42,7 @@ from areal_alloc.model_shape import ModelShape
 from areal_alloc.plan import plan_config
 from areal_alloc.rankgroups import order_refusal, summarize_rank_groups
 from areal_alloc.suggest import RunShape, suggest
-from areal_alloc.throughput import Hardware
+from areal_alloc.throughput import Hardware, decode_step, training_step
 from areal_alloc.vocab import DEFAULT_ORDER, ENGINE_ORDER, INFERENCE_BACKENDS
 
 __all__ = ["COMMANDS", "run_command"]
@@ -407,8 +409,9 @@ def _speed_flags(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(flag, type=float, default=None, metavar="X", help=text)
 
 
-def _hardware(ns: argparse.Namespace) -> Hardware:
-    """The GPU's speeds (catalogue, or flags), the node size and the network."""
+def _hardware(ns: argparse.Namespace, arch: Architecture | None = None) -> Hardware:
+    """The GPU's speeds (catalogue, or flags), the node size and the network; the
+    efficiencies from the flags, else from a stored calibration of this model and GPU."""
     per_node = ns.gpus_per_node or 8
     name = str(ns.gpu)
     try:
@@ -427,19 +430,33 @@ def _hardware(ns: argparse.Namespace) -> Hardware:
             hbm_tbps=ns.hbm_tbps or gpu.hbm_tbps,
             nvlink_gbps=ns.nvlink_gbps or gpu.nvlink_gbps,
         )
+    compute, hbm = ns.compute_efficiency, None
+    ns.calibrated = None
+    stored = calibration.load(arch, gpu.name) if arch is not None else None
+    if stored is not None:
+        if compute is None and stored.compute_efficiency is not None:
+            compute = stored.compute_efficiency
+            ns.calibrated = f"compute efficiency {compute:.3g} from {stored.compute_source}"
+        if stored.hbm_efficiency is not None:
+            hbm = stored.hbm_efficiency
+            ns.calibrated = (ns.calibrated + "; " if ns.calibrated else "") + (
+                f"HBM efficiency {hbm:.3g} from {stored.hbm_source}"
+            )
     return Hardware.from_gpu(
         gpu,
         per_node,
         inter_node_gbps=ns.inter_node_gbps,
-        compute_efficiency=ns.compute_efficiency,
+        compute_efficiency=compute,
         comm_efficiency=ns.comm_efficiency,
+        hbm_efficiency=hbm,
     )
 
 
 def _ranking(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
     """``layouts … --rank``: the layouts that fit, fastest first, with their terms."""
     gpu = resolve_gpu(ns.gpu)
-    hardware = _hardware(ns)
+    arch = find_model(ns.model)
+    hardware = _hardware(ns, arch)
     training, inference = _settings(ns)
     inference_backend = ns.backend in INFERENCE_BACKENDS
     sequence = ns.seq_len or (
@@ -449,7 +466,7 @@ def _ranking(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
         ns.backend,
         ns.gpus,
         constraints,
-        find_model(ns.model),
+        arch,
         gpu.capacity,
         hardware,
         tokens_per_step=ns.tokens_per_step,
@@ -494,6 +511,110 @@ def _ranking(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
         print(f"# assumed: {assumption}")
     if not ns.gpus_per_node:
         print("# assumed: 8 GPUs per node (--gpus-per-node)")
+    if ns.calibrated:
+        print(f"# calibrated: {ns.calibrated}")
+    return 0
+
+
+def calibrate(args: list[str]) -> int:
+    parser = _parser(
+        "calibrate",
+        "Fit the estimate to one real measurement: a training step's seconds, or an "
+        "inference engine's generated tokens per second. The fitted efficiency is kept for "
+        "this model and GPU, and layouts --rank and suggest start from it.",
+        "examples:\n  areal-alloc calibrate megatron:d4t2 --model Qwen3-8B --gpu H100-80GB "
+        "--step-seconds 14.2 --tokens-per-step 1048576 --tokens 16384 --recompute full\n"
+        "  areal-alloc calibrate sglang:d2t4 --model Qwen3-8B --gpu H100-80GB "
+        "--tokens-per-second 9000 --batch 128 --seq-len 8192",
+    )
+    parser.add_argument("spec", help="the layout that was measured")
+    parser.add_argument("--step-seconds", type=float, metavar="S", help="a training step")
+    parser.add_argument(
+        "--tokens-per-second", type=float, metavar="X", help="generated tokens/s (inference)"
+    )
+    parser.add_argument(
+        "--batch",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="inference: sequences decoded together per instance (default: what the KV holds, "
+        "at most 256)",
+    )
+    parser.add_argument("--gpus-per-node", type=_positive, default=None, metavar="N")
+    _memory_flags(parser)
+    _speed_flags(parser)
+    ns = parser.parse_args(args)
+    if not ns.model or not ns.gpu:
+        raise AllocationValidationError("calibrate needs --model and --gpu")
+    alloc = ModelAllocation.from_str(ns.spec)
+    arch = find_model(ns.model)
+    hardware = _hardware(ns)
+    training, inference = _settings(ns)
+    if alloc.is_inference:
+        if ns.tokens_per_second is None:
+            raise AllocationValidationError(
+                f"{alloc.spec} is an inference layout: give --tokens-per-second"
+            )
+        memory = estimate_allocation(alloc, arch, resolve_gpu(ns.gpu).capacity, training, inference)
+        kv = memory.kv_cache
+        context = ns.seq_len or ns.context_length
+        batch = ns.batch or (max(1, min(kv.sequences or 1, 256)) if kv is not None else 1)
+        one = decode_step(
+            arch,
+            alloc.parallel,
+            hardware,
+            batch=batch,
+            context=context,
+            kv_bytes_per_token=kv.bytes_per_token if kv is not None else 0,
+        )
+        instances = alloc.n_instances
+        per_instance = ns.tokens_per_second / instances
+        efficiency = calibration.fit_decode(per_instance, one, hardware)
+        source = (
+            f"a measured {ns.tokens_per_second:g} generated tokens/s of {alloc.spec} "
+            f"(batch {batch}, context {context:,})"
+        )
+        stored = calibration.Calibration(hbm_efficiency=efficiency, hbm_source=source)
+        print(
+            f"measured {ns.tokens_per_second:,.0f} tokens/s, estimated "
+            f"{one.tokens_per_second * instances:,.0f} at HBM efficiency "
+            f"{hardware.hbm_efficiency:g}: fitted HBM efficiency {efficiency:.3g}"
+        )
+    else:
+        if ns.step_seconds is None:
+            raise AllocationValidationError(
+                f"{alloc.spec} is a training layout: give --step-seconds"
+            )
+        sequence = ns.seq_len or min(training.tokens_per_micro_batch, 32768)
+        estimate = training_step(
+            alloc.backend,
+            arch,
+            alloc.parallel,
+            hardware,
+            tokens_per_step=ns.tokens_per_step,
+            tokens_per_micro_batch=training.tokens_per_micro_batch,
+            sequence_length=sequence,
+            recompute=training.recompute,
+            virtual_pipeline=training.virtual_pipeline,
+        )
+        efficiency = calibration.fit_training(ns.step_seconds, estimate, hardware)
+        source = (
+            f"a measured {ns.step_seconds:g} s step of {alloc.spec} ({ns.tokens_per_step:,} tokens)"
+        )
+        stored = calibration.Calibration(compute_efficiency=efficiency, compute_source=source)
+        print(
+            f"measured {ns.step_seconds:g} s, estimated {estimate.seconds:.3g} s at compute "
+            f"efficiency {hardware.compute_efficiency:g}: fitted compute efficiency "
+            f"{efficiency:.3g} (communication kept as estimated)"
+        )
+    path = calibration.save(arch, resolve_gpu(ns.gpu).name, stored)
+    if path is None:
+        print(
+            "areal-alloc calibrate: the cache folder is not writable; nothing was kept",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"kept in {path}: layouts --rank and suggest for {ns.model} on {ns.gpu} start from it")
     return 0
 
 
@@ -730,7 +851,8 @@ def suggest_command(args: list[str]) -> int:
     ):
         parser.add_argument(flag, type=float, default=None, metavar="X")
     ns = parser.parse_args(args)
-    hardware = _hardware(ns)
+    arch = find_model(ns.model)
+    hardware = _hardware(ns, arch)
     gpu = resolve_gpu(ns.gpu)
     shape = RunShape(
         batch=ns.batch,
@@ -742,7 +864,7 @@ def suggest_command(args: list[str]) -> int:
     )
     training = TrainingSettings(tokens_per_micro_batch=ns.tokens, recompute=ns.recompute)
     proposals = suggest(
-        find_model(ns.model),
+        arch,
         ns.gpus,
         gpu.capacity,
         hardware,
@@ -797,6 +919,8 @@ def suggest_command(args: list[str]) -> int:
         print(f"# assumed: {assumption}")
     if not ns.gpus_per_node:
         print("# assumed: 8 GPUs per node (--gpus-per-node)")
+    if ns.calibrated:
+        print(f"# calibrated: {ns.calibrated}")
     return 0
 
 
@@ -807,6 +931,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "check": check,
     "preflight": preflight,
     "suggest": suggest_command,
+    "calibrate": calibrate,
 }
 
 

@@ -100,3 +100,30 @@ def test_suggest_errors_are_one_line(cli: Cli) -> None:
     assert done.returncode == 1
     assert done.stderr.startswith("areal-alloc suggest: no split of 2 L40S GPUs fits Qwen2.5-72B")
     assert done.stderr.count("\n") == 1
+
+
+def test_calibrate_keeps_the_fit_and_rank_starts_from_it(cli: Cli, tmp_path: object) -> None:
+    import os
+    from pathlib import Path
+
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    args = ["--model", "Qwen3-8B", "--gpu", "H100-80GB", "--tokens", "16384"]
+    done = cli(
+        "calibrate", "megatron:d4t2", *args, "--recompute", "full", "--step-seconds", "30", env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert "fitted compute efficiency" in done.stdout
+    stored = json.loads((Path(str(tmp_path)) / "areal-alloc" / "calibration.json").read_text())
+    (entry,) = stored.values()
+    assert 0 < entry["compute_efficiency"] < 0.5  # slower than the default estimate
+    assert "a measured 30 s step of megatron:d4t2" in entry["compute_source"]
+    ranked = cli("layouts", "megatron", "8", *args, "--recompute", "full", "--rank", env=env)
+    assert "# calibrated: compute efficiency" in ranked.stdout
+    # a damaged file is ignored, never an error
+    (Path(str(tmp_path)) / "areal-alloc" / "calibration.json").write_text("{not json")
+    again = cli("layouts", "megatron", "8", *args, "--recompute", "full", "--rank", env=env)
+    assert again.returncode == 0, again.stderr
+    assert "# calibrated" not in again.stdout
+    wrong = cli("calibrate", "sglang:d2t4", *args, "--step-seconds", "3", env=env)
+    assert wrong.returncode == 1
+    assert "an inference layout: give --tokens-per-second" in wrong.stderr

@@ -167,3 +167,36 @@ def test_suggest_balances_generation_and_training() -> None:
 def test_bad_run_shapes_are_refused(field: str, value: object) -> None:
     with pytest.raises(AllocationValidationError, match=f"{field}="):
         RunShape(**{field: value})  # type: ignore[arg-type]
+
+
+# --- calibration ---------------------------------------------------------------------------
+
+
+def test_a_fitted_efficiency_reproduces_the_measurement() -> None:
+    from dataclasses import replace
+
+    from areal_alloc.calibration import fit_decode, fit_training
+
+    estimate = _step("megatron:d8t2")
+    efficiency = fit_training(estimate.seconds * 1.25, estimate, H100)
+    again = _step("megatron:d8t2", replace(H100, compute_efficiency=efficiency))
+    assert again.seconds == pytest.approx(estimate.seconds * 1.25)
+    arch = find_model("meta-llama/Llama-3.1-8B")
+    layout = ModelAllocation.from_str("sglang:d1t2").parallel
+    one = decode_step(arch, layout, H100, batch=64, context=4096, kv_bytes_per_token=65_536)
+    fitted = fit_decode(one.tokens_per_second / 2, one, H100)
+    slower = decode_step(
+        arch,
+        layout,
+        replace(H100, hbm_efficiency=fitted),
+        batch=64,
+        context=4096,
+        kv_bytes_per_token=65_536,
+    )
+    assert slower.tokens_per_second == pytest.approx(one.tokens_per_second / 2)
+    with pytest.raises(AllocationValidationError, match="less than the estimated communication"):
+        fit_training(1e-6, estimate, H100)
+    compute = _term(estimate, "compute")
+    rest = estimate.seconds - compute
+    with pytest.raises(AllocationValidationError, match="of peak compute: check"):
+        fit_training(rest + compute * 0.4, estimate, H100)  # would need 1.25 of peak
