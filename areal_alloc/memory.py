@@ -478,9 +478,14 @@ def training_memory(
                 exp_on_gpu = exp / (etp * ep)
                 per_param, states = _megatron_state_bytes(settings)
                 if settings.distributed_optimizer:
-                    edp = world // (etp * ep * pp) if (ep > 1 or etp > 1) else dp
-                    opt = dense_on_gpu * per_param / dp + exp_on_gpu * per_param / edp
-                    text = f"{_b(dense_on_gpu)} params × {per_param} B ({states}) / dp{dp}" + (
+                    # megatron-core shards the optimizer over its dp_cp_group, data and
+                    # context parallel together (get_megatron_optimizer in
+                    # megatron/core/optimizer/__init__.py, megatron-core 0.16.1)
+                    edp = world // (etp * ep * pp) if (ep > 1 or etp > 1) else dp * cp
+                    shards = dp * cp
+                    opt = dense_on_gpu * per_param / shards + exp_on_gpu * per_param / edp
+                    over = f"dp{dp}·cp{cp}" if cp > 1 else f"dp{dp}"
+                    text = f"{_b(dense_on_gpu)} params × {per_param} B ({states}) / {over}" + (
                         f" + {_b(exp_on_gpu)} expert params × {per_param} B / expert-dp{edp} "
                         f"(world {world}/(etp{etp}·ep{ep}·p{pp}))"
                         if exp_on_gpu
