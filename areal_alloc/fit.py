@@ -88,6 +88,9 @@ class Fit:
     estimates: tuple[MemoryEstimate | None, ...]
     gpu: GPUSpec | None
     assumptions: tuple[str, ...] = ()
+    #: the model each engine runs, and a training engine's settings (None elsewhere)
+    models: tuple[Architecture | None, ...] = ()
+    training: tuple[TrainingSettings | None, ...] = ()
 
 
 # --- reading ------------------------------------------------------------------------
@@ -408,11 +411,12 @@ def estimate_memory(cfg: object, engines: Sequence[EngineLike]) -> Fit:
     capacity = gpu.capacity if gpu else None
     notes: list[str] = []
     estimates: list[MemoryEstimate | None] = []
+    models: list[Architecture | None] = []
+    trainings: list[TrainingSettings | None] = []
     for engine in engines:
-        if not engine.active:
-            estimates.append(None)
-            continue
-        arch, note = _model(cfg, engine)
+        arch, note = _model(cfg, engine) if engine.active else (None, None)
+        models.append(arch)
+        trainings.append(None)
         if note:
             notes.append(note)
         if arch is None:
@@ -427,11 +431,12 @@ def estimate_memory(cfg: object, engines: Sequence[EngineLike]) -> Fit:
             )
         else:
             train = _training_settings(_section(cfg, path), path, engine.key, reserve, notes)
+            trainings[-1] = train
             estimates.append(
                 estimate_allocation(allocation, arch, capacity, train, None, engine.key)
             )
     estimates = _add_colocated(cfg, engines, estimates, notes)
-    return Fit(tuple(estimates), gpu, tuple(dict.fromkeys(notes)))
+    return Fit(tuple(estimates), gpu, tuple(dict.fromkeys(notes)), tuple(models), tuple(trainings))
 
 
 def _add_colocated(

@@ -36,6 +36,7 @@ from areal_alloc.vocab import (
 
 if TYPE_CHECKING:
     from areal_alloc.memory import MemoryEstimate
+    from areal_alloc.pace import Pace
 
 __all__ = [
     "ENGINE_ORDER",
@@ -82,6 +83,8 @@ class Plan:
     #: The GPU the memory estimates are checked against, and its bytes.
     gpu: str | None = None
     gpu_memory: int | None = None
+    #: Each engine's estimated time per RL step and the balance (GPU speeds known).
+    pace: Pace | None = None
 
     @property
     def cpu_only(self) -> bool:
@@ -154,6 +157,7 @@ class Plan:
             ],
             "warnings": list(self.warnings),
             "assumptions": list(self.assumptions),
+            "pace": self.pace.to_dict() if self.pace is not None else None,
         }
 
 
@@ -543,11 +547,15 @@ def _cluster(cfg: object) -> tuple[int, int, list[str]]:
 
 
 def _with_memory(
-    cfg: object, engines: list[EnginePlan], on_memory: str
-) -> tuple[list[EnginePlan], list[str], list[str], str | None, int | None]:
-    """Each engine's memory estimate; refuses (``fail``) or warns of what does not fit."""
+    cfg: object, engines: list[EnginePlan], on_memory: str, per_node: int
+) -> tuple[list[EnginePlan], list[str], list[str], str | None, int | None, Pace | None]:
+    """Each engine's memory estimate; refuses (``fail``) or warns of what does not fit.
+
+    With the GPU's speeds known, also the run's pace (``areal_alloc.pace``).
+    """
     # loaded only for configs that name a model: a plain layout check stays light
     from areal_alloc.fit import estimate_memory, memory_problems
+    from areal_alloc.pace import estimate_pace
 
     fit = estimate_memory(cfg, engines)
     errors, warnings = memory_problems(engines, fit)
@@ -557,12 +565,14 @@ def _with_memory(
     warnings = [*errors, *warnings]
     engines = [replace(e, memory=m) for e, m in zip(engines, fit.estimates, strict=True)]
     gpu = fit.gpu
+    pace = estimate_pace(cfg, engines, fit.estimates, fit.models, per_node, fit.training)
     return (
         engines,
         warnings,
         list(fit.assumptions),
         gpu.name if gpu else None,
         gpu.capacity if gpu else None,
+        pace,
     )
 
 
@@ -592,9 +602,10 @@ def plan_config(cfg: object, on_memory: str = "fail") -> Plan:
     _check_shapes(cfg, engines)
     gpu: str | None = None
     gpu_memory: int | None = None
+    pace: Pace | None = None
     if on_memory != "off" and _names_a_model(cfg):
-        engines, memory_warnings, memory_notes, gpu, gpu_memory = _with_memory(
-            cfg, engines, on_memory
+        engines, memory_warnings, memory_notes, gpu, gpu_memory, pace = _with_memory(
+            cfg, engines, on_memory, per_node
         )
         warnings.extend(memory_warnings)
         assumptions.extend(memory_notes)
@@ -608,6 +619,7 @@ def plan_config(cfg: object, on_memory: str = "fail") -> Plan:
         tuple(assumptions),
         gpu,
         gpu_memory,
+        pace,
     )
 
 

@@ -22,10 +22,12 @@ from areal_alloc.kinds import SchedulingStrategyType
 __all__ = [
     "ActorConfig",
     "ClusterConfig",
+    "DatasetConfig",
     "DistributedDataParallelConfig",
     "EngineConfig",
     "ExperimentConfig",
     "FSDPConfig",
+    "GenerationConfig",
     "MegatronConfig",
     "MicroBatchConfig",
     "ModelShapeConfig",
@@ -168,6 +170,28 @@ class ClusterConfig:
     gpu: str | None = None  # a catalogue name: H100-80GB, H200, A100-40GB …
     gpu_memory_gib: float | None = None
     memory_reserve_gib: float | None = None
+    peak_tflops: float | None = None
+    hbm_tbps: float | None = None
+    nvlink_gbps: float | None = None
+    inter_node_gbps: float | None = None
+    compute_efficiency: float | None = None
+    comm_efficiency: float | None = None
+
+
+@dataclass
+class DatasetConfig:
+    """``train_dataset``: prompts per step and their length (the run's pace)."""
+
+    batch_size: int | None = None
+    max_length: int | None = None
+
+
+@dataclass
+class GenerationConfig:
+    """``gconfig``: samples per prompt and tokens generated (the run's pace)."""
+
+    n_samples: int | None = None
+    max_new_tokens: int | None = None
 
 
 @dataclass
@@ -183,6 +207,8 @@ class ExperimentConfig:
     model_shape: ModelShapeConfig = field(default_factory=ModelShapeConfig)
     sglang: ServerConfig = field(default_factory=ServerConfig)
     vllm: ServerConfig = field(default_factory=ServerConfig)
+    train_dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    gconfig: GenerationConfig = field(default_factory=GenerationConfig)
     # Declared so the deprecated key reaches the hook's migration message
     # instead of a generic "not in struct" error.
     allocation_mode: str | None = None

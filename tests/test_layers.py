@@ -127,6 +127,7 @@ LAYERS = [
     "areal_alloc.fit",
     "areal_alloc.throughput",
     "areal_alloc.calibration",
+    "areal_alloc.pace",
     # model → plan
     "areal_alloc.placement",
     "areal_alloc.plan",

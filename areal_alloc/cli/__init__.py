@@ -6,9 +6,9 @@ Hydra app), ``render`` (a plan as text). Each is imported when it is needed, so
 
 ``areal-alloc [HYDRA OVERRIDES…]`` prints the plan of the composed experiment.
 A bare first word that is a subcommand (explain, migrate, layouts, check,
-preflight) runs that instead; Hydra overrides contain ``=`` or start with ``+``, ``~`` or ``-``,
-so the two never collide, and any other bare word is answered with the list of
-subcommands.
+preflight, suggest, calibrate) runs that instead; Hydra overrides contain ``=``
+or start with ``+``, ``~`` or ``-``, so the two never collide, and any other bare
+word is answered with the list of subcommands.
 """
 
 from __future__ import annotations

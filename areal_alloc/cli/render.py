@@ -71,6 +71,7 @@ def render_plan(plan: Plan, title: str = "allocation plan") -> str:
         lines.append(f"total: {plan.total_gpus} of {plan.capacity} GPUs used, {free} free")
         lines.extend(_node_map(plan))
     lines.extend(_memory_table(plan))
+    lines.extend(_pace_lines(plan))
     for assumption in plan.assumptions:
         lines.append(f"assumed: {assumption}")
     for warning in plan.warnings:
@@ -111,6 +112,24 @@ def _memory_table(plan: Plan) -> list[str]:
         f"memory per GPU (estimate; {gpu}; every term: areal-alloc explain SPEC --model M):",
         *("  " + line for line in table(rows)),
     ]
+
+
+def _pace_lines(plan: Plan) -> list[str]:
+    pace = plan.pace
+    if pace is None:
+        return []
+    training = [e for e in pace.engines if e.key != "rollout"]
+    parts = " + ".join(f"{e.key} {e.seconds:.3g} s" for e in training)
+    lines = ["", f"pace per RL step (estimate; {pace.sequences:,} sequences):"]
+    if pace.generate_seconds:
+        lines.append(f"  rollout   {pace.generate_seconds:.3g} s generating")
+    lines.append(f"  training  {pace.train_seconds:.3g} s ({parts})")
+    lines.append(
+        f"  step      {max(pace.generate_seconds, pace.train_seconds):.3g} s asynchronous, "
+        f"{pace.generate_seconds + pace.train_seconds:.3g} s synchronous"
+    )
+    lines.append(f"  {pace.advice}")
+    return lines
 
 
 def render_memory(estimate: MemoryEstimate, title: str) -> str:

@@ -35,6 +35,12 @@ memory per GPU (estimate; H100-80GB, 80.0 GiB; every term: areal-alloc explain S
   rollout  72.0 GiB  yes   kv_cache 66.5 GiB  14,336 B/token, 4,977,268 tokens = 151 × 32,768
   actor    32.0 GiB  yes   optimizer 7.1 GiB
   ref      14.8 GiB  yes   weights 5.0 GiB
+
+pace per RL step (estimate; 512 sequences):
+  rollout   83 s generating
+  training  103 s (actor 81.9 s + ref 20.9 s)
+  step      103 s asynchronous, 186 s synchronous
+  rollout produces 1.2× what training consumes: move GPUs to training
 """
 
 

@@ -200,3 +200,55 @@ def test_a_fitted_efficiency_reproduces_the_measurement() -> None:
     rest = estimate.seconds - compute
     with pytest.raises(AllocationValidationError, match="of peak compute: check"):
         fit_training(rest + compute * 0.4, estimate, H100)  # would need 1.25 of peak
+
+
+# --- the plan's pace -------------------------------------------------------------------------
+
+
+def _run(**extra: object) -> dict[str, object]:
+    cfg: dict[str, object] = {
+        "cluster": {"n_nodes": 2, "n_gpus_per_node": 8, "gpu": "H100-80GB"},
+        "rollout": {"backend": "sglang:d4t2"},
+        "actor": {
+            "backend": "megatron:d2t4",
+            "path": "Qwen/Qwen3-8B",
+            "mb_spec": {"max_tokens_per_mb": 16384},
+        },
+        "ref": {
+            "backend": "",
+            "scheduling_strategy": {"type": "colocation", "target": "actor"},
+            "mb_spec": {"max_tokens_per_mb": 16384},
+        },
+        "train_dataset": {"batch_size": 64, "max_length": 1024},
+        "gconfig": {"n_samples": 8, "max_new_tokens": 8192},
+    }
+    cfg.update(extra)
+    return cfg
+
+
+def test_the_plan_gains_each_engines_pace_and_the_balance() -> None:
+    from areal_alloc.plan import plan_config
+
+    plan = plan_config(_run())
+    pace = plan.pace
+    assert pace is not None
+    assert pace.sequences == 64 * 8
+    seconds = {e.key: e.seconds for e in pace.engines}
+    assert set(seconds) == {"rollout", "actor", "ref"}
+    assert pace.generate_seconds == seconds["rollout"]
+    assert pace.train_seconds == pytest.approx(seconds["actor"] + seconds["ref"])
+    # the ref runs forward only: a third of the same layout's training step
+    assert seconds["ref"] == pytest.approx(seconds["actor"] / 3)
+    assert pace.balance == pytest.approx(pace.train_seconds / pace.generate_seconds)
+    data = plan.to_dict()["pace"]
+    assert isinstance(data, dict)
+    assert data["sync_step_seconds"] == pytest.approx(pace.generate_seconds + pace.train_seconds)
+
+
+def test_no_pace_without_gpu_speeds_and_bad_counts_name_their_key() -> None:
+    from areal_alloc.plan import plan_config
+
+    unknown = _run(cluster={"n_nodes": 2, "n_gpus_per_node": 8, "gpu_memory_gib": 80})
+    assert plan_config(unknown).pace is None
+    with pytest.raises(AllocationValidationError, match=r"^train_dataset\.batch_size='many'"):
+        plan_config(_run(train_dataset={"batch_size": "many"}))

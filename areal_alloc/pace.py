@@ -1,0 +1,261 @@
+"""The run's pace: each engine's estimated time per RL step, and the balance of the two sides.
+
+Read from the keys the reference writes (areal/api/cli_args.py, with its
+defaults): sequences per step = ``train_dataset.batch_size`` ×
+``gconfig.n_samples``; each generates up to ``gconfig.max_new_tokens`` (16,384)
+after a prompt of ``train_dataset.max_length`` (unset: 1,024 tokens assumed, and
+said). The GPU's speeds come from ``cluster.gpu`` (or ``cluster.peak_tflops`` and
+``cluster.hbm_tbps``), the node size from ``cluster.n_gpus_per_node``, the network
+and efficiencies from ``cluster.inter_node_gbps``, ``cluster.compute_efficiency``,
+``cluster.comm_efficiency`` or a kept calibration.
+
+- rollout: decode steps of every instance, at the batch its KV cache holds;
+- actor, critic: one optimizer step over every token of the step;
+- ref and a training teacher: a forward pass (a third of forward + backward);
+- an inference teacher: a prefill of every token (compute-bound).
+
+The training-side engines run one after another, as the reference's training
+loop calls them. Asynchronous (off-policy) runs overlap the two sides, so a step
+takes the longer; synchronous ones take the sum. Both are reported.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from areal_alloc import calibration
+from areal_alloc._config import child, number
+from areal_alloc.architecture import Architecture
+from areal_alloc.catalogue import GPU, find_gpu
+from areal_alloc.errors import AllocationError, AllocationValidationError
+from areal_alloc.fit import EngineLike
+from areal_alloc.memory import MemoryEstimate, TrainingSettings
+from areal_alloc.throughput import Hardware, StepEstimate, decode_step, training_step
+
+__all__ = ["EnginePace", "Pace", "estimate_pace"]
+
+DEFAULT_PROMPT = 1024
+DEFAULT_NEW_TOKENS = 16384  # GenerationHyperparameters.max_new_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class EnginePace:
+    key: str
+    seconds: float  # per RL step
+    tokens_per_second: float
+    what: str
+    estimate: StepEstimate
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "seconds_per_step": self.seconds,
+            "tokens_per_second": self.tokens_per_second,
+            "what": self.what,
+            **self.estimate.to_dict(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Pace:
+    engines: tuple[EnginePace, ...]
+    generate_seconds: float
+    train_seconds: float
+    sequences: int
+    assumptions: tuple[str, ...]
+
+    @property
+    def balance(self) -> float | None:
+        """Generation rate over training rate (> 1: rollout outruns training)."""
+        if not self.generate_seconds or not self.train_seconds:
+            return None
+        return self.train_seconds / self.generate_seconds
+
+    @property
+    def advice(self) -> str:
+        b = self.balance
+        if b is None:
+            return "one side has no estimate"
+        if 0.9 <= b <= 1.1:
+            return "balanced"
+        if b > 1:
+            return f"rollout produces {b:.1f}× what training consumes: move GPUs to training"
+        return f"training could consume {1 / b:.1f}× what rollout produces: move GPUs to rollout"
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "engines": {e.key: e.to_dict() for e in self.engines},
+            "sequences_per_step": self.sequences,
+            "generate_seconds": self.generate_seconds,
+            "train_seconds": self.train_seconds,
+            "async_step_seconds": max(self.generate_seconds, self.train_seconds),
+            "sync_step_seconds": self.generate_seconds + self.train_seconds,
+            "balance": self.balance,
+            "advice": self.advice,
+            "assumptions": list(self.assumptions),
+        }
+
+
+def _count(cfg: object, section: str, key: str, default: int | None) -> int | None:
+    value = child(child(cfg, section), key)
+    if value is None:
+        return default
+    as_number = number(value)
+    if as_number is None or not as_number.is_integer() or not 1 <= as_number <= 1 << 40:
+        raise AllocationValidationError(f"{section}.{key}={value!r}: must be a whole number ≥ 1")
+    return int(as_number)
+
+
+def _hardware(cfg: object, arch: Architecture, per_node: int) -> Hardware | None:
+    cluster = child(cfg, "cluster")
+    name = child(cluster, "gpu")
+    gpu: GPU | None = None
+    if isinstance(name, str) and name:
+        try:
+            gpu = find_gpu(name)
+        except AllocationError:
+            gpu = None
+    peak, hbm = number(child(cluster, "peak_tflops")), number(child(cluster, "hbm_tbps"))
+    if peak is not None or hbm is not None:
+        base = gpu or GPU(str(name or "GPU"), 0, "cluster")
+        gpu = GPU(
+            base.name,
+            base.memory_gib,
+            base.source,
+            peak or base.bf16_tflops,
+            hbm or base.hbm_tbps,
+            number(child(cluster, "nvlink_gbps")) or base.nvlink_gbps,
+        )
+    if gpu is None or gpu.bf16_tflops is None or gpu.hbm_tbps is None:
+        return None
+    stored = calibration.load(arch, gpu.name)
+    compute = number(child(cluster, "compute_efficiency"))
+    if compute is None and stored is not None:
+        compute = stored.compute_efficiency
+    try:
+        return Hardware.from_gpu(
+            gpu,
+            per_node,
+            inter_node_gbps=number(child(cluster, "inter_node_gbps")),
+            compute_efficiency=compute,
+            comm_efficiency=number(child(cluster, "comm_efficiency")),
+            hbm_efficiency=stored.hbm_efficiency if stored else None,
+        )
+    except AllocationError as error:
+        raise AllocationValidationError(f"cluster: {error.message}") from None
+
+
+def estimate_pace(
+    cfg: object,
+    engines: Sequence[EngineLike],
+    memory: Sequence[MemoryEstimate | None],
+    models: Sequence[Architecture | None],
+    per_node: int,
+    settings: Sequence[TrainingSettings | None],
+) -> Pace | None:
+    """Each engine's seconds per RL step; None without a GPU whose speeds are known."""
+    arch = next((m for m in models if m is not None), None)
+    if arch is None or per_node < 1:
+        return None
+    hardware = _hardware(cfg, arch, per_node)
+    if hardware is None:
+        return None
+    batch = _count(cfg, "train_dataset", "batch_size", 1) or 1
+    samples = _count(cfg, "gconfig", "n_samples", 1) or 1
+    new_tokens = _count(cfg, "gconfig", "max_new_tokens", DEFAULT_NEW_TOKENS) or DEFAULT_NEW_TOKENS
+    prompt = _count(cfg, "train_dataset", "max_length", None)
+    assumptions = list(hardware_assumptions(hardware))
+    if prompt is None:
+        prompt = DEFAULT_PROMPT
+        assumptions.append(
+            f"train_dataset.max_length unset: prompts of {DEFAULT_PROMPT:,} tokens assumed"
+        )
+    assumptions.append(
+        f"every sequence generates gconfig.max_new_tokens={new_tokens:,} (an upper bound)"
+    )
+    sequences = batch * samples
+    length = prompt + new_tokens
+    paces: list[EnginePace] = []
+    generate = train = 0.0
+    for engine, estimate, model, train_settings in zip(
+        engines, memory, models, settings, strict=True
+    ):
+        if not engine.active or estimate is None or model is None:
+            continue
+        allocation = engine.allocation
+        if allocation.is_inference and engine.key == "rollout":
+            kv = estimate.kv_cache
+            instances = allocation.n_instances
+            per_instance = math.ceil(sequences / instances)
+            # sequences the KV cache holds at their full length (prompt + generation)
+            held = kv.tokens // length if kv is not None and kv.tokens is not None else per_instance
+            step_batch = max(1, min(per_instance, held))
+            one = decode_step(
+                model,
+                allocation.parallel,
+                hardware,
+                batch=step_batch,
+                context=prompt + new_tokens // 2,
+                kv_bytes_per_token=kv.bytes_per_token if kv is not None else 0,
+            )
+            waves = math.ceil(per_instance / step_batch)
+            seconds = one.seconds * new_tokens * waves
+            rate = sequences * new_tokens / seconds
+            what = (
+                f"{new_tokens:,} decode steps × {waves} wave(s) of {step_batch} sequences on "
+                f"each of {instances} instances (mean context {prompt + new_tokens // 2:,})"
+            )
+            generate += seconds
+            paces.append(EnginePace(engine.key, seconds, rate, what, one))
+            continue
+        tokens = sequences * length
+        if allocation.is_inference:  # a teacher scoring every token: a prefill
+            flops = 2.0 * model.parameters.active * tokens
+            world = allocation.world_size
+            seconds = flops / (world * hardware.peak_tflops * 1e12 * hardware.compute_efficiency)
+            step = StepEstimate(
+                (),
+                tokens,
+                flops,
+                world,
+                hardware.peak_tflops,
+            )
+            what = f"prefill of {tokens:,} tokens (2 × active params per token)"
+            train += seconds
+            paces.append(EnginePace(engine.key, seconds, tokens / seconds, what, step))
+            continue
+        ts = train_settings or TrainingSettings()
+        forward_only = ts.optimizer is None
+        step = training_step(
+            allocation.backend,
+            model,
+            allocation.parallel,
+            hardware,
+            tokens_per_step=tokens,
+            tokens_per_micro_batch=ts.tokens_per_micro_batch,
+            sequence_length=min(length, ts.tokens_per_micro_batch),
+            recompute="none" if forward_only else ts.recompute,  # nothing to recompute
+            virtual_pipeline=ts.virtual_pipeline,
+        )
+        seconds = step.seconds / 3 if forward_only else step.seconds
+        what = (
+            f"forward pass over {tokens:,} tokens (a third of a training step)"
+            if forward_only
+            else f"one optimizer step over {tokens:,} tokens"
+        )
+        train += seconds
+        paces.append(EnginePace(engine.key, seconds, tokens / seconds, what, step))
+    if not paces:
+        return None
+    assumptions.append("training-side engines run one after another, as the reference calls them")
+    return Pace(tuple(paces), generate, train, sequences, tuple(dict.fromkeys(assumptions)))
+
+
+def hardware_assumptions(hardware: Hardware) -> tuple[str, ...]:
+    return (
+        f"{hardware.name}: {hardware.peak_tflops:g} TFLOP/s BF16 at "
+        f"{hardware.compute_efficiency:.3g}, links at {hardware.comm_efficiency:.3g} and HBM at "
+        f"{hardware.hbm_efficiency:.3g} of their peaks; {hardware.inter_node_gbps:g} Gb/s "
+        f"per GPU between nodes",
+    )
