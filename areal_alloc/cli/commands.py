@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import fields, replace
+from pathlib import Path
 from typing import Any
 
 from areal_alloc import calibration
@@ -799,6 +800,45 @@ def preflight(args: list[str]) -> int:
 # --- suggest ---------------------------------------------------------------------
 
 
+def _suggest_from_config(ns: argparse.Namespace) -> tuple[bool, bool]:
+    """Fill what the flags left unset from an experiment config, composed as the
+    reference composes it; returns whether it has a ref and a critic."""
+    cfg = compose_file(ns.config, list(ns.overrides))
+    plan = plan_config(cfg, on_memory="off")
+    cluster = child(cfg, "cluster")
+
+    def whole(section: str, key: str) -> int | None:
+        value = child(child(cfg, section), key)
+        return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+    if ns.model is None:
+        path = child(child(cfg, "actor"), "path")
+        if isinstance(path, str) and path:
+            # a path that exists only on the cluster is matched by its last part
+            local = Path(path).expanduser().exists()
+            ns.model = path if local else Path(path.rstrip("/")).name or path
+    if ns.gpus is None:
+        ns.gpus = plan.capacity or None
+    if ns.gpu is None:
+        name = child(cluster, "gpu")
+        ns.gpu = name if isinstance(name, str) and name else None
+    if ns.gpus_per_node is None:
+        ns.gpus_per_node = plan.n_gpus_per_node or None
+    if ns.batch is None:
+        batch, samples = whole("train_dataset", "batch_size"), whole("gconfig", "n_samples")
+        ns.batch = batch * (samples or 1) if batch else None
+    if ns.prompt_len is None:
+        ns.prompt_len = whole("train_dataset", "max_length")
+    if ns.gen_len is None:
+        ns.gen_len = whole("gconfig", "max_new_tokens")
+    by_key = {e.key: e for e in plan.engines if e.active}
+    if ns.train_backend is None and "actor" in by_key:
+        ns.train_backend = by_key["actor"].allocation.backend
+    if ns.rollout_backend is None and "rollout" in by_key:
+        ns.rollout_backend = by_key["rollout"].allocation.backend
+    return ("ref" in by_key) and not ns.no_ref, ("critic" in by_key) or ns.critic
+
+
 def suggest_command(args: list[str]) -> int:
     parser = _parser(
         "suggest",
@@ -806,25 +846,42 @@ def suggest_command(args: list[str]) -> int:
         "layout, so that generation and training balance. Every figure is an estimate "
         "printed with its terms (see layouts --rank); check the finalists with a short real "
         "run.",
-        "example:\n  areal-alloc suggest --model Qwen3-8B --gpus 64 --gpu H100-80GB "
-        "--batch 512 --prompt-len 1024 --gen-len 8192",
+        "examples:\n  areal-alloc suggest --model Qwen3-8B --gpus 64 --gpu H100-80GB "
+        "--batch 512 --prompt-len 1024 --gen-len 8192\n"
+        "  areal-alloc suggest --config gsm8k_grpo.yaml cluster.gpu=H100-80GB",
     )
-    parser.add_argument("--model", required=True, metavar="M", help="path, hub id or name")
-    parser.add_argument("--gpus", type=_positive, required=True, metavar="N", help="GPUs in all")
-    parser.add_argument("--gpu", required=True, metavar="G", help="a catalogue GPU, e.g. H100-80GB")
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="an experiment YAML: the model (actor.path), GPUs (cluster), batch "
+        "(train_dataset.batch_size × gconfig.n_samples), lengths and engines come from it; "
+        "flags override",
+    )
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides for --config")
+    parser.add_argument("--model", metavar="M", help="path, hub id or name")
+    parser.add_argument("--gpus", type=_positive, metavar="N", help="GPUs in all")
+    parser.add_argument("--gpu", metavar="G", help="a catalogue GPU, e.g. H100-80GB")
     parser.add_argument("--gpus-per-node", type=_positive, default=None, metavar="N")
-    parser.add_argument("--batch", type=_positive, default=512, help="sequences per RL step")
-    parser.add_argument("--prompt-len", type=_positive, default=1024, metavar="N")
-    parser.add_argument("--gen-len", type=_positive, default=8192, metavar="N")
+    parser.add_argument("--batch", type=_positive, default=None, help="sequences per RL step (512)")
+    parser.add_argument("--prompt-len", type=_positive, default=None, metavar="N", help="(1024)")
+    parser.add_argument("--gen-len", type=_positive, default=None, metavar="N", help="(8192)")
     parser.add_argument("--no-ref", action="store_true", help="no reference model (kl_ctl=0)")
     parser.add_argument("--critic", action="store_true", help="a critic colocated with actor")
     parser.add_argument(
         "--sync", action="store_true", help="synchronous RL: generation and training alternate"
     )
     parser.add_argument(
-        "--train-backend", choices=("megatron", "fsdp", "archon"), default="megatron"
+        "--train-backend",
+        choices=("megatron", "fsdp", "archon"),
+        default=None,
+        help="default: the config's actor backend, else megatron",
     )
-    parser.add_argument("--rollout-backend", choices=("sglang", "vllm"), default="sglang")
+    parser.add_argument(
+        "--rollout-backend",
+        choices=("sglang", "vllm"),
+        default=None,
+        help="default: the config's rollout backend, else sglang",
+    )
     parser.add_argument(
         "--tokens",
         type=_positive,
@@ -851,15 +908,25 @@ def suggest_command(args: list[str]) -> int:
     ):
         parser.add_argument(flag, type=float, default=None, metavar="X")
     ns = parser.parse_args(args)
+    ref, critic = not ns.no_ref, ns.critic
+    if ns.config:
+        ref, critic = _suggest_from_config(ns)
+    elif ns.overrides:
+        raise AllocationValidationError("KEY=VALUE overrides go with --config FILE")
+    for flag in ("model", "gpus", "gpu"):
+        if getattr(ns, flag) is None:
+            raise AllocationValidationError(
+                f"--{flag} is needed (or an experiment --config that sets it)"
+            )
     arch = find_model(ns.model)
     hardware = _hardware(ns, arch)
     gpu = resolve_gpu(ns.gpu)
     shape = RunShape(
-        batch=ns.batch,
-        prompt_len=ns.prompt_len,
-        gen_len=ns.gen_len,
-        ref=not ns.no_ref,
-        critic=ns.critic,
+        batch=ns.batch or 512,
+        prompt_len=ns.prompt_len or 1024,
+        gen_len=ns.gen_len or 8192,
+        ref=ref,
+        critic=critic,
         asynchronous=not ns.sync,
     )
     training = TrainingSettings(tokens_per_micro_batch=ns.tokens, recompute=ns.recompute)
@@ -869,8 +936,8 @@ def suggest_command(args: list[str]) -> int:
         gpu.capacity,
         hardware,
         shape,
-        train_backend=ns.train_backend,
-        rollout_backend=ns.rollout_backend,
+        train_backend=ns.train_backend or "megatron",
+        rollout_backend=ns.rollout_backend or "sglang",
         training=training,
         context_length=ns.context_length,
         top=ns.top,

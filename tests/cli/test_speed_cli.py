@@ -127,3 +127,28 @@ def test_calibrate_keeps_the_fit_and_rank_starts_from_it(cli: Cli, tmp_path: obj
     wrong = cli("calibrate", "sglang:d2t4", *args, "--step-seconds", "3", env=env)
     assert wrong.returncode == 1
     assert "an inference layout: give --tokens-per-second" in wrong.stderr
+
+
+def test_suggest_reads_an_experiment_config(cli: Cli, tmp_path: object) -> None:
+    from pathlib import Path
+
+    experiment = Path(str(tmp_path)) / "exp.yaml"
+    experiment.write_text(
+        "cluster: {n_nodes: 4, n_gpus_per_node: 8, gpu: H100-80GB}\n"
+        "rollout: {backend: 'vllm:d2t4'}\n"
+        "actor: {backend: 'fsdp:d8', path: /storage/models/Qwen3-8B}\n"
+        "ref: {backend: '', scheduling_strategy: {type: colocation, target: actor}}\n"
+        "train_dataset: {batch_size: 32, max_length: 2048}\n"
+        "gconfig: {n_samples: 4, max_new_tokens: 4096}\n"
+    )
+    done = cli("suggest", "--config", str(experiment), "--top", "1", "--json")
+    assert done.returncode == 0, done.stderr
+    (proposal,) = json.loads(done.stdout)
+    assert proposal["rollout"]["gpus"] + proposal["actor"]["gpus"] == 32
+    assert proposal["rollout"]["backend"].startswith("vllm:")  # the config's backends
+    assert proposal["actor"]["backend"].startswith("fsdp:")
+    text = cli("suggest", "--config", str(experiment), "cluster.n_nodes=2", "--top", "1").stdout
+    assert text.startswith("16 × H100-80GB, Qwen3-8B: 128 sequences of 2,048 + 4,096 tokens")
+    missing = cli("suggest", "--model", "Qwen3-8B", "--gpus", "16")
+    assert missing.returncode == 1
+    assert "--gpu is needed (or an experiment --config that sets it)" in missing.stderr
