@@ -24,6 +24,7 @@ from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.layouts import LayoutConstraints, RankedLayout, ranked_layouts
 from areal_alloc.memory import InferenceSettings, Term, TrainingSettings
+from areal_alloc.model import ModelAllocation
 from areal_alloc.throughput import Hardware
 
 __all__ = ["Proposal", "RunShape", "suggest"]
@@ -122,10 +123,11 @@ class Proposal:
 
 
 def _splits(gpus: int, per_node: int) -> list[int]:
-    """GPU counts for the rollout: whole nodes when there are several, else divisors."""
-    if gpus >= 2 * per_node and gpus % per_node == 0:
+    """GPU counts for the rollout: whole nodes when there are two or more (what is
+    left of a partial node trains), else every split of the one node."""
+    if gpus >= 2 * per_node:
         return [n * per_node for n in range(1, gpus // per_node)]
-    return [d for d in range(1, gpus) if gpus % d == 0 or (gpus - d) % 2 == 0]
+    return list(range(1, gpus))
 
 
 def suggest(
@@ -172,7 +174,9 @@ def suggest(
                 sequence_length=min(sequence, context_length),
                 inference=inference,
             )
-            best_rollout[rollout_gpus] = ranked[0] if ranked else None
+            # inference instances stay inside a node
+            inside = [r for r in ranked if _instance_size(r.spec) <= per_node]
+            best_rollout[rollout_gpus] = inside[0] if inside else None
         if train_gpus not in best_train:
             ranked = ranked_layouts(
                 train_backend,
@@ -195,6 +199,11 @@ def suggest(
         proposals.append(Proposal(rollout, actor, rollout_gpus, train_gpus, generate, train, shape))
     proposals.sort(key=lambda p: p.step_seconds)
     return proposals[:top]
+
+
+def _instance_size(spec: str) -> int:
+    parallel = ModelAllocation.from_str(spec).parallel
+    return parallel.tp_size * parallel.pp_size
 
 
 def _fits_with_colocated(actor: RankedLayout, shape: RunShape, capacity: int) -> bool:
