@@ -354,6 +354,7 @@ def layouts(args: list[str]) -> int:
         "--sweep", action="store_true", help="one comma-separated line, ready for -m key=…"
     )
     _memory_flags(parser)
+    _rank_flags(parser)
     _speed_flags(parser)
     ns = parser.parse_args(args)
 
@@ -371,19 +372,27 @@ def layouts(args: list[str]) -> int:
         found = enumerate_layouts(ns.backend, ns.gpus, constraints)
         if not found:
             raise AllocationError(f"no {ns.backend} layout of {ns.gpus} GPUs meets the constraints")
-        print(",".join(found) if ns.sweep else "\n".join(found))
+        if ns.json:
+            print(json.dumps([{"backend": spec} for spec in found], indent=1))
+        else:
+            print(",".join(found) if ns.sweep else "\n".join(found))
         return 0
     return _fitting(ns, constraints)
 
 
-def _speed_flags(parser: argparse.ArgumentParser) -> None:
+def _rank_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rank",
         action="store_true",
         help="order the layouts that fit by estimated throughput (needs --model and --gpu)",
     )
     parser.add_argument("--top", type=_positive, metavar="K", help="only the K fastest")
-    parser.add_argument("--json", action="store_true", help="with --rank: one object per layout")
+    parser.add_argument(
+        "--json", action="store_true", help="one object per layout (with --rank: its speed)"
+    )
+
+
+def _speed_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tokens-per-step",
         type=_positive,
@@ -651,6 +660,17 @@ def _fitting(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
         )
     if ns.sweep:
         print(",".join(spec for spec, _ in fitting))
+        return 0
+    if ns.json:
+        print(
+            json.dumps(
+                [
+                    {"backend": spec, "memory_total": m.total, "memory": m.to_dict()}
+                    for spec, m in fitting
+                ],
+                indent=1,
+            )
+        )
         return 0
     inference_rows = fitting[0][1].kv_cache is not None
     rows = [["layout", "per GPU", "largest term", "KV tokens" if inference_rows else ""]]

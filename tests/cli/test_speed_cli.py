@@ -152,3 +152,14 @@ def test_suggest_reads_an_experiment_config(cli: Cli, tmp_path: object) -> None:
     missing = cli("suggest", "--model", "Qwen3-8B", "--gpus", "16")
     assert missing.returncode == 1
     assert "--gpu is needed (or an experiment --config that sets it)" in missing.stderr
+
+
+def test_layouts_json_without_rank(cli: Cli) -> None:
+    plain = json.loads(cli("layouts", "fsdp", "4", "--json").stdout)
+    assert plain == [{"backend": spec} for spec in cli("layouts", "fsdp", "4").stdout.split()]
+    fitting = json.loads(
+        cli("layouts", "fsdp", "8", "--model", "Qwen3-4B", "--gpu", "H100-80GB", "--json").stdout
+    )
+    assert fitting
+    for row in fitting:
+        assert row["memory_total"] == row["memory"]["total"] <= 80 * 2**30
