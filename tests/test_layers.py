@@ -143,6 +143,8 @@ LAYERS = [
     "areal_alloc.hydra_hook",
     # the command line
     "areal_alloc.cli.render",
+    "areal_alloc.cli.args",
+    "areal_alloc.cli.estimates",
     "areal_alloc.cli.commands",
     "areal_alloc.cli.app",
     "areal_alloc.cli",

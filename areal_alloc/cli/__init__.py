@@ -1,8 +1,9 @@
 """The ``areal-alloc`` command (``areal_alloc.cli:main``): the Hydra app, or a subcommand.
 
-The package holds the command line: ``commands`` (the subcommands), ``app`` (the
-Hydra app), ``render`` (a plan as text). Each is imported when it is needed, so
-``areal-alloc explain`` never imports Hydra.
+The package holds the command line: ``commands`` (the subcommands), ``estimates``
+(the memory and speed flags, ``suggest``, ``calibrate``), ``args`` (their shared
+parser), ``app`` (the Hydra app), ``render`` (a plan as text). Each is imported
+when it is needed, so ``areal-alloc explain`` never imports Hydra.
 
 ``areal-alloc [HYDRA OVERRIDES…]`` prints the plan of the composed experiment.
 A bare first word that is a subcommand (explain, migrate, layouts, check,

@@ -1,4 +1,5 @@
-"""The plain subcommands of ``areal-alloc``: explain, migrate, layouts, check, preflight.
+"""The subcommands of ``areal-alloc``: explain, migrate, layouts, check, preflight, and (from
+``estimates``) suggest and calibrate.
 
 Each takes ``--help``; errors print one clear message on stderr and exit 1.
 """
@@ -10,58 +11,38 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import fields, replace
-from pathlib import Path
+from dataclasses import fields
 from typing import Any
 
-from areal_alloc import calibration
 from areal_alloc._config import child
-from areal_alloc.architecture import Architecture
-from areal_alloc.catalogue import GPU, find_gpu, find_model
+from areal_alloc.cli.args import command_parser, positive
+from areal_alloc.cli.estimates import (
+    calibrate,
+    fitting,
+    gpu_named,
+    memory_estimate,
+    memory_flags,
+    rank_flags,
+    ranking,
+    speed_flags,
+    suggest_command,
+)
 from areal_alloc.cli.render import render_memory, render_plan, table
 from areal_alloc.compose import compose_file, read_launch_args, script_args
 from areal_alloc.errors import AllocationError, AllocationValidationError
-from areal_alloc.fit import GPUSpec, estimate_allocation, resolve_gpu
 from areal_alloc.format import layout_parts
 from areal_alloc.layouts import (
     LayoutConstraints,
     enumerate_layouts,
-    layout_memory,
-    ranked_layouts,
 )
 from areal_alloc.legacy import migration_overrides
-from areal_alloc.limits import MAX_GPUS, grouped
-from areal_alloc.memory import (
-    RECOMPUTE,
-    InferenceSettings,
-    MemoryEstimate,
-    TrainingSettings,
-    readable_bytes,
-)
 from areal_alloc.model import ModelAllocation
 from areal_alloc.model_shape import ModelShape
 from areal_alloc.plan import plan_config
 from areal_alloc.rankgroups import order_refusal, summarize_rank_groups
-from areal_alloc.suggest import RunShape, suggest
-from areal_alloc.throughput import Hardware, decode_step, training_step
-from areal_alloc.vocab import DEFAULT_ORDER, ENGINE_ORDER, INFERENCE_BACKENDS
+from areal_alloc.vocab import DEFAULT_ORDER, ENGINE_ORDER
 
 __all__ = ["COMMANDS", "run_command"]
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # argparse's own usage errors: exit 2
-        self.print_usage(sys.stderr)
-        raise SystemExit(f"areal-alloc {self.prog.split()[-1]}: {message}")
-
-
-def _parser(name: str, description: str, epilog: str = "") -> _Parser:
-    return _Parser(
-        prog=f"areal-alloc {name}",
-        description=description,
-        epilog=epilog,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
 
 
 # --- explain ---------------------------------------------------------------------
@@ -132,20 +113,8 @@ def _short(group: tuple[int, ...]) -> str:
 JSON_MAX_RANKS = 16_384
 
 
-def _positive(text: str) -> int:
-    """An argparse type: an integer from 1 to the GPU limit."""
-
-    digits = text.strip()
-    if not digits.isdigit() or int(digits[:30]) < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer ≥ 1, got {text[:40]!r}")
-    if len(digits) > 30 or int(digits) > MAX_GPUS:
-        shown = digits if len(digits) <= 24 else f"a {len(digits)}-digit number"
-        raise argparse.ArgumentTypeError(f"{shown} is over the limit of {grouped(MAX_GPUS)}")
-    return int(digits)
-
-
 def explain(args: list[str]) -> int:
-    parser = _parser(
+    parser = command_parser(
         "explain",
         "Explain one backend string: its dimensions, world size and Megatron rank groups.",
         "example:\n  areal-alloc explain 'megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)'",
@@ -153,7 +122,7 @@ def explain(args: list[str]) -> int:
     parser.add_argument("spec", help="a backend string, e.g. fsdp:d4t2 (quote hybrid layouts)")
     parser.add_argument("--order", default=DEFAULT_ORDER, help="Megatron rank order")
     parser.add_argument(
-        "--groups", type=_positive, default=None, metavar="N", help="groups listed per kind"
+        "--groups", type=positive, default=None, metavar="N", help="groups listed per kind"
     )
     parser.add_argument(
         "--json",
@@ -161,9 +130,9 @@ def explain(args: list[str]) -> int:
         help=f"print the rank groups as JSON (every group, up to {JSON_MAX_RANKS:,} ranks "
         f"per kind)",
     )
-    _memory_flags(parser)
+    memory_flags(parser)
     ns = parser.parse_args(args)
-    memory = _memory_estimate(ModelAllocation.from_str(ns.spec), ns)
+    memory = memory_estimate(ModelAllocation.from_str(ns.spec), ns)
     if ns.json:
         alloc = ModelAllocation.from_str(ns.spec)
         p = alloc.parallel
@@ -211,91 +180,17 @@ def explain(args: list[str]) -> int:
     print(text)
     if memory is not None:
         print()
-        print(render_memory(memory, f"memory per GPU ({ns.model}{_on(ns)}; an estimate):"))
+        print(render_memory(memory, f"memory per GPU ({ns.model}{gpu_named(ns)}; an estimate):"))
     if refused is not None:
         raise refused
     return 0
-
-
-def _on(ns: argparse.Namespace) -> str:
-    return f" on {ns.gpu_spec.name}" if getattr(ns, "gpu_spec", None) else ""
-
-
-def _memory_flags(parser: argparse.ArgumentParser) -> None:
-    """--model, --gpu and the settings that change memory (the reference's defaults)."""
-    parser.add_argument(
-        "--model",
-        metavar="M",
-        help="a local config.json (or folder), a hub id in the local Hugging Face cache, or a "
-        "catalogue name such as Qwen3-8B: estimate memory per GPU",
-    )
-    parser.add_argument(
-        "--gpu", metavar="G", help="a GPU name such as H100-80GB, or its memory in GiB (80)"
-    )
-    parser.add_argument(
-        "--tokens",
-        type=_positive,
-        default=None,
-        metavar="N",
-        help="tokens per micro-batch (mb_spec.max_tokens_per_mb; default 32768)",
-    )
-    parser.add_argument(
-        "--recompute",
-        choices=RECOMPUTE,
-        default="none",
-        help="activation recomputation (gradient_checkpointing): none, selective or full",
-    )
-    parser.add_argument(
-        "--optimizer",
-        choices=("adam", "adam_bf16", "sgd", "none"),
-        default="adam",
-        help="optimizer.type; none: forward only (a ref or a teacher)",
-    )
-    parser.add_argument(
-        "--context-length",
-        type=_positive,
-        default=32768,
-        metavar="N",
-        help="inference: sglang.context_length / vllm.max_model_len (default 32768)",
-    )
-    parser.add_argument(
-        "--mem-fraction",
-        type=float,
-        default=0.9,
-        metavar="F",
-        help="inference: sglang.mem_fraction_static / vllm.gpu_memory_utilization (0.9)",
-    )
-
-
-def _settings(ns: argparse.Namespace) -> tuple[TrainingSettings, InferenceSettings]:
-    training = TrainingSettings(
-        optimizer=None if ns.optimizer == "none" else ns.optimizer,
-        optimizer_dtype="bfloat16" if ns.optimizer == "adam_bf16" else "float32",
-        recompute=ns.recompute,
-        tokens_per_micro_batch=ns.tokens or 32768,
-    )
-    inference = InferenceSettings(memory_fraction=ns.mem_fraction, context_length=ns.context_length)
-    return training, inference
-
-
-def _memory_estimate(alloc: ModelAllocation, ns: argparse.Namespace) -> MemoryEstimate | None:
-    if ns.gpu and not ns.model:
-        raise AllocationValidationError("--gpu needs --model: which model should fit?")
-    if not ns.model:
-        return None
-    ns.gpu_spec = resolve_gpu(ns.gpu) if ns.gpu else None
-    gpu: GPUSpec | None = ns.gpu_spec
-    training, inference = _settings(ns)
-    return estimate_allocation(
-        alloc, find_model(ns.model), gpu.capacity if gpu else None, training, inference
-    )
 
 
 # --- migrate ---------------------------------------------------------------------
 
 
 def migrate(args: list[str]) -> int:
-    parser = _parser(
+    parser = command_parser(
         "migrate",
         "Translate a deprecated allocation_mode string into per-engine backend fields.",
         "example:\n  areal-alloc migrate 'sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4'",
@@ -327,7 +222,7 @@ _SHAPE_FIELDS = ("num_layers", "num_attention_heads", "num_key_value_heads", "nu
 
 
 def layouts(args: list[str]) -> int:
-    parser = _parser(
+    parser = command_parser(
         "layouts",
         "List every valid layout of a backend for a GPU count.",
         "examples:\n  areal-alloc layouts fsdp 8\n"
@@ -335,16 +230,14 @@ def layouts(args: list[str]) -> int:
         "  areal-alloc layouts megatron 32 --model-config /models/qwen3-30b-a3b --hybrid",
     )
     parser.add_argument("backend")
-    parser.add_argument("gpus", type=_positive)
+    parser.add_argument("gpus", type=positive)
     # one flag per constraint field: --max-tp N … --hybrid
     for field in fields(LayoutConstraints):
         flag = "--" + field.name.replace("_", "-")
         if field.type == "bool":
             parser.add_argument(flag, action="store_true", help=_LAYOUT_HELP.get(field.name))
         else:
-            parser.add_argument(
-                flag, type=_positive, metavar="N", help=_LAYOUT_HELP.get(field.name)
-            )
+            parser.add_argument(flag, type=positive, metavar="N", help=_LAYOUT_HELP.get(field.name))
     parser.add_argument(
         "--model-config",
         metavar="PATH",
@@ -353,9 +246,9 @@ def layouts(args: list[str]) -> int:
     parser.add_argument(
         "--sweep", action="store_true", help="one comma-separated line, ready for -m key=…"
     )
-    _memory_flags(parser)
-    _rank_flags(parser)
-    _speed_flags(parser)
+    memory_flags(parser)
+    rank_flags(parser)
+    speed_flags(parser)
     ns = parser.parse_args(args)
 
     shape = ModelShape.from_hf_config(ns.model_config) if ns.model_config else ModelShape()
@@ -367,7 +260,7 @@ def layouts(args: list[str]) -> int:
     if ns.rank:
         if not ns.model or not ns.gpu:
             raise AllocationValidationError("--rank needs --model and --gpu")
-        return _ranking(ns, constraints)
+        return ranking(ns, constraints)
     if not ns.model:
         found = enumerate_layouts(ns.backend, ns.gpus, constraints)
         if not found:
@@ -377,320 +270,7 @@ def layouts(args: list[str]) -> int:
         else:
             print(",".join(found) if ns.sweep else "\n".join(found))
         return 0
-    return _fitting(ns, constraints)
-
-
-def _rank_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--rank",
-        action="store_true",
-        help="order the layouts that fit by estimated throughput (needs --model and --gpu)",
-    )
-    parser.add_argument("--top", type=_positive, metavar="K", help="only the K fastest")
-    parser.add_argument(
-        "--json", action="store_true", help="one object per layout (with --rank: its speed)"
-    )
-
-
-def _speed_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--tokens-per-step",
-        type=_positive,
-        default=1 << 20,
-        metavar="N",
-        help="training tokens per optimizer step (default 1,048,576)",
-    )
-    parser.add_argument(
-        "--seq-len",
-        type=_positive,
-        default=None,
-        metavar="N",
-        help="sequence length for attention (training) and context (inference); default "
-        "the micro-batch tokens / --context-length",
-    )
-    for flag, text in (
-        ("--peak-tflops", "dense BF16 TFLOP/s of a GPU not in the catalogue"),
-        ("--hbm-tbps", "HBM bandwidth (TB/s) of a GPU not in the catalogue"),
-        ("--nvlink-gbps", "NVLink GB/s per GPU, both directions (as published)"),
-        ("--inter-node-gbps", "network Gb/s per GPU between nodes (default 200, assumed)"),
-        ("--compute-efficiency", "fraction of peak compute reached (default 0.5, assumed)"),
-        ("--comm-efficiency", "fraction of link bandwidth reached (default 0.7, assumed)"),
-    ):
-        parser.add_argument(flag, type=float, default=None, metavar="X", help=text)
-
-
-def _hardware(ns: argparse.Namespace, arch: Architecture | None = None) -> Hardware:
-    """The GPU's speeds (catalogue, or flags), the node size and the network; the
-    efficiencies from the flags, else from a stored calibration of this model and GPU."""
-    per_node = ns.gpus_per_node or 8
-    name = str(ns.gpu)
-    try:
-        gpu = find_gpu(name)
-    except AllocationError:
-        if ns.peak_tflops is None or ns.hbm_tbps is None:
-            raise AllocationValidationError(
-                f"--gpu {name!r} is not in the catalogue: give --peak-tflops and --hbm-tbps "
-                f"to estimate speed"
-            ) from None
-        gpu = GPU(name, 0, "command line", ns.peak_tflops, ns.hbm_tbps, ns.nvlink_gbps)
-    if ns.peak_tflops is not None or ns.hbm_tbps is not None or ns.nvlink_gbps is not None:
-        gpu = replace(
-            gpu,
-            bf16_tflops=ns.peak_tflops or gpu.bf16_tflops,
-            hbm_tbps=ns.hbm_tbps or gpu.hbm_tbps,
-            nvlink_gbps=ns.nvlink_gbps or gpu.nvlink_gbps,
-        )
-    compute, hbm = ns.compute_efficiency, None
-    ns.calibrated = None
-    stored = calibration.load(arch, gpu.name) if arch is not None else None
-    if stored is not None:
-        if compute is None and stored.compute_efficiency is not None:
-            compute = stored.compute_efficiency
-            ns.calibrated = f"compute efficiency {compute:.3g} from {stored.compute_source}"
-        if stored.hbm_efficiency is not None:
-            hbm = stored.hbm_efficiency
-            ns.calibrated = (ns.calibrated + "; " if ns.calibrated else "") + (
-                f"HBM efficiency {hbm:.3g} from {stored.hbm_source}"
-            )
-    return Hardware.from_gpu(
-        gpu,
-        per_node,
-        inter_node_gbps=ns.inter_node_gbps,
-        compute_efficiency=compute,
-        comm_efficiency=ns.comm_efficiency,
-        hbm_efficiency=hbm,
-    )
-
-
-def _ranking(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
-    """``layouts … --rank``: the layouts that fit, fastest first, with their terms."""
-    gpu = resolve_gpu(ns.gpu)
-    arch = find_model(ns.model)
-    hardware = _hardware(ns, arch)
-    training, inference = _settings(ns)
-    inference_backend = ns.backend in INFERENCE_BACKENDS
-    sequence = ns.seq_len or (
-        ns.context_length if inference_backend else min(ns.tokens or 32768, 32768)
-    )
-    ranked = ranked_layouts(
-        ns.backend,
-        ns.gpus,
-        constraints,
-        arch,
-        gpu.capacity,
-        hardware,
-        tokens_per_step=ns.tokens_per_step,
-        sequence_length=sequence,
-        training=training,
-        inference=inference,
-    )
-    if not ranked:
-        raise AllocationError(
-            f"no {ns.backend} layout of {ns.gpus} GPUs fits {ns.model} on {gpu.name}; see "
-            f"`areal-alloc layouts {ns.backend} {ns.gpus} --model {ns.model} --gpu {ns.gpu}`"
-        )
-    shown = ranked[: ns.top] if ns.top else ranked
-    if ns.json:
-        print(json.dumps([r.to_dict() for r in shown], indent=1))
-        return 0
-    if ns.sweep:
-        print(",".join(r.spec for r in shown))
-        return 0
-    unit = "generated tokens/s" if inference_backend else "tokens/s"
-    rows = [["layout", "per GPU", "step", unit, "MFU", "bottleneck"]]
-    for r in shown:
-        rows.append(
-            [
-                r.spec,
-                readable_bytes(r.memory.total),
-                f"{r.speed.seconds:.3g} s",
-                f"{r.speed.tokens_per_second:,.0f}",
-                f"{r.speed.mfu:.0%}",
-                r.speed.bottleneck,
-            ]
-        )
-    print("\n".join(table(rows)))
-    what = (
-        f"decode of {sequence:,}-token contexts at the batch each KV cache holds (≤ 256)"
-        if inference_backend
-        else f"{ns.tokens_per_step:,} tokens per step, {training.tokens_per_micro_batch:,} "
-        f"per micro-batch, sequences of {sequence:,}"
-    )
-    print(f"# {len(shown)} of {len(ranked)} layouts that fit, fastest first: {what}")
-    for assumption in shown[0].speed.assumptions:
-        print(f"# assumed: {assumption}")
-    if not ns.gpus_per_node:
-        print("# assumed: 8 GPUs per node (--gpus-per-node)")
-    if ns.calibrated:
-        print(f"# calibrated: {ns.calibrated}")
-    return 0
-
-
-def calibrate(args: list[str]) -> int:
-    parser = _parser(
-        "calibrate",
-        "Fit the estimate to one real measurement: a training step's seconds, or an "
-        "inference engine's generated tokens per second. The fitted efficiency is kept for "
-        "this model and GPU, and layouts --rank and suggest start from it.",
-        "examples:\n  areal-alloc calibrate megatron:d4t2 --model Qwen3-8B --gpu H100-80GB "
-        "--step-seconds 14.2 --tokens-per-step 1048576 --tokens 16384 --recompute full\n"
-        "  areal-alloc calibrate sglang:d2t4 --model Qwen3-8B --gpu H100-80GB "
-        "--tokens-per-second 9000 --batch 128 --seq-len 8192",
-    )
-    parser.add_argument("spec", help="the layout that was measured")
-    parser.add_argument("--step-seconds", type=float, metavar="S", help="a training step")
-    parser.add_argument(
-        "--tokens-per-second", type=float, metavar="X", help="generated tokens/s (inference)"
-    )
-    parser.add_argument(
-        "--batch",
-        type=_positive,
-        default=None,
-        metavar="N",
-        help="inference: sequences decoded together per instance (default: what the KV holds, "
-        "at most 256)",
-    )
-    parser.add_argument("--gpus-per-node", type=_positive, default=None, metavar="N")
-    _memory_flags(parser)
-    _speed_flags(parser)
-    ns = parser.parse_args(args)
-    if not ns.model or not ns.gpu:
-        raise AllocationValidationError("calibrate needs --model and --gpu")
-    alloc = ModelAllocation.from_str(ns.spec)
-    arch = find_model(ns.model)
-    hardware = _hardware(ns)
-    training, inference = _settings(ns)
-    if alloc.is_inference:
-        if ns.tokens_per_second is None:
-            raise AllocationValidationError(
-                f"{alloc.spec} is an inference layout: give --tokens-per-second"
-            )
-        memory = estimate_allocation(alloc, arch, resolve_gpu(ns.gpu).capacity, training, inference)
-        kv = memory.kv_cache
-        context = ns.seq_len or ns.context_length
-        batch = ns.batch or (max(1, min(kv.sequences or 1, 256)) if kv is not None else 1)
-        one = decode_step(
-            arch,
-            alloc.parallel,
-            hardware,
-            batch=batch,
-            context=context,
-            kv_bytes_per_token=kv.bytes_per_token if kv is not None else 0,
-        )
-        instances = alloc.n_instances
-        per_instance = ns.tokens_per_second / instances
-        efficiency = calibration.fit_decode(per_instance, one, hardware)
-        source = (
-            f"a measured {ns.tokens_per_second:g} generated tokens/s of {alloc.spec} "
-            f"(batch {batch}, context {context:,})"
-        )
-        stored = calibration.Calibration(hbm_efficiency=efficiency, hbm_source=source)
-        print(
-            f"measured {ns.tokens_per_second:,.0f} tokens/s, estimated "
-            f"{one.tokens_per_second * instances:,.0f} at HBM efficiency "
-            f"{hardware.hbm_efficiency:g}: fitted HBM efficiency {efficiency:.3g}"
-        )
-    else:
-        if ns.step_seconds is None:
-            raise AllocationValidationError(
-                f"{alloc.spec} is a training layout: give --step-seconds"
-            )
-        sequence = ns.seq_len or min(training.tokens_per_micro_batch, 32768)
-        estimate = training_step(
-            alloc.backend,
-            arch,
-            alloc.parallel,
-            hardware,
-            tokens_per_step=ns.tokens_per_step,
-            tokens_per_micro_batch=training.tokens_per_micro_batch,
-            sequence_length=sequence,
-            recompute=training.recompute,
-            virtual_pipeline=training.virtual_pipeline,
-        )
-        efficiency = calibration.fit_training(ns.step_seconds, estimate, hardware)
-        source = (
-            f"a measured {ns.step_seconds:g} s step of {alloc.spec} ({ns.tokens_per_step:,} tokens)"
-        )
-        stored = calibration.Calibration(compute_efficiency=efficiency, compute_source=source)
-        print(
-            f"measured {ns.step_seconds:g} s, estimated {estimate.seconds:.3g} s at compute "
-            f"efficiency {hardware.compute_efficiency:g}: fitted compute efficiency "
-            f"{efficiency:.3g} (communication kept as estimated)"
-        )
-    path = calibration.save(arch, resolve_gpu(ns.gpu).name, stored)
-    if path is None:
-        print(
-            "areal-alloc calibrate: the cache folder is not writable; nothing was kept",
-            file=sys.stderr,
-        )
-        return 1
-    print(f"kept in {path}: layouts --rank and suggest for {ns.model} on {ns.gpu} start from it")
-    return 0
-
-
-def _fitting(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
-    """``layouts … --model M [--gpu G]``: the layouts that fit, with memory per GPU."""
-    gpu = resolve_gpu(ns.gpu) if ns.gpu else None
-    training, inference = _settings(ns)
-    found = list(
-        layout_memory(
-            ns.backend,
-            ns.gpus,
-            constraints,
-            find_model(ns.model),
-            gpu.capacity if gpu else None,
-            training,
-            inference,
-        )
-    )
-    if not found:
-        raise AllocationError(
-            f"no {ns.backend} layout of {ns.gpus} GPUs meets the constraints and the shape "
-            f"of {ns.model}"
-        )
-    fitting = [(spec, m) for spec, m in found if m.fits is not False]
-    if not fitting:
-        smallest = min((m for _, m in found), key=lambda m: m.total)
-        raise AllocationError(
-            f"none of the {len(found)} {ns.backend} layouts of {ns.gpus} GPUs fits "
-            f"{ns.model} on {gpu.name if gpu else '?'}: the smallest needs "
-            f"{readable_bytes(smallest.total)} per GPU (largest term {smallest.largest.name} "
-            f"{readable_bytes(smallest.largest.bytes)}); try more GPUs, --recompute full or "
-            f"fewer --tokens"
-        )
-    if ns.sweep:
-        print(",".join(spec for spec, _ in fitting))
-        return 0
-    if ns.json:
-        print(
-            json.dumps(
-                [
-                    {"backend": spec, "memory_total": m.total, "memory": m.to_dict()}
-                    for spec, m in fitting
-                ],
-                indent=1,
-            )
-        )
-        return 0
-    inference_rows = fitting[0][1].kv_cache is not None
-    rows = [["layout", "per GPU", "largest term", "KV tokens" if inference_rows else ""]]
-    for spec, m in fitting:
-        kv = m.kv_cache
-        rows.append(
-            [
-                spec,
-                readable_bytes(m.total),
-                f"{m.largest.name} {readable_bytes(m.largest.bytes)}",
-                f"{kv.tokens:,}" if kv is not None and kv.tokens is not None else "",
-            ]
-        )
-    print("\n".join(table(rows)))
-    where = f"on {gpu.name}" if gpu else "(no --gpu given: none left out)"
-    print(
-        f"# {len(fitting)} of {len(found)} layouts fit {ns.model} {where}; "
-        f"{len(found) - len(fitting)} left out"
-    )
-    return 0
+    return fitting(ns, constraints)
 
 
 # --- check -----------------------------------------------------------------------
@@ -707,7 +287,7 @@ def _is_override(word: str) -> bool:
 
 
 def check(args: list[str]) -> int:
-    parser = _parser(
+    parser = command_parser(
         "check",
         "Validate experiment YAMLs and print their plans. Each file is composed as the "
         "reference's launchers compose it (its defaults list, interpolations, Hydra "
@@ -779,7 +359,7 @@ def check(args: list[str]) -> int:
 
 
 def preflight(args: list[str]) -> int:
-    parser = _parser(
+    parser = command_parser(
         "preflight",
         "Check the experiment a launch command will run, then run it. The command's --config "
         "FILE and key=value overrides are read and composed exactly as the reference's "
@@ -818,197 +398,6 @@ def preflight(args: list[str]) -> int:
 
 
 # --- suggest ---------------------------------------------------------------------
-
-
-def _suggest_from_config(ns: argparse.Namespace) -> tuple[bool, bool]:
-    """Fill what the flags left unset from an experiment config, composed as the
-    reference composes it; returns whether it has a ref and a critic."""
-    cfg = compose_file(ns.config, list(ns.overrides))
-    plan = plan_config(cfg, on_memory="off")
-    cluster = child(cfg, "cluster")
-
-    def whole(section: str, key: str) -> int | None:
-        value = child(child(cfg, section), key)
-        return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
-
-    if ns.model is None:
-        path = child(child(cfg, "actor"), "path")
-        if isinstance(path, str) and path:
-            # a path that exists only on the cluster is matched by its last part
-            local = Path(path).expanduser().exists()
-            ns.model = path if local else Path(path.rstrip("/")).name or path
-    if ns.gpus is None:
-        ns.gpus = plan.capacity or None
-    if ns.gpu is None:
-        name = child(cluster, "gpu")
-        ns.gpu = name if isinstance(name, str) and name else None
-    if ns.gpus_per_node is None:
-        ns.gpus_per_node = plan.n_gpus_per_node or None
-    if ns.batch is None:
-        batch, samples = whole("train_dataset", "batch_size"), whole("gconfig", "n_samples")
-        ns.batch = batch * (samples or 1) if batch else None
-    if ns.prompt_len is None:
-        ns.prompt_len = whole("train_dataset", "max_length")
-    if ns.gen_len is None:
-        ns.gen_len = whole("gconfig", "max_new_tokens")
-    by_key = {e.key: e for e in plan.engines if e.active}
-    if ns.train_backend is None and "actor" in by_key:
-        ns.train_backend = by_key["actor"].allocation.backend
-    if ns.rollout_backend is None and "rollout" in by_key:
-        ns.rollout_backend = by_key["rollout"].allocation.backend
-    return ("ref" in by_key) and not ns.no_ref, ("critic" in by_key) or ns.critic
-
-
-def suggest_command(args: list[str]) -> int:
-    parser = _parser(
-        "suggest",
-        "Propose how to split the GPUs between rollout and training, and each engine's "
-        "layout, so that generation and training balance. Every figure is an estimate "
-        "printed with its terms (see layouts --rank); check the finalists with a short real "
-        "run.",
-        "examples:\n  areal-alloc suggest --model Qwen3-8B --gpus 64 --gpu H100-80GB "
-        "--batch 512 --prompt-len 1024 --gen-len 8192\n"
-        "  areal-alloc suggest --config gsm8k_grpo.yaml cluster.gpu=H100-80GB",
-    )
-    parser.add_argument(
-        "--config",
-        metavar="FILE",
-        help="an experiment YAML: the model (actor.path), GPUs (cluster), batch "
-        "(train_dataset.batch_size × gconfig.n_samples), lengths and engines come from it; "
-        "flags override",
-    )
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides for --config")
-    parser.add_argument("--model", metavar="M", help="path, hub id or name")
-    parser.add_argument("--gpus", type=_positive, metavar="N", help="GPUs in all")
-    parser.add_argument("--gpu", metavar="G", help="a catalogue GPU, e.g. H100-80GB")
-    parser.add_argument("--gpus-per-node", type=_positive, default=None, metavar="N")
-    parser.add_argument("--batch", type=_positive, default=None, help="sequences per RL step (512)")
-    parser.add_argument("--prompt-len", type=_positive, default=None, metavar="N", help="(1024)")
-    parser.add_argument("--gen-len", type=_positive, default=None, metavar="N", help="(8192)")
-    parser.add_argument("--no-ref", action="store_true", help="no reference model (kl_ctl=0)")
-    parser.add_argument("--critic", action="store_true", help="a critic colocated with actor")
-    parser.add_argument(
-        "--sync", action="store_true", help="synchronous RL: generation and training alternate"
-    )
-    parser.add_argument(
-        "--train-backend",
-        choices=("megatron", "fsdp", "archon"),
-        default=None,
-        help="default: the config's actor backend, else megatron",
-    )
-    parser.add_argument(
-        "--rollout-backend",
-        choices=("sglang", "vllm"),
-        default=None,
-        help="default: the config's rollout backend, else sglang",
-    )
-    parser.add_argument(
-        "--tokens",
-        type=_positive,
-        default=16384,
-        metavar="N",
-        help="training tokens per micro-batch (default 16384)",
-    )
-    parser.add_argument("--recompute", choices=RECOMPUTE, default="full")
-    parser.add_argument("--context-length", type=_positive, default=32768, metavar="N")
-    parser.add_argument("--top", type=_positive, default=3, metavar="K")
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument(
-        "--sweep",
-        action="store_true",
-        help="the finalists' overrides, one job per line, for a short real run each",
-    )
-    for flag in (
-        "--peak-tflops",
-        "--hbm-tbps",
-        "--nvlink-gbps",
-        "--inter-node-gbps",
-        "--compute-efficiency",
-        "--comm-efficiency",
-    ):
-        parser.add_argument(flag, type=float, default=None, metavar="X")
-    ns = parser.parse_args(args)
-    ref, critic = not ns.no_ref, ns.critic
-    if ns.config:
-        ref, critic = _suggest_from_config(ns)
-    elif ns.overrides:
-        raise AllocationValidationError("KEY=VALUE overrides go with --config FILE")
-    for flag in ("model", "gpus", "gpu"):
-        if getattr(ns, flag) is None:
-            raise AllocationValidationError(
-                f"--{flag} is needed (or an experiment --config that sets it)"
-            )
-    arch = find_model(ns.model)
-    hardware = _hardware(ns, arch)
-    gpu = resolve_gpu(ns.gpu)
-    shape = RunShape(
-        batch=ns.batch or 512,
-        prompt_len=ns.prompt_len or 1024,
-        gen_len=ns.gen_len or 8192,
-        ref=ref,
-        critic=critic,
-        asynchronous=not ns.sync,
-    )
-    training = TrainingSettings(tokens_per_micro_batch=ns.tokens, recompute=ns.recompute)
-    proposals = suggest(
-        arch,
-        ns.gpus,
-        gpu.capacity,
-        hardware,
-        shape,
-        train_backend=ns.train_backend or "megatron",
-        rollout_backend=ns.rollout_backend or "sglang",
-        training=training,
-        context_length=ns.context_length,
-        top=ns.top,
-    )
-    if not proposals:
-        raise AllocationError(
-            f"no split of {ns.gpus} {gpu.name} GPUs fits {ns.model}: the rollout or the "
-            f"trainer does not fit on any share; try more GPUs or --recompute full"
-        )
-    if ns.json:
-        print(json.dumps([p.to_dict() for p in proposals], indent=1))
-        return 0
-    if ns.sweep:
-        print("# one job per finalist: Hydra's -m takes a Cartesian product, which would pair")
-        print("# rollout and actor layouts that do not share the GPUs; run each line")
-        for p in proposals:
-            print(" ".join(p.overrides()))
-        return 0
-    mode = "asynchronous (overlapped)" if shape.asynchronous else "synchronous (alternating)"
-    print(
-        f"{ns.gpus} × {gpu.name}, {ns.model}: {shape.batch} sequences of {shape.prompt_len:,} + "
-        f"{shape.gen_len:,} tokens per step, {mode}"
-    )
-    for rank, p in enumerate(proposals, 1):
-        r, a = p.rollout, p.actor
-        print()
-        print(
-            f"{rank}. rollout {p.rollout_gpus} GPUs {r.spec}, training {p.train_gpus} GPUs "
-            f"{a.spec}: step ≈ {p.step_seconds:.1f} s — {p.advice}"
-        )
-        print(
-            f"   generation {p.generate_seconds:.1f} s: {r.speed.tokens_per_second:,.0f} "
-            f"tokens/s, bottleneck {r.speed.bottleneck}, {readable_bytes(r.memory.total)} per GPU"
-        )
-        print(
-            f"   training   {p.train_seconds:.1f} s: {a.speed.tokens_per_second:,.0f} tokens/s "
-            f"(actor), MFU {a.speed.mfu:.0%}, bottleneck {a.speed.bottleneck}, "
-            f"{readable_bytes(a.memory.total)} per GPU"
-            + (" (+ ref forward)" if shape.ref else "")
-            + (" (+ critic)" if shape.critic else "")
-        )
-        print("   " + " ".join(p.overrides()))
-        print("   " + p.yaml().rstrip().replace("\n", "\n   "))
-    print()
-    for assumption in proposals[0].actor.speed.assumptions:
-        print(f"# assumed: {assumption}")
-    if not ns.gpus_per_node:
-        print("# assumed: 8 GPUs per node (--gpus-per-node)")
-    if ns.calibrated:
-        print(f"# calibrated: {ns.calibrated}")
-    return 0
 
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
