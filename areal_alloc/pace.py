@@ -32,7 +32,13 @@ from areal_alloc.catalogue import GPU, find_gpu
 from areal_alloc.errors import AllocationError, AllocationValidationError
 from areal_alloc.fit import EngineLike
 from areal_alloc.memory import MemoryEstimate, TrainingSettings
-from areal_alloc.throughput import Hardware, StepEstimate, decode_step, training_step
+from areal_alloc.throughput import (
+    Hardware,
+    StepEstimate,
+    balance_advice,
+    decode_step,
+    training_step,
+)
 
 __all__ = ["EnginePace", "Pace", "estimate_pace"]
 
@@ -74,14 +80,7 @@ class Pace:
 
     @property
     def advice(self) -> str:
-        b = self.balance
-        if b is None:
-            return "one side has no estimate"
-        if 0.9 <= b <= 1.1:
-            return "balanced"
-        if b > 1:
-            return f"rollout produces {b:.1f}× what training consumes: move GPUs to training"
-        return f"training could consume {1 / b:.1f}× what rollout produces: move GPUs to rollout"
+        return balance_advice(self.balance)
 
     def to_dict(self) -> dict[str, object]:
         return {

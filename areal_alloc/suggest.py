@@ -25,7 +25,7 @@ from areal_alloc.errors import AllocationValidationError
 from areal_alloc.layouts import LayoutConstraints, RankedLayout, ranked_layouts
 from areal_alloc.memory import InferenceSettings, Term, TrainingSettings
 from areal_alloc.model import ModelAllocation
-from areal_alloc.throughput import Hardware
+from areal_alloc.throughput import Hardware, balance_advice
 
 __all__ = ["Proposal", "RunShape", "suggest"]
 
@@ -79,12 +79,7 @@ class Proposal:
 
     @property
     def advice(self) -> str:
-        b = self.balance
-        if 0.9 <= b <= 1.1:
-            return "balanced"
-        if b > 1:
-            return f"rollout produces {b:.1f}× what training consumes: move GPUs to training"
-        return f"training could consume {1 / b:.1f}× what rollout produces: move GPUs to rollout"
+        return balance_advice(self.balance)
 
     def overrides(self) -> list[str]:
         out = [f"rollout.backend={self.rollout.spec}", f"actor.backend={self.actor.spec}"]

@@ -37,6 +37,7 @@ __all__ = [
     "Hardware",
     "StepEstimate",
     "StepTerm",
+    "balance_advice",
     "decode_step",
     "model_flops",
     "training_step",
@@ -167,6 +168,17 @@ class StepEstimate:
             ],
             "assumptions": list(self.assumptions),
         }
+
+
+def balance_advice(balance: float | None) -> str:
+    """What to do about a balance of generation rate over training rate."""
+    if balance is None:
+        return "one side has no estimate"
+    if 0.9 <= balance <= 1.1:
+        return "balanced"
+    if balance > 1:
+        return f"rollout produces {balance:.1f}× what training consumes: move GPUs to training"
+    return f"training could consume {1 / balance:.1f}× what rollout produces: move GPUs to rollout"
 
 
 def model_flops(arch: Architecture, tokens: int, sequence_length: int) -> float:

@@ -257,13 +257,18 @@ def ranking(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
         f"per micro-batch, sequences of {sequence:,}"
     )
     print(f"# {len(shown)} of {len(ranked)} layouts that fit, fastest first: {what}")
-    for assumption in shown[0].speed.assumptions:
+    _footer(ns, shown[0].speed.assumptions)
+    return 0
+
+
+def _footer(ns: argparse.Namespace, assumptions: tuple[str, ...]) -> None:
+    """What an estimate assumed, and where a calibration came from."""
+    for assumption in assumptions:
         print(f"# assumed: {assumption}")
     if not ns.gpus_per_node:
         print("# assumed: 8 GPUs per node (--gpus-per-node)")
     if ns.calibrated:
         print(f"# calibrated: {ns.calibrated}")
-    return 0
 
 
 def fitting(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
@@ -615,10 +620,5 @@ def suggest_command(args: list[str]) -> int:
         print("   " + " ".join(p.overrides()))
         print("   " + p.yaml().rstrip().replace("\n", "\n   "))
     print()
-    for assumption in proposals[0].actor.speed.assumptions:
-        print(f"# assumed: {assumption}")
-    if not ns.gpus_per_node:
-        print("# assumed: 8 GPUs per node (--gpus-per-node)")
-    if ns.calibrated:
-        print(f"# calibrated: {ns.calibrated}")
+    _footer(ns, proposals[0].actor.speed.assumptions)
     return 0
