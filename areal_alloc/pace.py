@@ -35,6 +35,7 @@ from areal_alloc.memory import MemoryEstimate, TrainingSettings
 from areal_alloc.throughput import (
     Hardware,
     StepEstimate,
+    StepTerm,
     balance_advice,
     decode_step,
     training_step,
@@ -213,8 +214,13 @@ def estimate_pace(
             flops = 2.0 * model.parameters.active * tokens
             world = allocation.world_size
             seconds = flops / (world * hardware.peak_tflops * 1e12 * hardware.compute_efficiency)
+            formula = (
+                f"2 × {model.parameters.active / 1e9:.3g}B active params × {tokens:,} tokens / "
+                f"({world} GPUs × {hardware.peak_tflops:g} TFLOP/s × "
+                f"{hardware.compute_efficiency:.3g})"
+            )
             step = StepEstimate(
-                (),
+                (StepTerm("prefill compute", seconds, formula),),
                 tokens,
                 flops,
                 world,

@@ -252,3 +252,19 @@ def test_no_pace_without_gpu_speeds_and_bad_counts_name_their_key() -> None:
     assert plan_config(unknown).pace is None
     with pytest.raises(AllocationValidationError, match=r"^train_dataset\.batch_size='many'"):
         plan_config(_run(train_dataset={"batch_size": "many"}))
+
+
+def test_an_inference_teacher_is_paced_as_a_prefill() -> None:
+    from areal_alloc.plan import plan_config
+
+    cfg = _run(
+        cluster={"n_nodes": 3, "n_gpus_per_node": 8, "gpu": "H100-80GB"},
+        teacher={"backend": "vllm:d1t8", "path": "Qwen/Qwen3-32B"},
+    )
+    pace = plan_config(cfg).pace
+    assert pace is not None
+    teacher = next(e for e in pace.engines if e.key == "teacher")
+    tokens = 64 * 8 * (1024 + 8192)
+    flops = 2 * find_model("Qwen/Qwen3-32B").parameters.active * tokens
+    assert teacher.seconds == pytest.approx(flops / (8 * 990e12 * 0.5))
+    assert teacher.to_dict()["bottleneck"] == "prefill compute"
