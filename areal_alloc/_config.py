@@ -18,7 +18,16 @@ from typing import Any
 from areal_alloc.errors import AllocationError, AllocationValidationError
 from areal_alloc.limits import grouped, readable
 
-__all__ = ["child", "is_mapping", "keys", "number", "setting_int", "shown", "unset"]
+__all__ = [
+    "child",
+    "is_mapping",
+    "keys",
+    "number",
+    "setting_int",
+    "shown",
+    "unset",
+    "whole_number",
+]
 
 
 def child(node: object, key: str) -> Any:
@@ -96,6 +105,17 @@ def setting_int(node: object, path: str, default: int, minimum: int, maximum: in
             f"{path}={readable(value)}: the limit is {grouped(maximum)}"
         )
     return value
+
+
+def whole_number(node: object, key: str, path: str) -> int | None:
+    """A count setting ≥ 1 (``8192``, ``8192.0``, ``"8192"``); None when the key is absent."""
+    value = child(node, key) if node is not None else None
+    if value is None:
+        return None
+    as_number = number(value)
+    if as_number is None or not as_number.is_integer() or not 1 <= as_number <= 1 << 40:
+        raise AllocationValidationError(f"{path}={shown(value)}: must be a whole number ≥ 1")
+    return int(as_number)
 
 
 def number(value: object) -> float | None:

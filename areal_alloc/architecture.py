@@ -16,12 +16,12 @@ keys); a few Megatron-style names are read too (``num_layers``,
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from areal_alloc.errors import AllocationValidationError
+from areal_alloc.model_shape import read_config_json
 
 __all__ = ["Architecture", "ParameterCount"]
 
@@ -340,13 +340,5 @@ class Architecture:
     @classmethod
     def from_file(cls, path: str | Path) -> Architecture:
         """Read a local ``config.json`` (or the folder holding one)."""
-        file = Path(path).expanduser()
-        if file.is_dir():
-            file = file / "config.json"
-        try:
-            data = json.loads(file.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise AllocationValidationError(f"{file}: no such file") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise AllocationValidationError(f"{file}: cannot read it as JSON ({error})") from None
+        file, data = read_config_json(Path(path).expanduser())
         return cls.from_mapping(data, source=str(file))

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from areal_alloc._config import child, is_mapping, number, shown, unset
+from areal_alloc._config import child, is_mapping, number, shown, unset, whole_number
 from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import find_gpu, find_model
 from areal_alloc.errors import AllocationError, AllocationValidationError
@@ -247,16 +247,6 @@ _BOOLEAN = {
 }
 
 
-def _int(node: object, key: str, path: str) -> int | None:
-    value = child(node, key) if node is not None else None
-    if value is None:
-        return None
-    as_number = number(value)
-    if as_number is None or not as_number.is_integer() or not 1 <= as_number <= 1 << 40:
-        raise AllocationValidationError(f"{path}={shown(value)}: must be a whole number ≥ 1")
-    return int(as_number)
-
-
 def _text(node: object, key: str, default: str) -> str:
     value = child(node, key) if node is not None else None
     return str(value) if value not in (None, "") else default
@@ -282,7 +272,7 @@ def _training_settings(
     if checkpointing:
         granularity = _text(megatron, "recompute_granularity", "full")
         recompute = "selective" if granularity == "selective" else "full"
-    tokens = _int(
+    tokens = whole_number(
         child(section, "mb_spec"), "max_tokens_per_mb", f"{path}.mb_spec.max_tokens_per_mb"
     )
     if tokens is None:
@@ -311,7 +301,7 @@ def _training_settings(
             ),
             recompute=recompute,
             tokens_per_micro_batch=tokens,
-            virtual_pipeline=_int(
+            virtual_pipeline=whole_number(
                 megatron,
                 "virtual_pipeline_parallel_size",
                 f"{path}.megatron.virtual_pipeline_parallel_size",
@@ -342,8 +332,8 @@ def _inference_settings(cfg: object, engine: EngineLike, reserve: int | None) ->
             f"{backend}.{fraction_key}={shown(child(server, fraction_key))}: must be a "
             f"number in (0, 1]"
         )
-    length = _int(server, length_key, f"{backend}.{length_key}") or 32768
-    concurrency = _int(
+    length = whole_number(server, length_key, f"{backend}.{length_key}") or 32768
+    concurrency = whole_number(
         section,
         "max_concurrent_rollouts",
         f"{engine.backend_key.rsplit('.', 1)[0]}.max_concurrent_rollouts",

@@ -18,7 +18,7 @@ from areal_alloc.model import ModelAllocation
 from areal_alloc.strategy import ParallelStrategy
 from areal_alloc.vocab import INFERENCE_BACKENDS
 
-__all__ = ["ModelShape", "check_shape", "layout_problems", "shape_problems"]
+__all__ = ["ModelShape", "check_shape", "layout_problems", "read_config_json", "shape_problems"]
 
 _HF_KEYS = {
     "num_layers": ("num_layers", "num_hidden_layers", "n_layer"),
@@ -73,23 +73,29 @@ class ModelShape:
     @classmethod
     def from_hf_config(cls, path: str | Path) -> ModelShape:
         """Read a local Hugging Face ``config.json`` (or the folder holding one)."""
-        file = Path(path)
-        if file.is_dir():
-            file = file / "config.json"
-        try:
-            data = json.loads(file.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise AllocationValidationError(f"model config {str(file)!r} does not exist") from None
-        except (OSError, ValueError) as error:
-            raise AllocationValidationError(
-                f"model config {str(file)!r} cannot be read: {error}"
-            ) from None
-        if not isinstance(data, dict):
-            raise AllocationValidationError(f"model config {str(file)!r} is not a JSON object")
+        file, data = read_config_json(path)
         text_config = data.get("text_config")
         if isinstance(text_config, dict) and "num_attention_heads" not in data:
             data = {**data, **text_config}
         return cls.from_mapping(data, source=str(file))
+
+
+def read_config_json(path: str | Path) -> tuple[Path, dict[str, Any]]:
+    """A local ``config.json`` (or the folder holding one): its path and its JSON object."""
+    file = Path(path)
+    if file.is_dir():
+        file = file / "config.json"
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise AllocationValidationError(f"model config {str(file)!r} does not exist") from None
+    except (OSError, ValueError) as error:
+        raise AllocationValidationError(
+            f"model config {str(file)!r} cannot be read: {error}"
+        ) from None
+    if not isinstance(data, dict):
+        raise AllocationValidationError(f"model config {str(file)!r} is not a JSON object")
+    return file, data
 
 
 def shape_problems(allocation: ModelAllocation, shape: ModelShape) -> list[str]:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from areal_alloc import calibration
-from areal_alloc._config import child, number
+from areal_alloc._config import child, number, whole_number
 from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import GPU, find_gpu
 from areal_alloc.errors import AllocationError, AllocationValidationError
@@ -98,13 +98,8 @@ class Pace:
 
 
 def _count(cfg: object, section: str, key: str, default: int | None) -> int | None:
-    value = child(child(cfg, section), key)
-    if value is None:
-        return default
-    as_number = number(value)
-    if as_number is None or not as_number.is_integer() or not 1 <= as_number <= 1 << 40:
-        raise AllocationValidationError(f"{section}.{key}={value!r}: must be a whole number ≥ 1")
-    return int(as_number)
+    found = whole_number(child(cfg, section), key, f"{section}.{key}")
+    return default if found is None else found
 
 
 def _hardware(cfg: object, arch: Architecture, per_node: int) -> Hardware | None:
