@@ -440,14 +440,16 @@ def find_model(reference: str) -> Architecture:
     if kind == "config":
         return Architecture.from_file(Path(text).expanduser())
     if kind == "folder":
-        raise AllocationValidationError(f"{text}: this folder has no config.json")
+        raise AllocationValidationError(f"model {text!r}: this folder has no config.json")
     if text.count("/") == 1 and not text.startswith(("/", ".", "~")):
         cached = _cached_config(text)
         if cached is not None:
             return Architecture.from_file(cached)
     names = [m.name for m in MODELS.values()]
     if text.startswith(("/", ".", "~")) or text.count("/") > 1:
-        raise AllocationValidationError(f"{text}: no such file or folder with a config.json here")
+        raise AllocationValidationError(
+            f"model {text!r}: no such file, or folder with a config.json, here"
+        )
     key = text.lower()
     key = _ALIASES.get(key, key)
     if key in MODELS:

@@ -418,7 +418,7 @@ def test_gpu_memory_gib_overrides_the_catalogue() -> None:
 
 # --- any input: a result or one clear error ----------------------------------------------
 
-from hypothesis import given, settings  # noqa: E402
+from hypothesis import example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from areal_alloc.errors import AllocationError  # noqa: E402
@@ -426,6 +426,8 @@ from areal_alloc.errors import AllocationError  # noqa: E402
 
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=300))
+@example("~\n0")  # a path-like name with a newline: once shown raw, breaking the one-line message
+@example("./a\nb/")
 def test_any_model_name_finds_a_model_or_says_why(text: str) -> None:
     try:
         arch = find_model(text)
