@@ -340,5 +340,5 @@ class Architecture:
     @classmethod
     def from_file(cls, path: str | Path) -> Architecture:
         """Read a local ``config.json`` (or the folder holding one)."""
-        file, data = read_config_json(Path(path).expanduser())
+        file, data = read_config_json(path)
         return cls.from_mapping(data, source=str(file))

@@ -18,6 +18,7 @@ from typing import Any
 
 from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationValidationError
+from areal_alloc.model_shape import local_config, local_path
 
 __all__ = ["GPU", "GPUS", "MODELS", "CatalogueModel", "find_gpu", "find_model"]
 
@@ -414,12 +415,12 @@ def _cached_config(hub_id: str) -> Path | None:
 
 def _probe(text: str) -> str:
     """``config`` (a file, or a folder with config.json), ``folder``, or ``none``."""
+    if local_config(text) is not None:
+        return "config"
+    path = local_path(text)
     try:
-        path = Path(text).expanduser()
-        if path.is_file() or (path.is_dir() and (path / "config.json").is_file()):
-            return "config"
-        return "folder" if path.is_dir() else "none"
-    except (OSError, ValueError, RuntimeError):  # too long, unknown ~user, …
+        return "folder" if path is not None and path.is_dir() else "none"
+    except OSError:
         return "none"
 
 
@@ -438,7 +439,7 @@ def find_model(reference: str) -> Architecture:
         )
     kind = _probe(text)
     if kind == "config":
-        return Architecture.from_file(Path(text).expanduser())
+        return Architecture.from_file(text)
     if kind == "folder":
         raise AllocationValidationError(f"model {text!r}: this folder has no config.json")
     if text.count("/") == 1 and not text.startswith(("/", ".", "~")):

@@ -14,10 +14,10 @@ import argparse
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from areal_alloc.errors import AllocationError
+from areal_alloc.model_shape import local_path
 
 __all__ = ["LaunchArgs", "compose_file", "read_launch_args", "script_args"]
 
@@ -94,8 +94,8 @@ def script_args(command: Sequence[str]) -> list[str]:
 
 def compose_file(path: str, overrides: Sequence[str] = ()) -> Any:
     """Compose ``path`` with ``overrides`` through Hydra's compose API, as the reference does."""
-    file = Path(path).expanduser()
-    if not file.is_file():
+    file = local_path(path)
+    if file is None or not file.is_file():
         raise AllocationError(f"{path}: no such file")
     folder = str(file.absolute().parent)
     name = file.name.split(".yaml")[0]

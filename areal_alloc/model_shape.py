@@ -18,7 +18,15 @@ from areal_alloc.model import ModelAllocation
 from areal_alloc.strategy import ParallelStrategy
 from areal_alloc.vocab import INFERENCE_BACKENDS
 
-__all__ = ["ModelShape", "check_shape", "layout_problems", "read_config_json", "shape_problems"]
+__all__ = [
+    "ModelShape",
+    "check_shape",
+    "layout_problems",
+    "local_config",
+    "local_path",
+    "read_config_json",
+    "shape_problems",
+]
 
 _HF_KEYS = {
     "num_layers": ("num_layers", "num_hidden_layers", "n_layer"),
@@ -80,11 +88,45 @@ class ModelShape:
         return cls.from_mapping(data, source=str(file))
 
 
+def local_path(text: str | Path) -> Path | None:
+    """``text`` as a local path with ``~`` expanded, or None where it cannot be one.
+
+    Never raises: an unknown ``~user``, a NUL character or a name too long for the
+    file system is "not a local path", which callers report in their own words.
+    """
+    try:
+        path = Path(text).expanduser()
+        path.exists()  # ValueError (NUL) or OSError (name too long) surface here
+    except (OSError, ValueError, RuntimeError):
+        return None
+    return path
+
+
+def local_config(text: str | Path) -> Path | None:
+    """The ``config.json`` that ``text`` names (the file, or a folder holding one), if any."""
+    path = local_path(text)
+    if path is None:
+        return None
+    try:
+        if path.is_file():
+            return path
+        if (path / "config.json").is_file():
+            return path / "config.json"
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def read_config_json(path: str | Path) -> tuple[Path, dict[str, Any]]:
     """A local ``config.json`` (or the folder holding one): its path and its JSON object."""
-    file = Path(path)
-    if file.is_dir():
-        file = file / "config.json"
+    file = local_path(path)
+    if file is None:
+        raise AllocationValidationError(f"model config {str(path)!r} is not a usable local path")
+    try:
+        if file.is_dir():
+            file = file / "config.json"
+    except OSError:
+        pass
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -12,7 +12,6 @@ Everything else in an engine section is left alone.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from areal_alloc._config import child, is_mapping, keys, number, setting_int, shown, unset
@@ -490,10 +489,12 @@ def _model_shape(cfg: object, key: str) -> Any:
     if not unset(own):
         return _shape_from(own, f"{key}.model_shape")
     path = child(section, "path")
-    if isinstance(path, str) and path and (Path(path).expanduser() / "config.json").is_file():
-        from areal_alloc.model_shape import ModelShape  # only configs with a shape load it
+    if isinstance(path, str) and path:
+        from areal_alloc.model_shape import ModelShape, local_config  # loaded only when needed
 
-        return ModelShape.from_hf_config(Path(path).expanduser())
+        local = local_config(path)
+        if local is not None:
+            return ModelShape.from_hf_config(local)
     if key == "teacher":
         return None  # a teacher is another model: only its own shape applies
     top = child(cfg, "model_shape")

@@ -28,6 +28,7 @@ from areal_alloc.memory import (
     readable_bytes,
 )
 from areal_alloc.model import ModelAllocation
+from areal_alloc.model_shape import local_config
 from areal_alloc.plan import plan_config
 from areal_alloc.suggest import RunShape, suggest
 from areal_alloc.throughput import Hardware, decode_step, training_step
@@ -453,7 +454,7 @@ def _suggest_from_config(ns: argparse.Namespace) -> tuple[bool, bool]:
         path = child(child(cfg, "actor"), "path")
         if isinstance(path, str) and path:
             # a path that exists only on the cluster is matched by its last part
-            local = Path(path).expanduser().exists()
+            local = local_config(path) is not None
             ns.model = path if local else Path(path.rstrip("/")).name or path
     if ns.gpus is None:
         ns.gpus = plan.capacity or None

@@ -541,3 +541,23 @@ def test_archon_keeps_parameters_and_adam_states_in_dtype() -> None:
     assert archon.term("gradients") == pytest.approx(total / 8 * 2, rel=1e-6)
     with pytest.raises(AllocationValidationError, match="archon engine takes adam or sgd"):
         _train("archon:d8", optimizer="adam_bf16")
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(max_size=300))
+@example("~\n")  # an unknown ~user: pathlib raised RuntimeError from the plan's shape check
+@example("~nosuchuser/models/Qwen3-8B")
+@example("/" + "a" * 300)  # a name too long for the file system
+def test_any_actor_path_gives_a_plan_or_one_clear_error(text: str) -> None:
+    cfg = {
+        "actor": {"backend": "fsdp:d8", "path": text},
+        "cluster": {"gpu": "H100-80GB", "n_nodes": 1, "n_gpus_per_node": 8},
+    }
+    try:
+        plan = plan_config(cfg)
+    except AllocationError as error:
+        message = error.message
+    else:
+        assert plan.capacity == 8
+        return
+    assert "\n" not in message
