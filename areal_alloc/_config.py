@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from areal_alloc.errors import AllocationError, AllocationValidationError
-from areal_alloc.limits import grouped, readable
+from areal_alloc.limits import MAX_COUNT, grouped, readable
 
 __all__ = [
     "child",
@@ -113,7 +113,7 @@ def whole_number(node: object, key: str, path: str) -> int | None:
     if value is None:
         return None
     as_number = number(value)
-    if as_number is None or not as_number.is_integer() or not 1 <= as_number <= 1 << 40:
+    if as_number is None or not as_number.is_integer() or not 1 <= as_number <= MAX_COUNT:
         raise AllocationValidationError(f"{path}={shown(value)}: must be a whole number ≥ 1")
     return int(as_number)
 

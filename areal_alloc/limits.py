@@ -8,6 +8,7 @@ bound, instead of a hang, a ``MemoryError`` or an ``OverflowError``.
 from __future__ import annotations
 
 __all__ = [
+    "MAX_COUNT",
     "MAX_GPUS",
     "MAX_GPUS_PER_NODE",
     "MAX_LAYOUTS",
@@ -26,6 +27,9 @@ MAX_GPUS = 1_048_576
 MAX_NODES = 131_072
 #: GPUs of one node.
 MAX_GPUS_PER_NODE = 1024
+#: Tokens, sequences and lengths (tokens per step, per micro-batch, context lengths,
+#: batch sizes): 2**40, a thousand times any real training step.
+MAX_COUNT = 1 << 40
 #: Layouts one search lists before it asks for tighter constraints.
 MAX_LAYOUTS = 50_000
 

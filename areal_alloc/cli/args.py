@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from areal_alloc.limits import MAX_GPUS, grouped
+from areal_alloc.limits import MAX_COUNT, MAX_GPUS, grouped
 
 __all__ = ["CommandParser", "command_parser", "positive"]
 
@@ -29,13 +29,21 @@ def command_parser(name: str, description: str, epilog: str = "") -> CommandPars
     )
 
 
-def positive(text: str) -> int:
-    """An argparse type: an integer from 1 to the GPU limit."""
-
+def _whole(text: str, maximum: int) -> int:
     digits = text.strip()
     if not digits.isdigit() or int(digits[:30]) < 1:
         raise argparse.ArgumentTypeError(f"must be an integer ≥ 1, got {text[:40]!r}")
-    if len(digits) > 30 or int(digits) > MAX_GPUS:
+    if len(digits) > 30 or int(digits) > maximum:
         shown = digits if len(digits) <= 24 else f"a {len(digits)}-digit number"
-        raise argparse.ArgumentTypeError(f"{shown} is over the limit of {grouped(MAX_GPUS)}")
+        raise argparse.ArgumentTypeError(f"{shown} is over the limit of {grouped(maximum)}")
     return int(digits)
+
+
+def positive(text: str) -> int:
+    """An argparse type: an integer from 1 to the GPU limit (GPUs, layout sizes, K)."""
+    return _whole(text, MAX_GPUS)
+
+
+def count(text: str) -> int:
+    """An argparse type: an integer from 1 to the count limit (tokens, lengths, batches)."""
+    return _whole(text, MAX_COUNT)

@@ -14,7 +14,7 @@ from areal_alloc import calibration
 from areal_alloc._config import child
 from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import GPU, find_gpu, find_model
-from areal_alloc.cli.args import command_parser, positive
+from areal_alloc.cli.args import command_parser, count, positive
 from areal_alloc.cli.render import table
 from areal_alloc.compose import compose_file
 from areal_alloc.errors import AllocationError, AllocationValidationError
@@ -64,7 +64,7 @@ def memory_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--tokens",
-        type=positive,
+        type=count,
         default=None,
         metavar="N",
         help="tokens per micro-batch (mb_spec.max_tokens_per_mb; default 32768)",
@@ -83,7 +83,7 @@ def memory_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--context-length",
-        type=positive,
+        type=count,
         default=32768,
         metavar="N",
         help="inference: sglang.context_length / vllm.max_model_len (default 32768)",
@@ -136,14 +136,14 @@ def rank_flags(parser: argparse.ArgumentParser) -> None:
 def speed_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tokens-per-step",
-        type=positive,
+        type=count,
         default=1 << 20,
         metavar="N",
         help="training tokens per optimizer step (default 1,048,576)",
     )
     parser.add_argument(
         "--seq-len",
-        type=positive,
+        type=count,
         default=None,
         metavar="N",
         help="sequence length for attention (training) and context (inference); default "
@@ -355,7 +355,7 @@ def calibrate(args: list[str]) -> int:
     )
     parser.add_argument(
         "--batch",
-        type=positive,
+        type=count,
         default=None,
         metavar="N",
         help="inference: sequences decoded together per instance (default: what the KV holds, "
@@ -501,9 +501,9 @@ def suggest_command(args: list[str]) -> int:
     parser.add_argument("--gpus", type=positive, metavar="N", help="GPUs in all")
     parser.add_argument("--gpu", metavar="G", help="a catalogue GPU, e.g. H100-80GB")
     parser.add_argument("--gpus-per-node", type=positive, default=None, metavar="N")
-    parser.add_argument("--batch", type=positive, default=None, help="sequences per RL step (512)")
-    parser.add_argument("--prompt-len", type=positive, default=None, metavar="N", help="(1024)")
-    parser.add_argument("--gen-len", type=positive, default=None, metavar="N", help="(8192)")
+    parser.add_argument("--batch", type=count, default=None, help="sequences per RL step (512)")
+    parser.add_argument("--prompt-len", type=count, default=None, metavar="N", help="(1024)")
+    parser.add_argument("--gen-len", type=count, default=None, metavar="N", help="(8192)")
     parser.add_argument("--no-ref", action="store_true", help="no reference model (kl_ctl=0)")
     parser.add_argument("--critic", action="store_true", help="a critic colocated with actor")
     parser.add_argument(
@@ -523,13 +523,13 @@ def suggest_command(args: list[str]) -> int:
     )
     parser.add_argument(
         "--tokens",
-        type=positive,
+        type=count,
         default=16384,
         metavar="N",
         help="training tokens per micro-batch (default 16384)",
     )
     parser.add_argument("--recompute", choices=RECOMPUTE, default="full")
-    parser.add_argument("--context-length", type=positive, default=32768, metavar="N")
+    parser.add_argument("--context-length", type=count, default=32768, metavar="N")
     parser.add_argument("--top", type=positive, default=3, metavar="K")
     parser.add_argument("--json", action="store_true")
     parser.add_argument(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -92,6 +93,16 @@ HUGE = "99999999999999999999"
             [f"rollout.backend=sglang:d{HUGE}", f"cluster.n_nodes={HUGE}"],
             "areal-alloc: cluster.n_nodes=99,999,999,999,999,999,999: the limit is 131,072\n",
         ),
+        (  # token counts have their own, larger limit (2**40): 2M-token steps are common
+            ["layouts", "megatron", "16", "--rank", "--tokens-per-step", HUGE],
+            "areal-alloc layouts: argument --tokens-per-step: 99999999999999999999 is over the "
+            "limit of 1,099,511,627,776\n",
+        ),
+        (
+            ["suggest", "--model", "Qwen3-8B", "--gpus", "16", "--gen-len", "1099511627777"],
+            "areal-alloc suggest: argument --gen-len: 1099511627777 is over the limit of "
+            "1,099,511,627,776\n",
+        ),
         (
             ["layouts", "sglang", "8", "--max-tp", "0"],
             "areal-alloc layouts: argument --max-tp: must be an integer ≥ 1, got '0'\n",
@@ -105,6 +116,24 @@ def test_absurd_sizes_get_one_clear_error(
     assert done.returncode in (1, 2)
     assert done.stderr.endswith(stderr)
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--tokens-per-step", "4194304", "--tokens", "8192"],  # a 4M-token pretraining step
+        ["--tokens-per-step", "1099511627776", "--tokens", "1"],  # the limit itself
+        ["--seq-len", "1099511627776"],
+    ],
+)
+def test_large_token_counts_get_an_estimate(flags: list[str], cli: Cli) -> None:
+    done = cli("layouts", "megatron", "16", "--model", "Qwen3-8B", "--gpu", "H100-80GB",
+               "--rank", "--json", "--top", "1", *flags)  # fmt: skip
+    assert done.returncode in (0, 1), done.stderr
+    assert "Traceback" not in done.stderr
+    if done.returncode == 0:
+        (best,) = json.loads(done.stdout)
+        assert best["step_seconds"] > 0
 
 
 @pytest.mark.parametrize(
