@@ -15,9 +15,10 @@ An estimate printed with its terms, never a bare number. Training
   combine, forward and backward), pipeline point-to-point, and the data-parallel
   gradient reduce-scatter and parameter all-gather (FSDP: parameter all-gathers
   forward and backward for every micro-batch), each on the link its group
-  crosses: NVLink inside a node, the network between nodes.
+  crosses: NVLink inside a node, the network between nodes (a ring collective
+  across nodes through the ports of all its members in each node).
 
-Communication is assumed not to overlap compute (an upper bound on the step);
+Communication is assumed not to overlap compute (its terms add to the step);
 every assumption is printed with the estimate. Inference (:func:`decode_step`):
 a decode step reads the weights on each GPU and the KV of the batch from HBM,
 plus a tensor-parallel all-reduce per layer.
@@ -108,15 +109,28 @@ class Hardware:
             DEFAULT_COMM_EFFICIENCY if hbm_efficiency is None else hbm_efficiency,
         )
 
-    def link_bytes_per_second(self, inside_node: bool) -> float:
-        """One direction, per GPU, at the achievable fraction."""
-        if inside_node and self.nvlink_gbps:
-            return self.nvlink_gbps / 2 * 1e9 * self.comm_efficiency
-        return self.inter_node_gbps / 8 * 1e9 * self.comm_efficiency
+    def link_bytes_per_second(self, inside_node: bool, members_per_node: int = 1) -> float:
+        """One direction, per GPU, at the achievable fraction.
 
-    def link_name(self, inside_node: bool) -> str:
+        Across nodes, a ring collective (all-gather, reduce-scatter, all-reduce) of a
+        group with ``members_per_node`` GPUs in each node runs one ring per member, each
+        leaving the node through its own GPU's network port: its bus bandwidth is the
+        node's ports for the group together, up to NVLink's (NCCL's own figures:
+        "theoretical performance is 100GB/s (200G x 4 / 8)" for four 200 Gb/s ports per
+        eight A100s, NVIDIA/nccl-tests#119; 96 GB/s, measured 86, in NVIDIA/nccl#1048).
+        A point-to-point send (``members_per_node`` 1) has one GPU's port.
+        """
+        nvlink = self.nvlink_gbps / 2 * 1e9 * self.comm_efficiency if self.nvlink_gbps else None
+        if inside_node and nvlink:
+            return nvlink
+        network = members_per_node * self.inter_node_gbps / 8 * 1e9 * self.comm_efficiency
+        return min(network, nvlink) if nvlink and members_per_node > 1 else network
+
+    def link_name(self, inside_node: bool, members_per_node: int = 1) -> str:
         if inside_node and self.nvlink_gbps:
             return f"NVLink {self.nvlink_gbps / 2:g} GB/s"
+        if members_per_node > 1:
+            return f"network {members_per_node} ports × {self.inter_node_gbps:g} Gb/s per node"
         return f"network {self.inter_node_gbps:g} Gb/s"
 
 
@@ -200,6 +214,13 @@ def _inside(group_span: int, gpus_per_node: int) -> bool:
     return group_span <= gpus_per_node
 
 
+def _members_per_node(size: int, stride: int, gpus_per_node: int) -> int:
+    """How many ranks of a group of ``size`` ranks, ``stride`` apart, share a node."""
+    if stride >= gpus_per_node:
+        return 1
+    return max(1, min(size, gpus_per_node // stride))
+
+
 def training_step(
     backend: str,
     arch: Architecture,
@@ -239,7 +260,7 @@ def training_step(
     assumptions = [
         f"{hardware.compute_efficiency:.3g} of peak compute and {hardware.comm_efficiency:.3g} of "
         f"link bandwidth are reached (cluster.compute_efficiency, cluster.comm_efficiency)",
-        "communication does not overlap compute (an upper bound on the step)",
+        "communication does not overlap compute (its terms add to the step)",
     ]
     if hardware.inter_node_gbps == DEFAULT_INTER_NODE_GBPS:
         assumptions.append(
@@ -260,14 +281,15 @@ def training_step(
     act = tokens_mb / cp * h * 2  # one micro-batch's hidden states on this GPU, bf16
     if tp > 1:
         inside = _inside(tp, node)
+        members = _members_per_node(tp, 1, node)
         volume = 8 * layers_here * micro_batches * act * (tp - 1) / tp
         terms.append(
             StepTerm(
                 "tensor parallel",
-                volume / hardware.link_bytes_per_second(inside),
+                volume / hardware.link_bytes_per_second(inside, members),
                 f"8 all-gathers/reduce-scatters × {layers_here:g} layers × {micro_batches} "
                 f"micro-batches × {act / 2**20:.1f} MiB × (t{tp} − 1)/t{tp} over "
-                f"{hardware.link_name(inside)}",
+                f"{hardware.link_name(inside, members)}",
             )
         )
     if cp > 1:
@@ -319,22 +341,27 @@ def training_step(
     shards = dp * cp
     if shards > 1:
         inside = _inside(world // pp, node)
+        members = _members_per_node(shards, tp, node)  # the dp·cp group: ranks t apart
         if backend == "fsdp":
             volume = (2 * micro_batches * 2 + 4) * params_here * (shards - 1) / shards
             formula = (
                 f"(2 parameter all-gathers × {micro_batches} micro-batches × 2 B + gradient "
                 f"reduce-scatter × 4 B) × {params_here / 1e9:.3g}B params × (dp·cp {shards} − 1)"
-                f"/{shards} over {hardware.link_name(inside)}"
+                f"/{shards} over {hardware.link_name(inside, members)}"
             )
         else:
             volume = (4 + 2) * params_here * (shards - 1) / shards
             formula = (
                 f"(gradient reduce-scatter × 4 B + parameter all-gather × 2 B) × "
                 f"{params_here / 1e9:.3g}B params × (dp·cp {shards} − 1)/{shards} over "
-                f"{hardware.link_name(inside)}"
+                f"{hardware.link_name(inside, members)}"
             )
         terms.append(
-            StepTerm("data parallel", volume / hardware.link_bytes_per_second(inside), formula)
+            StepTerm(
+                "data parallel",
+                volume / hardware.link_bytes_per_second(inside, members),
+                formula,
+            )
         )
     return StepEstimate(
         tuple(terms), tokens_per_step, flops, world, hardware.peak_tflops, tuple(assumptions)
@@ -368,13 +395,14 @@ def decode_step(
     ]
     if tp > 1:
         inside = _inside(tp, hardware.gpus_per_node)
+        members = _members_per_node(tp, 1, hardware.gpus_per_node)
         volume = 2 * arch.num_layers * batch * arch.hidden_size * 2 * 2 * (tp - 1) / tp
         terms.append(
             StepTerm(
                 "tensor parallel",
-                volume / hardware.link_bytes_per_second(inside),
+                volume / hardware.link_bytes_per_second(inside, members),
                 f"2 all-reduces × {arch.num_layers} layers × {batch} tokens × h "
-                f"{arch.hidden_size} × 2 B over {hardware.link_name(inside)}",
+                f"{arch.hidden_size} × 2 B over {hardware.link_name(inside, members)}",
             )
         )
     flops = 2.0 * p.active * batch

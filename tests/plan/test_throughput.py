@@ -18,6 +18,7 @@ from areal_alloc.suggest import RunShape, suggest
 from areal_alloc.throughput import (
     Hardware,
     StepEstimate,
+    _members_per_node,
     decode_step,
     model_flops,
     training_step,
@@ -97,10 +98,51 @@ def test_a_tensor_group_across_nodes_uses_the_network() -> None:
     assert "over NVLink 450 GB/s" in next(
         t.formula for t in inside.terms if t.name == "tensor parallel"
     )
-    assert "over network 200 Gb/s" in next(
+    # its ring runs through the ports of the 8 members in each node: 8 × 25 GB/s × 0.7
+    assert "over network 8 ports × 200 Gb/s per node" in next(
         t.formula for t in across.terms if t.name == "tensor parallel"
     )
-    assert _term(across, "tensor parallel") > 10 * _term(inside, "tensor parallel")
+    assert _term(across, "tensor parallel") > 2 * _term(inside, "tensor parallel")
+
+
+@pytest.mark.parametrize(
+    ("inside", "members", "bytes_per_second"),
+    [
+        (True, 1, 450e9 * 0.7),  # H100 NVLink: 900 GB/s both directions, one direction
+        (False, 1, 25e9 * 0.7),  # a point-to-point send: one 200 Gb/s port
+        (False, 4, 100e9 * 0.7),  # a ring through 4 members' ports in each node
+        (False, 8, 200e9 * 0.7),
+        (False, 32, 450e9 * 0.7),  # never more than NVLink inside the node
+    ],
+)
+def test_link_bandwidth(inside: bool, members: int, bytes_per_second: float) -> None:
+    assert H100.link_bytes_per_second(inside, members) == pytest.approx(bytes_per_second)
+
+
+@pytest.mark.parametrize(
+    ("size", "stride", "node", "members"),
+    [
+        (16, 1, 8, 8),  # t16: 8 per node
+        (16, 8, 8, 1),  # dp16 behind t8: one per node
+        (4, 2, 8, 4),  # dp4 behind t2, all in one node
+        (32, 2, 8, 4),  # dp32 behind t2: 4 per node
+        (3, 1, 8, 3),
+        (8, 16, 8, 1),  # behind t16: every member in another node
+    ],
+)
+def test_members_per_node(size: int, stride: int, node: int, members: int) -> None:
+    assert _members_per_node(size, stride, node) == members
+
+
+def test_a_data_parallel_group_across_nodes_uses_every_members_port() -> None:
+    spread = _step("megatron:d32")  # 8 data-parallel ranks in each of 4 nodes
+    alone = _step("megatron:d4t8")  # 1 data-parallel rank per node
+    assert "8 ports × 200 Gb/s per node" in next(
+        t.formula for t in spread.terms if t.name == "data parallel"
+    )
+    assert "over network 200 Gb/s" in next(
+        t.formula for t in alone.terms if t.name == "data parallel"
+    )
 
 
 def test_mfu_is_model_flops_over_the_step_at_peak() -> None:
