@@ -110,6 +110,10 @@ def _llama(h: int, ffn: int, layers: int, heads: int, kv: int) -> dict[str, Any]
 
 
 _HF = "https://huggingface.co/"
+#: THUDM/slime (an RL framework) keeps each model's Megatron arguments, read from its config.json
+_SLIME = (
+    "https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/scripts/models/"
+)
 
 #: The built-in models. Base and Instruct variants share shapes; both ids resolve.
 MODELS: dict[str, CatalogueModel] = {
@@ -159,6 +163,17 @@ MODELS: dict[str, CatalogueModel] = {
             "config.json (a Qwen2.5-72B-Instruct derivative with its config.json values)",
         ),
         CatalogueModel(
+            "Qwen/Qwen3-0.6B",
+            _qwen3(1024, 3072, 28, 16, 8, True),
+            _SLIME + "qwen3-0.6B.sh (Megatron arguments of Qwen/Qwen3-0.6B; embeddings tied: "
+            "no --untie-embeddings-and-output-weights)",
+        ),
+        CatalogueModel(
+            "Qwen/Qwen3-1.7B",
+            _qwen3(2048, 6144, 28, 16, 8, True),
+            _SLIME + "qwen3-1.7B.sh (Megatron arguments of Qwen/Qwen3-1.7B; embeddings tied)",
+        ),
+        CatalogueModel(
             "Qwen/Qwen3-4B",
             _qwen3(2560, 9728, 36, 32, 8, True),
             _HF + "Thrillcrazyer/LDS_4B/blob/main/config.json (base_config_dict of "
@@ -172,6 +187,14 @@ MODELS: dict[str, CatalogueModel] = {
             # the Hub's safetensors metadata for Qwen/Qwen3-8B, as quoted in issue #10
             published_total=8_190_735_360,
             published_source=_HF + "Qwen/Qwen3-8B (safetensors parameter count)",
+        ),
+        CatalogueModel(
+            "Qwen/Qwen3-14B",
+            _qwen3(5120, 17408, 40, 40, 8, False),
+            _SLIME + "qwen3-14B.sh (Megatron arguments of Qwen/Qwen3-14B, "
+            "--untie-embeddings-and-output-weights) and "
+            "https://github.com/citsjtu2020/LLM-Prof/blob/main/sglang/Model_Config.md "
+            "(a copy of its config.json)",
         ),
         CatalogueModel(
             "Qwen/Qwen3-32B",

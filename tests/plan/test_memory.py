@@ -65,6 +65,15 @@ def test_exact_published_counts(hub_id: str, total: int) -> None:
     assert find_model(hub_id).parameters.total == total
 
 
+def test_qwen3_0_6b_count_written_out_from_its_config() -> None:
+    # THUDM/slime scripts/models/qwen3-0.6B.sh: h 1024, 28 layers, 16 heads × 128, 8 KV heads,
+    # SwiGLU 3072, q/k norms, vocab 151,936, tied embeddings
+    attention = 1024 * 2048 + 2 * 1024 * 1024 + 2048 * 1024 + 2 * 128  # q, k, v, o, q/k norms
+    layer = attention + 3 * 1024 * 3072 + 2 * 1024  # + SwiGLU + two RMSNorms
+    total = 151_936 * 1024 + 28 * layer + 1024  # + embedding (tied) + final norm
+    assert find_model("Qwen/Qwen3-0.6B").parameters.total == total == 596_049_920
+
+
 def test_every_catalogue_entry_cites_its_config_and_builds() -> None:
     for model in MODELS.values():
         assert model.config_source.strip()
