@@ -227,6 +227,13 @@ MODELS: dict[str, CatalogueModel] = {
             "_name_or_path deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B)",
         ),
         CatalogueModel(
+            "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
+            _qwen2(3584, 18944, 28, 28, 4, 152064, False),
+            "https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/"
+            "slime_plugins/rollout_buffer/rollout_buffer_example.sh (MODEL_ARGS headed "
+            "'# DeepSeek-R1-Distill-Qwen-7B': q/k/v bias, untied embeddings)",
+        ),
+        CatalogueModel(
             "meta-llama/Llama-3.1-8B",
             _llama(4096, 14336, 32, 32, 8),
             _HF + "NbAiLab/nb-llama-3.1-8B/blob/main/config.json (a copy with _name_or_path "
@@ -385,10 +392,20 @@ GPUS: dict[str, GPU] = {
             1800,
             _LLMBOOK + " (B200: 8.0 TB/s, BF16 2,250 TFLOPS, NVLink 5 1,800 GB/s)",
         ),
+        # memory only: no citable speeds were found (give --peak-tflops / cluster.peak_tflops)
+        GPU("H800", 80, _HF + "hardware/h800 (H800: Memory 80GB)"),
+        GPU("RTX-4090", 24, _HF + "kernels/drbh/gemmaq (supported hardware: RTX 4090 24GB)"),
     )
 }
 
-_GPU_ALIASES = {"a100": "a100-80gb", "h100": "h100-80gb", "h100-sxm": "h100-80gb"}
+_GPU_ALIASES = {
+    "a100": "a100-80gb",
+    "h100": "h100-80gb",
+    "h100-sxm": "h100-80gb",
+    "rtx4090": "rtx-4090",
+    "4090": "rtx-4090",
+    "geforce-rtx-4090": "rtx-4090",
+}
 
 
 def _close(name: str, choices: list[str]) -> str:

@@ -95,7 +95,8 @@ class Hardware:
         if missing:
             raise AllocationValidationError(
                 f"{gpu.name}: no published {' and '.join(missing)} in the catalogue; give "
-                f"cluster.peak_tflops and cluster.hbm_tbps"
+                f"--peak-tflops and --hbm-tbps (in a config: cluster.peak_tflops and "
+                f"cluster.hbm_tbps)"
             )
         return cls(
             gpu.name,

@@ -140,7 +140,16 @@ def test_a_local_config_and_the_offline_hub_cache(tmp_path: Path, monkeypatch: A
 
 
 @pytest.mark.parametrize(
-    ("name", "gib"), [("H100-80GB", 80), ("h100", 80), ("h200", 141), ("A100_40GB", 40)]
+    ("name", "gib"),
+    [
+        ("H100-80GB", 80),
+        ("h100", 80),
+        ("h200", 141),
+        ("A100_40GB", 40),
+        ("H800", 80),  # huggingface.co/hardware/h800: "Memory 80GB"
+        ("RTX 4090", 24),  # huggingface.co/kernels/drbh/gemmaq: "RTX 4090 24GB"
+        ("rtx4090", 24),
+    ],
 )
 def test_gpus_by_name(name: str, gib: int) -> None:
     assert find_gpu(name).memory_bytes == gib * GIB
