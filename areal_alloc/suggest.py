@@ -18,6 +18,8 @@ what the rollout produces training can consume).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from areal_alloc.architecture import Architecture
@@ -125,6 +127,85 @@ def _splits(gpus: int, per_node: int) -> list[int]:
     return list(range(1, gpus))
 
 
+#: Up to this many rollout/training splits, every one is estimated; beyond, the search
+#: narrows in on the balance point (a bisection, then the neighbours around it).
+EXHAUSTIVE_SPLITS = 48
+#: Splits estimated on each side of the optimum the search finds.
+_WINDOW = 3
+#: Splits of the synchronous search's first, coarse look.
+_GRID = 12
+
+
+def _bisect_balance(count: int, training_slower: Callable[[int], bool]) -> int:
+    """The first split where training is the slower side (asynchronous optimum)."""
+    lo, hi = 0, count - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if training_slower(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _ternary_minimum(count: int, total: Callable[[int], float | None]) -> int:
+    """The split with the least generation + training time (synchronous optimum).
+
+    ``total(i)`` is None where the rollout lacks GPUs (left of the optimum) and ``inf``
+    where training does not fit (right of it); in between the sum is convex.
+    """
+
+    def value(index: int) -> float:
+        found = total(index)
+        return math.inf if found is None else found
+
+    # a coarse look first (the sum is convex only piecewise: layouts change with the
+    # split), then the ternary search between the best coarse point's neighbours
+    grid = sorted({round(i * (count - 1) / (_GRID - 1)) for i in range(_GRID)})
+    best = min(range(len(grid)), key=lambda g: value(grid[g]))
+    lo, hi = grid[max(0, best - 1)], grid[min(len(grid) - 1, best + 1)]
+    while hi - lo > 2:
+        third = (hi - lo) // 3
+        m1, m2 = lo + third, hi - third
+        v1, v2 = total(m1), total(m2)
+        if v1 is None or v2 is None:  # the rollout lacks GPUs at m1 (and so at all i ≤ m1)
+            lo = m1 + 1 if v1 is None else m2 + 1
+        elif v1 == v2 == math.inf:  # training fits at neither: the optimum is left of m1
+            hi = max(lo, m1 - 1)
+        elif v1 < v2:
+            hi = m2 - 1
+        elif v1 > v2:
+            lo = m1 + 1
+        else:
+            lo, hi = m1, m2
+    return min(range(lo, hi + 1), key=value)
+
+
+def _search_order(
+    count: int,
+    training_slower: Callable[[int], bool],
+    total: Callable[[int], float | None],
+    *,
+    asynchronous: bool,
+    window: int = _WINDOW,
+) -> list[int]:
+    """The split indices to estimate: all of them when few, else those around the optimum.
+
+    Split ``i + 1`` gives the rollout more GPUs than split ``i``: generation time falls
+    and training time rises with ``i``. Asynchronous, the step is the slower side and
+    its optimum is where training becomes the slower side, found by bisection
+    (``training_slower``); synchronous, the step is their sum, found by ternary search
+    (``total``). Either takes a few times log2(count) estimates instead of count.
+    """
+    if count <= EXHAUSTIVE_SPLITS:
+        return list(range(count))
+    if asynchronous:
+        best = _bisect_balance(count, training_slower)
+    else:
+        best = _ternary_minimum(count, total)
+    return list(range(max(0, best - window), min(count, best + window + 3)))
+
+
 def suggest(
     arch: Architecture,
     gpus: int,
@@ -154,9 +235,9 @@ def suggest(
     sequence = shape.prompt_len + shape.gen_len
     best_rollout: dict[int, RankedLayout | None] = {}
     best_train: dict[int, RankedLayout | None] = {}
-    proposals = []
-    for rollout_gpus in _splits(gpus, per_node):
-        train_gpus = gpus - rollout_gpus
+    splits = _splits(gpus, per_node)
+
+    def rollout_layout(rollout_gpus: int) -> RankedLayout | None:
         if rollout_gpus not in best_rollout:
             ranked = ranked_layouts(
                 rollout_backend,
@@ -172,6 +253,9 @@ def suggest(
             # inference instances stay inside a node
             inside = [r for r in ranked if _instance_size(r.spec) <= per_node]
             best_rollout[rollout_gpus] = inside[0] if inside else None
+        return best_rollout[rollout_gpus]
+
+    def train_layout(train_gpus: int) -> RankedLayout | None:
         if train_gpus not in best_train:
             ranked = ranked_layouts(
                 train_backend,
@@ -186,12 +270,39 @@ def suggest(
             )
             fitting = [r for r in ranked if _fits_with_colocated(r, shape, capacity)]
             best_train[train_gpus] = fitting[0] if fitting else None
-        rollout, actor = best_rollout[rollout_gpus], best_train[train_gpus]
+        return best_train[train_gpus]
+
+    def proposal(index: int) -> Proposal | None:
+        rollout_gpus = splits[index]
+        train_gpus = gpus - rollout_gpus
+        rollout, actor = rollout_layout(rollout_gpus), train_layout(train_gpus)
         if rollout is None or actor is None:
-            continue
+            return None
         generate = shape.generated_tokens / rollout.speed.tokens_per_second
         train = shape.train_tokens / actor.speed.tokens_per_second * forward_cost
-        proposals.append(Proposal(rollout, actor, rollout_gpus, train_gpus, generate, train, shape))
+        return Proposal(rollout, actor, rollout_gpus, train_gpus, generate, train, shape)
+
+    def training_slower(index: int) -> bool:
+        rollout_gpus = splits[index]
+        if rollout_layout(rollout_gpus) is None:
+            return False  # the rollout lacks GPUs
+        found = proposal(index)
+        return found is None or found.train_seconds >= found.generate_seconds
+
+    def total(index: int) -> float | None:
+        if rollout_layout(splits[index]) is None:
+            return None  # the rollout lacks GPUs
+        found = proposal(index)
+        return math.inf if found is None else found.generate_seconds + found.train_seconds
+
+    order = _search_order(
+        len(splits),
+        training_slower,
+        total,
+        asynchronous=shape.asynchronous,
+        window=max(_WINDOW, top),
+    )
+    proposals = [p for p in map(proposal, order) if p is not None]
     proposals.sort(key=lambda p: p.step_seconds)
     return proposals[:top]
 

@@ -102,6 +102,14 @@ def test_suggest_errors_are_one_line(cli: Cli) -> None:
     assert done.stderr.count("\n") == 1
 
 
+def test_suggest_answers_for_the_largest_cluster(cli: Cli) -> None:
+    # 131,071 whole-node splits: searched, not tried one by one (it used to run for hours)
+    done = cli("suggest", "--model", "Qwen3-8B", "--gpus", "1048576", "--gpu", "H100-80GB")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("1048576 × H100-80GB, Qwen3-8B:")
+    assert "\n1. rollout " in done.stdout
+
+
 def test_calibrate_keeps_the_fit_and_rank_starts_from_it(cli: Cli, tmp_path: object) -> None:
     import os
     from pathlib import Path
