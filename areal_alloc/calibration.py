@@ -21,7 +21,7 @@ from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.throughput import Hardware, StepEstimate
 
-__all__ = ["Calibration", "fit_decode", "fit_training", "load", "save"]
+__all__ = ["Calibration", "check_measured", "fit_decode", "fit_training", "load", "save"]
 
 FILE = "calibration.json"
 
@@ -96,10 +96,24 @@ def save(arch: Architecture, gpu: str, calibration: Calibration) -> Path | None:
     return path
 
 
+#: Bounds of a measurement: a training step under 10^7 s (four months), a generation
+#: rate under 10^12 tokens/s.
+MAX_STEP_SECONDS = 1e7
+MAX_TOKENS_PER_SECOND = 1e12
+
+
+def check_measured(value: float, flag: str, limit: float) -> float:
+    """A measured figure as given on the command line, or one error that quotes it."""
+    if not 0 < value < limit:  # also refuses nan and inf
+        raise AllocationValidationError(
+            f"{flag} {value:g}: must be a number above 0 and below {limit:g}"
+        )
+    return value
+
+
 def fit_training(measured_seconds: float, estimate: StepEstimate, hardware: Hardware) -> float:
     """The compute efficiency that makes ``estimate`` take ``measured_seconds``."""
-    if not 0 < measured_seconds < 1e7:
-        raise AllocationValidationError(f"step seconds {measured_seconds!r}: must be > 0")
+    check_measured(measured_seconds, "--step-seconds", MAX_STEP_SECONDS)
     compute = sum(t.seconds for t in estimate.terms if t.name in ("compute", "pipeline bubble"))
     rest = estimate.seconds - compute
     if measured_seconds <= rest:
@@ -121,10 +135,7 @@ def fit_decode(
     measured_tokens_per_second: float, estimate: StepEstimate, hardware: Hardware
 ) -> float:
     """The HBM efficiency that makes ``estimate`` generate ``measured`` tokens per second."""
-    if not 0 < measured_tokens_per_second < 1e12:
-        raise AllocationValidationError(
-            f"tokens per second {measured_tokens_per_second!r}: must be > 0"
-        )
+    check_measured(measured_tokens_per_second, "tokens per second", MAX_TOKENS_PER_SECOND)
     measured_seconds = estimate.tokens / measured_tokens_per_second
     hbm = sum(t.seconds for t in estimate.terms if t.name == "HBM reads")
     rest = estimate.seconds - hbm

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.layouts import LayoutConstraints, RankedLayout, ranked_layouts
+from areal_alloc.limits import MAX_COUNT, grouped
 from areal_alloc.memory import InferenceSettings, Term, TrainingSettings
 from areal_alloc.model import ModelAllocation
 from areal_alloc.throughput import Hardware, balance_advice
@@ -46,8 +47,10 @@ class RunShape:
     def __post_init__(self) -> None:
         for name in ("batch", "prompt_len", "gen_len"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1 << 30:
-                raise AllocationValidationError(f"{name}={value!r}: must be an integer ≥ 1")
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
+                raise AllocationValidationError(
+                    f"{name}={value!r}: must be an integer from 1 to {grouped(MAX_COUNT)}"
+                )
 
     @property
     def train_tokens(self) -> int:

@@ -389,6 +389,9 @@ def calibrate(args: list[str]) -> int:
             kv_bytes_per_token=kv.bytes_per_token if kv is not None else 0,
         )
         instances = alloc.n_instances
+        calibration.check_measured(
+            ns.tokens_per_second, "--tokens-per-second", calibration.MAX_TOKENS_PER_SECOND
+        )
         per_instance = ns.tokens_per_second / instances
         efficiency = calibration.fit_decode(per_instance, one, hardware)
         source = (

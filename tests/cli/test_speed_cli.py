@@ -6,6 +6,8 @@ import json
 import subprocess
 from collections.abc import Callable
 
+import pytest
+
 Cli = Callable[..., "subprocess.CompletedProcess[str]"]  # the `cli` fixture (conftest)
 
 RANK = ["layouts", "megatron", "16", "--model", "Qwen3-8B", "--gpu", "H100-80GB", "--rank"]
@@ -100,6 +102,35 @@ def test_suggest_errors_are_one_line(cli: Cli) -> None:
     assert done.returncode == 1
     assert done.stderr.startswith("areal-alloc suggest: no split of 2 L40S GPUs fits Qwen2.5-72B")
     assert done.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "stderr"),
+    [
+        (
+            ["megatron:d8", "--step-seconds", "inf"],
+            "areal-alloc calibrate: --step-seconds inf: must be a number above 0 and below 1e+07\n",
+        ),
+        (
+            ["megatron:d8", "--step-seconds", "nan"],
+            "areal-alloc calibrate: --step-seconds nan: must be a number above 0 and below 1e+07\n",
+        ),
+        (  # the figure as typed, not divided by the 8 instances
+            ["sglang:d8", "--tokens-per-second", "-5"],
+            "areal-alloc calibrate: --tokens-per-second -5: must be a number above 0 and below "
+            "1e+12\n",
+        ),
+    ],
+)
+def test_calibrate_refuses_impossible_measurements(
+    args: list[str], stderr: str, cli: Cli, tmp_path: object
+) -> None:
+    import os
+
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    done = cli("calibrate", *args, "--model", "Qwen3-8B", "--gpu", "H100-80GB", env=env)
+    assert done.returncode == 1
+    assert done.stderr == stderr
 
 
 def test_suggest_answers_for_the_largest_cluster(cli: Cli) -> None:
