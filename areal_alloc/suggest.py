@@ -131,7 +131,7 @@ def _splits(gpus: int, per_node: int) -> list[int]:
 
 
 #: Up to this many rollout/training splits, every one is estimated; beyond, the search
-#: narrows in on the balance point (a bisection, then the neighbours around it).
+#: narrows in on the optimum (see :func:`_search_order`), then takes its neighbours.
 EXHAUSTIVE_SPLITS = 48
 #: Splits estimated on each side of the optimum the search finds.
 _WINDOW = 3
@@ -171,8 +171,10 @@ def _ternary_minimum(count: int, total: Callable[[int], float | None]) -> int:
         third = (hi - lo) // 3
         m1, m2 = lo + third, hi - third
         v1, v2 = total(m1), total(m2)
-        if v1 is None or v2 is None:  # the rollout lacks GPUs at m1 (and so at all i ≤ m1)
-            lo = m1 + 1 if v1 is None else m2 + 1
+        if v1 is None:  # the rollout lacks GPUs at m1, and so at every split before it
+            lo = m1 + 1
+        elif v2 is None:  # not expected (m2 gives the rollout more GPUs); move past it
+            lo = m2 + 1
         elif v1 == v2 == math.inf:  # training fits at neither: the optimum is left of m1
             hi = max(lo, m1 - 1)
         elif v1 < v2:
@@ -206,7 +208,7 @@ def _search_order(
         best = _bisect_balance(count, training_slower)
     else:
         best = _ternary_minimum(count, total)
-    return list(range(max(0, best - window), min(count, best + window + 3)))
+    return list(range(max(0, best - window), min(count, best + window + 1)))
 
 
 def suggest(
