@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.model import ModelAllocation
@@ -25,6 +26,7 @@ __all__ = [
     "DEFAULT_ORDER",
     "EXPERT_GROUPS",
     "GroupSummary",
+    "RankGroup",
     "all_rank_groups",
     "check_order",
     "group_names",
@@ -82,30 +84,94 @@ def _strides(sizes: dict[str, int], order: list[str]) -> dict[str, int]:
     return strides
 
 
+class RankGroup(Sequence[int]):
+    """One rank group, computed on demand rather than stored.
+
+    Its ranks are ``base + Σ digit_k × stride_k`` over the varied mesh dimensions,
+    in ascending order: the varied strides nest (each is at least the span of the
+    ones below it), so the ``i``-th rank is ``i`` written in their mixed radix. A
+    group of a million ranks costs its description, not a million integers;
+    ``len``, indexing, slicing and iteration work as on a list, and it equals the
+    list or tuple of its ranks.
+    """
+
+    __slots__ = ("_base", "_dims", "_size")
+
+    def __init__(self, base: int, dims: tuple[tuple[int, int], ...]) -> None:
+        self._base = base
+        self._dims = tuple(sorted((stride, size) for stride, size in dims if size > 1))
+        self._size = 1
+        for _, size in self._dims:
+            self._size *= size
+
+    def __len__(self) -> int:
+        return self._size
+
+    def _at(self, index: int) -> int:
+        rank = self._base
+        for stride, size in self._dims:
+            index, digit = divmod(index, size)
+            rank += digit * stride
+        return rank
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+
+    def __getitem__(self, index: int | slice) -> int | list[int]:
+        if isinstance(index, slice):
+            return [self._at(i) for i in range(*index.indices(self._size))]
+        position = index + self._size if index < 0 else index
+        if not 0 <= position < self._size:
+            raise IndexError(f"rank group index {index} out of range for {self._size} ranks")
+        return self._at(position)
+
+    def __iter__(self) -> Iterator[int]:
+        # the largest stride outermost, so that the ranks come in ascending order
+        ranges = [range(0, size * stride, stride) for stride, size in reversed(self._dims)]
+        for steps in itertools.product(*ranges):
+            yield self._base + sum(steps)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RankGroup):
+            return (self._base, self._dims) == (other._base, other._dims)
+        if isinstance(other, (list, tuple)):
+            return len(other) == self._size and all(
+                a == b for a, b in zip(self, other, strict=True)
+            )
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self._base, self._dims))
+
+    def __repr__(self) -> str:
+        if self._size > 8:
+            return f"RankGroup([{', '.join(map(str, self[:4]))}, … {self[-1]}], {self._size} ranks)"
+        return f"RankGroup({list(self)})"
+
+
 def _iter_groups(
     sizes: dict[str, int], order: list[str], varying: Iterable[str]
-) -> Iterator[list[int]]:
+) -> Iterator[RankGroup]:
     """Rank groups of the mesh ``sizes`` laid out in ``order``, varying ``varying``.
 
     Yields them by ascending first rank without building the others first: the
-    fixed coordinates are counted like digits, the largest stride outermost.
+    fixed coordinates are counted like digits, the largest stride outermost. Each
+    group is a :class:`RankGroup`, whose ranks are computed when they are read.
     """
     strides = _strides(sizes, order)
     varying = set(varying)
-    offsets = [0]
-    for name in order:
-        if name in varying:
-            step, size = strides[name], sizes[name]
-            offsets = [o + i * step for i in range(size) for o in offsets]
-    offsets.sort()
+    dims = tuple((strides[name], sizes[name]) for name in order if name in varying)
     fixed = [name for name in reversed(order) if name not in varying and sizes[name] > 1]
     for digits in itertools.product(*(range(sizes[name]) for name in fixed)):
         base = sum(d * strides[name] for d, name in zip(digits, fixed, strict=True))
-        yield [base + offset for offset in offsets]
+        yield RankGroup(base, dims)
 
 
 def _groups(sizes: dict[str, int], order: list[str], varying: Iterable[str]) -> list[list[int]]:
-    return list(_iter_groups(sizes, order, varying))
+    return [list(group) for group in _iter_groups(sizes, order, varying)]
 
 
 def _mesh(parallel: ParallelStrategy, expert: bool) -> dict[str, int]:
@@ -172,7 +238,7 @@ class GroupSummary:
     name: str
     size: int
     count: int
-    first: tuple[tuple[int, ...], ...]
+    first: tuple[RankGroup, ...]
 
     @property
     def omitted(self) -> int:
@@ -188,7 +254,8 @@ def summarize_rank_groups(
     """Every group kind with at most ``limit`` groups (and ``max_ranks`` ranks) listed.
 
     Costs what is listed, not the world size: a million-rank layout is summarised
-    as fast as an eight-rank one.
+    as fast as an eight-rank one, and a listed group is a :class:`RankGroup` whose
+    ranks are computed when read (``max_ranks`` bounds how many a caller may read).
     """
     parallel = allocation.parallel if isinstance(allocation, ModelAllocation) else allocation
     out: list[GroupSummary] = []
@@ -201,7 +268,7 @@ def summarize_rank_groups(
         take = min(limit, count)
         if max_ranks is not None:
             take = min(take, max_ranks // size)
-        first = tuple(tuple(g) for g in itertools.islice(_iter_groups(mesh, layout, varying), take))
+        first = tuple(itertools.islice(_iter_groups(mesh, layout, varying), take))
         out.append(GroupSummary(name, size, count, first))
     return out
 

@@ -10,7 +10,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import Any
 
@@ -46,6 +46,13 @@ __all__ = ["COMMANDS", "run_command"]
 
 
 # --- explain ---------------------------------------------------------------------
+
+#: Ranks ``explain --json`` lists per group kind at most (every group of 16,384 GPUs).
+JSON_MAX_RANKS = 16_384
+#: Groups the text of ``explain`` lists per kind at most: a larger ``--groups`` is cut to
+#: it, and the output says how many were left out (each group is shown in one short form,
+#: so the text stays a few hundred KB at most).
+TEXT_MAX_GROUPS = 256
 
 
 def _explain_text(spec: str, order: str, show: int) -> tuple[str, AllocationError | None]:
@@ -92,7 +99,7 @@ def _explain_text(spec: str, order: str, show: int) -> tuple[str, AllocationErro
     if refusal is not None:
         lines.append(f"rank groups: megatron-core refuses this layout in order {order}")
         return "\n".join(lines), AllocationValidationError(refusal)
-    summaries = summarize_rank_groups(alloc, order, limit=show)
+    summaries = summarize_rank_groups(alloc, order, limit=min(show, TEXT_MAX_GROUPS))
     lines.append(f"rank groups (Megatron order {order}; the first name varies fastest):")
     rows = [["group", "size", "count", "first groups"]]
     for summary in summaries:
@@ -100,17 +107,21 @@ def _explain_text(spec: str, order: str, show: int) -> tuple[str, AllocationErro
         more = f" … ({summary.omitted:,} more)" if summary.omitted else ""
         rows.append([summary.name, str(summary.size), f"{summary.count:,}", shown + more])
     lines.extend("  " + row for row in table(rows))
+    if show > TEXT_MAX_GROUPS:
+        cut = sum(min(show, s.count) - len(s.first) for s in summaries)
+        if cut:
+            lines.append(
+                f"--groups {show:,}: the text lists at most {TEXT_MAX_GROUPS} groups per kind, "
+                f"so {cut:,} of the groups asked for are left out; --json lists every group "
+                f"up to {JSON_MAX_RANKS:,} ranks per kind"
+            )
     return "\n".join(lines), None
 
 
-def _short(group: tuple[int, ...]) -> str:
+def _short(group: Sequence[int]) -> str:
     if len(group) > 8:
         return "[" + ", ".join(map(str, group[:4])) + f", … {group[-1]}]"
     return "[" + ", ".join(map(str, group)) + "]"
-
-
-#: Ranks ``explain --json`` lists per group kind at most (every group of 16,384 GPUs).
-JSON_MAX_RANKS = 16_384
 
 
 def explain(args: list[str]) -> int:
