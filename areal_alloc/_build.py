@@ -14,6 +14,7 @@ from areal_alloc.errors import (
     AllocationValidationError,
     InvalidAllocationModeError,
 )
+from areal_alloc.errors import shown as quoted
 from areal_alloc.limits import MAX_GPUS, grouped
 from areal_alloc.strategy import ParallelStrategy
 from areal_alloc.vocab import (
@@ -138,7 +139,7 @@ def _missing_backend(raw: RawComponent, text: str) -> AllocationValidationError:
         example = f"{suggest_backend(sizes)}:{spec}"
         why = "the backend says which engine runs the layout"
     return _fail(
-        f"Backend must be explicitly specified in {spec!r}: {why}; write e.g. {example!r}",
+        f"Backend must be explicitly specified in {quoted(spec)}: {why}; write e.g. {example!r}",
         text,
         raw.column,
     )
@@ -151,7 +152,7 @@ def _check_backend(backend: str, text: str, column: int) -> None:
 
 def _with_text(error: AllocationError, text: str) -> AllocationValidationError:
     cls = type(error) if isinstance(error, AllocationValidationError) else AllocationValidationError
-    return cls(f"{error.message} in {text.strip()!r}", text, error.column)
+    return cls(f"{error.message} in {quoted(text.strip())}", text, error.column)
 
 
 def _plain_strategy(raw: RawComponent, backend: str, text: str) -> ParallelStrategy:
@@ -220,7 +221,7 @@ def _hybrid_strategy(
     if "p" in ffn and ffn["p"] != pp:
         raise _fail(
             f"Pipeline parallel size of attn and ffn must be identical: "
-            f"attn p{pp} ≠ ffn p{ffn['p']} in {text.strip()!r}",
+            f"attn p{pp} ≠ ffn p{ffn['p']} in {quoted(text.strip())}",
             text,
             ffn_part.column,
         )
@@ -233,7 +234,7 @@ def _hybrid_strategy(
         if world % model_parallel:
             raise InvalidAllocationModeError(
                 f"cannot derive ffn d: attn world {attn_formula} = {world} is not "
-                f"divisible by ffn {shown} = {model_parallel} in {text.strip()!r}",
+                f"divisible by ffn {shown} = {model_parallel} in {quoted(text.strip())}",
                 text,
                 ffn_part.column,
             )
@@ -242,7 +243,7 @@ def _hybrid_strategy(
     if ffn_world != world:
         raise InvalidAllocationModeError(
             f"World size of attn and ffn must be identical: attn {attn_formula} = "
-            f"{world} ≠ ffn {ffn_formula} = {ffn_world} in {text.strip()!r}",
+            f"{world} ≠ ffn {ffn_formula} = {ffn_world} in {quoted(text.strip())}",
             text,
             ffn_part.column,
         )

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from areal_alloc.errors import AllocationError, AllocationValidationError
+from areal_alloc.errors import shown as shown
 from areal_alloc.limits import MAX_COUNT, grouped, readable
 
 __all__ = [
@@ -43,19 +44,57 @@ def child(node: object, key: str) -> Any:
         # and catches an error inside OmegaConf, about 100× slower than this test.
         if key not in node.keys():  # type: ignore[attr-defined]  # noqa: SIM118 - `in node` is slower
             return None
+        mark = (id(node), key)
+        if mark in _RESOLVING:  # its value needs itself: an interpolation or resolver loop
+            raise AllocationValidationError(f"{_full_key(node, key)}: {_LOOP}")
+        _RESOLVING.add(mark)
         try:
             value = node.get(key)  # type: ignore[attr-defined]
         except AllocationError:
             raise
         except Exception as error:
-            full_key = getattr(node, "_get_full_key", lambda k: k)(key)
-            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-            for prefix in ("AllocationValidationError", "AllocationSyntaxError"):
-                reason = reason.replace(f"{prefix} raised while resolving interpolation: ", "")
-            raise AllocationValidationError(f"{full_key}: cannot be resolved: {reason}") from None
+            raise _unresolvable(_full_key(node, key), error) from None
+        finally:
+            _RESOLVING.discard(mark)
     else:
         return None
     return value.value if isinstance(value, enum.Enum) else value
+
+
+#: The keys ``child`` is resolving now, by node: a key met again while resolving refers to itself.
+_RESOLVING: set[tuple[int, str]] = set()
+_LOOP = "cannot be resolved: its value refers to itself (through an interpolation or resolver)"
+_WRAPPED = re.compile(r"\A\w+ raised while resolving interpolation: ")
+_NESTED = re.compile(r"\A(\S+): cannot be resolved: ")
+
+
+def _full_key(node: object, key: str) -> str:
+    try:
+        return str(getattr(node, "_get_full_key", lambda k: k)(key))
+    except Exception:  # pragma: no cover - a node that cannot name its key
+        return key
+
+
+def _unresolvable(full_key: str, error: Exception) -> AllocationValidationError:
+    """One line for a key whose interpolation fails, however deep the failure is nested.
+
+    A failure inside another key's interpolation comes back wrapped once per level (by
+    OmegaConf, then by ``child`` at every level): the innermost reason is said once.
+    """
+    text = str(error)
+    reason = text.splitlines()[0] if text else type(error).__name__
+    inner = full_key
+    while True:
+        reason = _WRAPPED.sub("", reason)
+        nested = _NESTED.match(reason)
+        if nested is None:
+            break
+        inner, reason = nested.group(1), reason[nested.end() :]
+    loops = ("maximum recursion depth", "Recursive interpolation detected", _LOOP)
+    if isinstance(error, RecursionError) or any(loop in text for loop in loops):
+        return AllocationValidationError(f"{full_key}: {_LOOP}")
+    where = f" (in {inner})" if inner != full_key else ""
+    return AllocationValidationError(f"{full_key}: cannot be resolved{where}: {reason}")
 
 
 def is_mapping(node: object) -> bool:
@@ -72,12 +111,6 @@ def keys(node: object) -> list[str]:
     if dataclasses.is_dataclass(node) and not isinstance(node, type):
         return [f.name for f in dataclasses.fields(node)]
     return [str(k) for k in node] if is_mapping(node) else []  # type: ignore[attr-defined]
-
-
-def shown(value: object) -> str:
-    """A value for a message, cut to a readable length."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 _INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*\Z")

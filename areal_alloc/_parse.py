@@ -14,13 +14,14 @@ import functools
 import re
 from typing import Any, Literal, NamedTuple, cast
 
-from areal_alloc._cache import cache_folder, lookup, remember
+from areal_alloc._cache import lookup, remember
 from areal_alloc._syntax import RawComponent, RawDim, RawPart
 from areal_alloc.errors import (
     AllocationError,
     AllocationSyntaxError,
     AllocationValidationError,
 )
+from areal_alloc.errors import shown as quoted
 from areal_alloc.limits import MAX_LENGTH
 from areal_alloc.vocab import missing_hybrid_backend
 
@@ -105,6 +106,12 @@ def _part(children: list[Any]) -> RawPart:
 
 
 def _build() -> Any:
+    """lark's parser, analysed from the grammar in this process (about 10 ms).
+
+    Never from lark's grammar cache: that cache is a pickle, and unpickling a
+    file is running it. Importing lark costs 40–90 ms anyway, and a string parsed
+    in an earlier run needs neither (``_cache``).
+    """
     from importlib.resources import files
 
     from lark import Lark, Transformer
@@ -132,25 +139,7 @@ def _build() -> Any:
         transformer=ToRaw(),
         propagate_positions=False,
         maybe_placeholders=False,
-        cache=_cache_file(),
     )
-
-
-def _cache_file() -> str | bool:
-    """Where lark keeps the analysed grammar: the private cache folder (``_cache``).
-
-    lark checks the grammar's hash and its own version before using the file, so
-    a stale cache is rebuilt. Without a writable home, no cache.
-    """
-    import sys
-
-    from lark import __version__ as lark_version
-
-    folder = cache_folder()
-    if folder is None:
-        return False
-    version = "".join(map(str, sys.version_info[:2]))
-    return str(folder / f"grammar-lark{lark_version}-py{version}.cache")
 
 
 @functools.cache
@@ -283,7 +272,7 @@ def _odd_character(text: str, what: str) -> AllocationSyntaxError:
     plain = unicodedata.normalize("NFKC", char)
     hint = f"; write {plain!r}" if plain != char and plain.isascii() and plain.isprintable() else ""
     return AllocationSyntaxError(
-        f"{what} {text!r} holds {char!r} ({name}) at column {index + 1}; only plain ASCII "
+        f"{what} {quoted(text)} holds {char!r} ({name}) at column {index + 1}; only plain ASCII "
         f"letters, digits and ':[]()|+' are allowed{hint}",
         text,
         index + 1,
@@ -346,7 +335,7 @@ def _explain(text: str, exc: Any, start: str) -> AllocationError:
         expected = set(getattr(exc, "expected", ()) or ())
         kind, found, column = "$END", "", len(text) + 1
 
-    where = f"at column {column} of {text!r}"
+    where = f"at column {column} of {quoted(text)}"
     before = text[: max(column - 1, 0)]
     depth = before.count("(") - before.count(")")
     open_paren = before.rfind("(")
@@ -359,7 +348,7 @@ def _explain(text: str, exc: Any, start: str) -> AllocationError:
 
     if kind == "$END" and "RPAR" in expected and open_paren >= 0:
         return AllocationSyntaxError(
-            f"unbalanced parentheses in {text!r}: the '(' at column {open_paren + 1} "
+            f"unbalanced parentheses in {quoted(text)}: the '(' at column {open_paren + 1} "
             f"is never closed; add ')' after the ffn part",
             text,
             open_paren + 1,
@@ -374,7 +363,7 @@ def _explain(text: str, exc: Any, start: str) -> AllocationError:
     if found == "." and "COLON" in expected:
         return AllocationSyntaxError(
             f"unexpected '.' {where}: use ':' between the backend and its dimensions, "
-            f"e.g. {text[: column - 1] + ':' + text[column:]!r}",
+            f"e.g. {quoted(text[: column - 1] + ':' + text[column:])}",
             text,
             column,
         )

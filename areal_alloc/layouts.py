@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields, replace
 
 from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import find_model
-from areal_alloc.errors import AllocationValidationError
+from areal_alloc.errors import AllocationValidationError, shown
 from areal_alloc.fit import resolve_gpu
 from areal_alloc.format import format_spec
 from areal_alloc.limits import MAX_GPUS, MAX_LAYOUTS, grouped
@@ -131,7 +131,7 @@ def iter_strategies(
     if backend not in BACKEND_DIMS:
         ModelAllocation(backend, None, ParallelStrategy())  # raises the unknown-backend error
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
-        raise AllocationValidationError(f"GPU count must be an integer ≥ 1, got {gpus!r}")
+        raise AllocationValidationError(f"GPU count must be an integer ≥ 1, got {shown(gpus)}")
     if gpus > MAX_GPUS:
         raise AllocationValidationError(
             f"GPU count {gpus if len(str(gpus)) <= 24 else 'of ' + str(len(str(gpus))) + ' digits'}"
@@ -221,16 +221,16 @@ def parse_constraints(options: object) -> LayoutConstraints:
         key, raw = key.strip().replace("-", "_"), raw.strip()
         if not sep or key not in _INT_FIELDS | _BOOL_FIELDS:
             raise AllocationValidationError(
-                f"unknown layout constraint {option!r}; use key=value with key one of "
+                f"unknown layout constraint {shown(option)}; use key=value with key one of "
                 f"{', '.join(sorted(_INT_FIELDS | _BOOL_FIELDS))}"
             )
         if key in _BOOL_FIELDS:
             if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                raise AllocationValidationError(f"{key}={raw!r}: must be true or false")
+                raise AllocationValidationError(f"{key}={shown(raw)}: must be true or false")
             values[key] = raw.lower() in ("true", "1", "yes")
         else:
-            if not raw.isdigit() or int(raw) < 1 or len(raw) > 9:
-                raise AllocationValidationError(f"{key}={raw!r}: must be an integer ≥ 1")
+            if not (raw.isascii() and raw.isdigit()) or len(raw) > 9 or int(raw) < 1:
+                raise AllocationValidationError(f"{key}={shown(raw)}: must be an integer ≥ 1")
             values[key] = int(raw)
     return LayoutConstraints(**values)  # type: ignore[arg-type]
 

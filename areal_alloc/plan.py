@@ -175,9 +175,9 @@ def _memory_dict(memory: MemoryEstimate | None) -> dict[str, Any]:
 def _fail(key: str, value: object, error: AllocationError | str) -> AllocationValidationError:
     """``key='value': message``, keeping the caret of a parse error."""
     if isinstance(error, str):
-        return AllocationValidationError(f"{key}={value!r}: {error}")
+        return AllocationValidationError(f"{key}={shown(value)}: {error}")
     cls = type(error) if isinstance(error, AllocationValidationError) else AllocationValidationError
-    out = cls(f"{key}={value!r}: {error.message}")
+    out = cls(f"{key}={shown(value)}: {error.message}")
     if error.column is not None and error.text is not None:
         out.text, out.column = error.text, error.column
     return out

@@ -14,7 +14,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from areal_alloc.errors import AllocationValidationError
+from areal_alloc.errors import AllocationValidationError, clipped, shown
+from areal_alloc.limits import MAX_GPUS
 
 __all__ = ["DIM_ALIASES", "RESOLVERS", "register_resolvers"]
 
@@ -50,11 +51,9 @@ def dim(spec: object, name: object) -> int:
 
     Names: tp pp dp cp ep etp edp world instances instance_size.
     """
-    from areal_alloc.errors import AllocationValidationError
-
     if not isinstance(name, str) or name not in DIM_ALIASES:
         raise AllocationValidationError(
-            f"alloc.dim: unknown dimension name {name!r}; use one of {', '.join(DIM_ALIASES)}"
+            f"alloc.dim: unknown dimension name {shown(name)}; use one of {', '.join(DIM_ALIASES)}"
         )
     allocation = _allocation(spec)
     attr = DIM_ALIASES[name]
@@ -81,7 +80,7 @@ def layouts(backend: object, gpus: object, *options: object) -> str:
     """
     from areal_alloc.layouts import enumerate_layouts, fitting_layouts, parse_constraints
 
-    count = int(gpus) if isinstance(gpus, str) and gpus.isdigit() else gpus
+    count = _gpu_count(gpus)
     memory = {"model", "gpu", "tokens", "recompute"}
     fit_options = {
         key.strip(): value.strip()
@@ -98,11 +97,27 @@ def layouts(backend: object, gpus: object, *options: object) -> str:
         fitting = fitting_layouts(str(backend), count, constraints, **fit_options)  # type: ignore[arg-type]
         if not fitting:
             raise AllocationValidationError(
-                f"alloc.layouts: no {backend} layout of {gpus} GPUs fits {fit_options['model']} "
-                f"on {fit_options['gpu']}; try more GPUs, recompute=full or fewer tokens"
+                f"alloc.layouts: no {backend} layout of {count} GPUs fits "
+                f"{clipped(fit_options['model'])} on {clipped(fit_options['gpu'])}; try more GPUs, "
+                f"recompute=full or fewer tokens"
             )
         return ",".join(fitting)
     return ",".join(enumerate_layouts(str(backend), count, constraints))  # type: ignore[arg-type]
+
+
+def _gpu_count(gpus: object) -> object:
+    """A GPU count written as digits becomes an int; anything else is left for the check."""
+    if not isinstance(gpus, str):
+        return gpus
+    digits = gpus.strip()
+    if not (digits.isascii() and digits.isdigit()):
+        return gpus
+    if len(digits) > 24:  # int() of thousands of digits is refused by Python itself
+        raise AllocationValidationError(
+            f"alloc.layouts: the GPU count is a {len(digits):,}-digit number; the limit is "
+            f"{MAX_GPUS:,}"
+        )
+    return int(digits)
 
 
 RESOLVERS: dict[str, Callable[..., Any]] = {

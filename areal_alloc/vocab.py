@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from areal_alloc.errors import shown
+
 __all__ = [
     "BACKEND_DIMS",
     "DEFAULT_ORDER",
@@ -109,8 +111,8 @@ def unknown_backend(backend: str) -> str:
     """The message for a backend name that is not one of ours, with the nearest one."""
     if backend.lower() in BACKEND_DIMS:
         return f"backend names are lower case: write {backend.lower()!r}, not {backend!r}"
-    hint = did_you_mean(backend.lower(), BACKEND_DIMS)
-    return f"unknown backend {backend!r}; {hint}backends are {describe_backends()}"
+    hint = did_you_mean(backend.lower(), BACKEND_DIMS) if len(backend) <= 60 else ""
+    return f"unknown backend {shown(backend)}; {hint}backends are {describe_backends()}"
 
 
 def dimension_not_supported(backend: str, letter: str, size: int) -> str:
