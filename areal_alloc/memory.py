@@ -22,6 +22,7 @@ import functools
 import math
 from dataclasses import dataclass, replace
 
+from areal_alloc import defaults
 from areal_alloc.architecture import Architecture, ParameterCount
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.strategy import ParallelStrategy
@@ -37,6 +38,7 @@ __all__ = [
     "activation_bytes_per_token",
     "inference_memory",
     "kv_bytes_per_token",
+    "lora_parameters",
     "readable_bytes",
     "training_memory",
 ]
@@ -134,11 +136,15 @@ class MemoryEstimate:
     kv_cache: KVCache | None = None
     #: an inference engine claims this share of the GPU up front
     claimed_fraction: float | None = None
+    #: bytes a training engine keeps on its GPUs between its own phases (weights,
+    #: gradients, optimizer states): what a colocated engine finds there
+    resident: int = 0
 
     @property
     def total(self) -> int:
         if self.claimed_fraction is not None and self.capacity is not None:
-            return int(self.claimed_fraction * self.capacity)
+            # what the server claims, and what a colocated engine keeps beside it
+            return int(self.claimed_fraction * self.capacity) + self.term("colocated")
         return sum(t.bytes for t in self.terms)
 
     def term(self, name: str) -> int:
@@ -157,7 +163,8 @@ class MemoryEstimate:
         if self.capacity is None:
             return None
         if self.kv_cache is not None:
-            return (self.kv_cache.tokens or 0) >= self.kv_cache.sequence_length
+            holds = (self.kv_cache.tokens or 0) >= self.kv_cache.sequence_length
+            return holds and self.total <= self.capacity
         return self.total <= self.capacity
 
     def with_term(self, term: Term) -> MemoryEstimate:
@@ -166,9 +173,9 @@ class MemoryEstimate:
     def to_dict(self) -> dict[str, object]:
         names = ("weights", "gradients", "optimizer", "activations", "logits", "reserve")
         out: dict[str, object] = {name: self.term(name) for name in names}
-        colocated = self.term("colocated")
-        if colocated:
-            out["colocated"] = colocated
+        for extra in ("colocated", "load"):
+            if self.term(extra):
+                out[extra] = self.term(extra)
         if self.kv_cache is not None:
             out["kv_cache"] = self.term("kv_cache")
         out["total"] = self.total
@@ -189,13 +196,13 @@ class MemoryEstimate:
 class TrainingSettings:
     """The run settings that change a training engine's memory (the reference's defaults)."""
 
-    dtype: str = "bfloat16"  # compute dtype (actor.dtype)
+    dtype: str = defaults.DTYPE  # compute dtype (actor.dtype)
     optimizer: str | None = "adam"  # None: no optimizer, forward only (ref, a teacher)
-    optimizer_dtype: str = "float32"  # FSDP parameter storage and Adam states
+    optimizer_dtype: str = defaults.OPTIMIZER_DTYPE  # FSDP parameter storage and Adam states
     distributed_optimizer: bool = True  # Megatron
     precision_aware_optimizer: bool = False  # Megatron: bf16 Adam states
     recompute: str = "none"  # none | selective | full
-    tokens_per_micro_batch: int = 32768
+    tokens_per_micro_batch: int = defaults.CONTEXT_LENGTH
     micro_batches: int | None = None  # None: enough to fill the pipeline
     virtual_pipeline: int = 1
     offload_params: bool = False  # FSDP CPU offload of parameters and optimizer
@@ -203,6 +210,14 @@ class TrainingSettings:
     dropout: bool = False  # dropout masks (the reference's LLMs train without dropout)
     sequence_parallel: bool | None = None  # None: the backend's default (on when t > 1)
     reserve_bytes: int = 4 * GIB
+    #: LoRA rank (use_lora: true); None: every parameter trains
+    lora_rank: int | None = None
+    #: target_modules; empty: all-linear (the reference's default)
+    lora_targets: tuple[str, ...] = ()
+    #: a critic: a value head of one output instead of the vocabulary (is_critic)
+    critic: bool = False
+    #: FSDP fsdp.memory_efficient_load: false makes every rank build the whole model
+    memory_efficient_load: bool = False
 
     def __post_init__(self) -> None:
         if self.recompute not in RECOMPUTE:
@@ -213,8 +228,10 @@ class TrainingSettings:
             raise AllocationValidationError(
                 f"optimizer.type={self.optimizer!r}: must be one of {', '.join(OPTIMIZERS)}"
             )
-        for name in ("tokens_per_micro_batch", "virtual_pipeline"):
+        for name in ("tokens_per_micro_batch", "virtual_pipeline", "lora_rank"):
             value = getattr(self, name)
+            if name == "lora_rank" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise AllocationValidationError(f"{name}={value!r}: must be an integer ≥ 1")
 
@@ -223,10 +240,11 @@ class TrainingSettings:
 class InferenceSettings:
     """The settings that decide an inference server's KV cache (the reference's defaults)."""
 
-    dtype: str = "bfloat16"
+    dtype: str = defaults.DTYPE
     kv_cache_dtype: str = "auto"  # auto: the model dtype
-    memory_fraction: float = 0.9  # sglang.mem_fraction_static / vllm.gpu_memory_utilization
-    context_length: int = 32768  # sglang.context_length / vllm.max_model_len
+    # sglang.mem_fraction_static / vllm.gpu_memory_utilization
+    memory_fraction: float = defaults.MEMORY_FRACTION
+    context_length: int = defaults.CONTEXT_LENGTH  # sglang.context_length / vllm.max_model_len
     concurrency: int | None = None  # sequences in flight per instance
     reserve_bytes: int = 2 * GIB
 
@@ -320,6 +338,123 @@ def activation_bytes_per_token(
     return per_token, text
 
 
+# --- LoRA ---------------------------------------------------------------------------------
+
+#: The linear layers LoRA adapts, by the names either engine accepts in target_modules.
+#: FSDP (areal/engine/fsdp_engine.py _apply_peft_wrapper, reference commit cbff54d6):
+#: peft's LoraConfig on Hugging Face module names, empty or ["all-linear"] meaning every
+#: linear layer but the output head. Megatron (areal/engine/megatron_engine.py
+#: _apply_megatron_bridge_lora, same commit): megatron-bridge's LoRA on its fused
+#: linear_qkv, linear_proj, linear_fc1 (gate and up) and linear_fc2, all four when
+#: empty or "all-linear".
+LORA_TARGETS = (
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+    "gate",
+    "linear_qkv",
+    "linear_proj",
+    "linear_fc1",
+    "linear_fc2",
+)
+_MEGATRON_NAMES = {
+    "q_proj": "linear_qkv",
+    "k_proj": "linear_qkv",
+    "v_proj": "linear_qkv",
+    "o_proj": "linear_proj",
+    "gate_proj": "linear_fc1",
+    "up_proj": "linear_fc1",
+    "down_proj": "linear_fc2",
+}
+_HF_NAMES = {
+    "linear_qkv": ("q_proj", "k_proj", "v_proj"),
+    "linear_proj": ("o_proj",),
+    "linear_fc1": ("gate_proj", "up_proj"),
+    "linear_fc2": ("down_proj",),
+}
+
+
+@functools.lru_cache(maxsize=256)
+def lora_parameters(
+    arch: Architecture, megatron: bool, rank: int, targets: tuple[str, ...] = ()
+) -> tuple[int, int, int, str]:
+    """Adapter parameters of one dense layer, one MoE layer's non-expert part, and its experts.
+
+    A linear layer of ``in`` inputs and ``out`` outputs gets ``r·(in + out)``
+    adapter parameters (A: in → r, B: r → out). peft adapts q, k and v one by
+    one; megatron-bridge adapts the fused qkv and gate-up projections (one A
+    each). Routed experts are adapted one by one; peft's all-linear also adapts
+    the router (``gate``), megatron-bridge's does not.
+    """
+    h, r = arch.hidden_size, rank
+    everything = not targets or "all-linear" in targets
+    wanted: set[str] = set()
+    for name in targets:
+        if megatron:
+            wanted.add(_MEGATRON_NAMES.get(name, name))
+        else:
+            wanted.update(_HF_NAMES.get(name, (name,)))
+    if everything:
+        wanted = set(_HF_NAMES) if megatron else {n for v in _HF_NAMES.values() for n in v}
+        if not megatron:
+            wanted.add("gate")
+
+    def linear(name: str, fan_in: int, fan_out: int) -> int:
+        return r * (fan_in + fan_out) if name in wanted else 0
+
+    if arch.is_mla:  # q (or q_a, q_b), kv_a, kv_b and o, counted as q, k, v and o
+        qn, kn, vn, on = (
+            ("linear_qkv",) * 3 + ("linear_proj",)
+            if megatron
+            else ("q_proj", "k_proj", "v_proj", "o_proj")
+        )
+        a = arch.num_attention_heads
+        qk = arch.qk_nope_head_dim + arch.qk_rope_head_dim
+        if arch.q_lora_rank:
+            query = linear(qn, h, arch.q_lora_rank) + linear(qn, arch.q_lora_rank, a * qk)
+        else:
+            query = linear(qn, h, a * qk)
+        attention = (
+            query
+            + linear(kn, h, arch.kv_lora_rank + arch.qk_rope_head_dim)
+            + linear(vn, arch.kv_lora_rank, a * (arch.qk_nope_head_dim + arch.v_head_dim))
+            + linear(on, a * arch.v_head_dim, h)
+        )
+    elif megatron:
+        q, kv = arch.query_width, arch.kv_width
+        attention = linear("linear_qkv", h, q + 2 * kv) + linear("linear_proj", q, h)
+    else:
+        q, kv = arch.query_width, arch.kv_width
+        attention = (
+            linear("q_proj", h, q)
+            + linear("k_proj", h, kv)
+            + linear("v_proj", h, kv)
+            + linear("o_proj", q, h)
+        )
+
+    def mlp(f: int) -> int:
+        if not f:
+            return 0
+        if megatron:
+            width = 2 * f if arch.gated_mlp else f
+            return linear("linear_fc1", h, width) + linear("linear_fc2", f, h)
+        gate = linear("gate_proj", h, f) if arch.gated_mlp else 0
+        return gate + linear("up_proj", h, f) + linear("down_proj", f, h)
+
+    dense = attention + mlp(arch.intermediate_size)
+    moe = attention + mlp(arch.shared_expert_intermediate_size)
+    if arch.is_moe and not megatron:
+        moe += linear("gate", h, arch.num_experts)
+    experts = mlp(arch.moe_intermediate_size) * arch.num_experts if arch.is_moe else 0
+    names = sorted(n for n in wanted & set(LORA_TARGETS) if n != "gate" or arch.is_moe)
+    text = f"r{r} × (in + out) of {', '.join(names) or 'no layer'}"
+    return dense, moe, experts, text
+
+
 # --- training -----------------------------------------------------------------------------
 
 
@@ -365,8 +500,21 @@ def training_memory(
     ``6 + 12/dp`` bytes per parameter (megatron/training/theoretical_memory_usage.py).
 
     FSDP and archon: see :func:`_sharded_terms`.
+
+    A critic (``is_critic``) ends in a value head of one output instead of the
+    vocabulary: FSDP builds ``AutoModelForTokenClassification(num_labels=1)``
+    (areal/engine/fsdp_engine.py _create_llm_actor_or_critic, reference commit
+    cbff54d6), Megatron a one-output value head (areal/engine/megatron_engine.py,
+    ``is_critic``): its output layer is h parameters and it has no vocabulary logits.
+
+    LoRA (``use_lora``): the base model is frozen (stored as without LoRA: FSDP in
+    ``optimizer_dtype``, the adapters beside it, areal/engine/fsdp_engine.py
+    _apply_peft_wrapper with ``autocast_adapter_dtype=False``; Megatron in ``dtype``),
+    and only the adapters (:func:`lora_parameters`) have gradients and optimizer states.
     """
     p = arch.parameters
+    if settings.critic:
+        p = replace(p, output=arch.hidden_size)
     tp, pp, dp, cp = parallel.tp_size, parallel.pp_size, parallel.dp_size, parallel.cp_size
     ep, etp = parallel.ep_size, parallel.etp_size
     world = parallel.world_size
@@ -402,6 +550,21 @@ def training_memory(
     dense_l, moe_l = p.dense_layers / pp, p.moe_layers / pp
     layer_bytes = dense_l * per_token[False][0] + moe_l * per_token[True][0]
     forward_only = settings.optimizer is None
+    lora: _Adapters | None = None
+    if settings.lora_rank is not None and not forward_only:
+        dense_a, moe_a, exp_a, lora_text = lora_parameters(
+            arch, megatron_like, settings.lora_rank, settings.lora_targets
+        )
+        lora = _Adapters(
+            (dense_a * p.dense_layers + moe_a * p.moe_layers) / pp,
+            exp_a * p.moe_layers / pp,
+            lora_text,
+        )
+        assumptions.append(
+            f"LoRA rank {settings.lora_rank}: the base model is frozen; "
+            f"{_b(dense_a * p.dense_layers + (moe_a + exp_a) * p.moe_layers)} adapter "
+            f"parameters train ({lora_text})"
+        )
     stages = []
     for first in (True, False) if pp > 1 else (True,):
         tp_part, rep, exp, where = _stage_params(p, pp, first)
@@ -454,10 +617,16 @@ def training_memory(
                 + (f" + one layer recomputed {one_layer:,.0f} B/token" if one_layer else "")
             )
         logits = 0.0
-        if not first or pp == 1:
+        if (not first or pp == 1) and not settings.critic:
             logits = tokens * (arch.vocab_size / tp) * 4
         terms: list[Term] = []
-        if megatron_like:
+        if megatron_like and lora is not None:
+            terms.extend(
+                _megatron_lora_terms(
+                    settings, parallel, on_gpu, shard_text, where, compute, lora, world
+                )
+            )
+        elif megatron_like:
             weights = on_gpu * compute
             terms.append(
                 Term(
@@ -498,7 +667,17 @@ def training_memory(
         else:
             terms.extend(
                 _sharded_terms(
-                    key, backend, p, parallel, settings, tp_part, rep, exp, shard_text, forward_only
+                    key,
+                    backend,
+                    p,
+                    parallel,
+                    settings,
+                    tp_part,
+                    rep,
+                    exp,
+                    shard_text,
+                    forward_only,
+                    lora,
                 )
             )
         terms.append(Term("activations", int(acts), act_text))
@@ -524,7 +703,104 @@ def training_memory(
         assumptions.append(f"most-loaded GPU: the {'first' if first else 'last'} pipeline stage")
     if settings.flash_attention and settings.recompute == "none":
         assumptions.append("FlashAttention: the a·s² attention scores are never stored")
-    return MemoryEstimate(key, backend, tuple(terms), capacity, tuple(assumptions))
+    if settings.critic:
+        assumptions.append(f"{key} is a critic: a value head of one output, no vocabulary logits")
+    resident = sum(t.bytes for t in terms if t.name in ("weights", "gradients", "optimizer"))
+    if backend == "fsdp" and not settings.memory_efficient_load:
+        terms, note = _fsdp_load_peak(key, p, settings, lora, terms)
+        if note:
+            assumptions.append(note)
+    return MemoryEstimate(
+        key, backend, tuple(terms), capacity, tuple(assumptions), resident=resident
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Adapters:
+    """LoRA adapter parameters on one pipeline stage, before any sharding."""
+
+    tensor: float  # split by t (attention, dense and shared MLPs, routers)
+    experts: float  # routed experts' adapters, split by etp·ep
+    text: str
+
+
+def _fsdp_load_peak(
+    key: str,
+    p: ParameterCount,
+    settings: TrainingSettings,
+    lora: _Adapters | None,
+    terms: list[Term],
+) -> tuple[list[Term], str | None]:
+    """The peak of FSDP's load phase with ``fsdp.memory_efficient_load: false``.
+
+    Every rank builds the whole model on its own GPU, in ``optimizer_dtype``,
+    before ``parallelize_model`` shards it (areal/engine/fsdp_engine.py
+    _create_device_model: ``loading_device = current_platform.device_type`` unless
+    memory_efficient_load, ``dtype = optimizer_dtype``; reference commit cbff54d6).
+    With memory_efficient_load rank 0 loads on the CPU and broadcasts after sharding.
+    """
+    storage = dtype_bytes(settings.optimizer_dtype, f"{key}.optimizer_dtype")
+    params = p.total + (0 if lora is None else lora.tensor + lora.experts)
+    reserve = next((t for t in terms if t.name == "reserve"), None)
+    reserve_bytes = reserve.bytes if reserve is not None else 0
+    load = Term(
+        "load",
+        int(params * storage),
+        f"{_b(params)} params × {storage} B ({settings.optimizer_dtype}): every rank builds the "
+        f"whole model on its GPU before sharding ({key}.fsdp.memory_efficient_load=false)",
+    )
+    training = sum(t.bytes for t in terms)
+    if load.bytes + reserve_bytes <= training:
+        return terms, None
+    out = [load] + ([reserve] if reserve is not None else [])
+    return out, (
+        f"{key} peaks while loading: the whole model on every GPU before sharding "
+        f"({key}.fsdp.memory_efficient_load=false); training then needs "
+        f"{readable_bytes(training)} per GPU"
+    )
+
+
+def _megatron_lora_terms(
+    settings: TrainingSettings,
+    parallel: ParallelStrategy,
+    on_gpu: float,
+    shard_text: str,
+    where: str,
+    compute: int,
+    lora: _Adapters,
+    world: int,
+) -> list[Term]:
+    """A frozen Megatron base in ``dtype``; the adapters with float32 main grads and states."""
+    tp, pp, dp, cp = parallel.tp_size, parallel.pp_size, parallel.dp_size, parallel.cp_size
+    ep, etp = parallel.ep_size, parallel.etp_size
+    dense = lora.tensor / tp
+    experts = lora.experts / (etp * ep)
+    adapters = dense + experts
+    per_param, states = _megatron_state_bytes(settings)
+    if settings.distributed_optimizer:
+        edp = world // (etp * ep * pp) if (ep > 1 or etp > 1) else dp * cp
+        opt = dense * per_param / (dp * cp) + experts * per_param / edp
+        over = f"/ dp{dp}·cp{cp}" if cp > 1 else f"/ dp{dp}"
+    else:
+        opt, over = adapters * per_param, "not distributed"
+    return [
+        Term(
+            "weights",
+            int((on_gpu + adapters) * compute),
+            f"frozen {shard_text} params on this GPU [{where}] + {_b(adapters)} LoRA adapter "
+            f"params ({lora.text}, /t{tp}) × {compute} B ({settings.dtype})",
+        ),
+        Term(
+            "gradients",
+            int(adapters * 4),
+            f"{_b(adapters)} adapter params × 4 B (float32 main gradients; the base is frozen)",
+        ),
+        Term(
+            "optimizer",
+            int(opt),
+            f"{_b(adapters)} adapter params × {per_param} B ({states}) {over}",
+        ),
+    ]
 
 
 def _sharded_terms(
@@ -538,6 +814,7 @@ def _sharded_terms(
     exp: float,
     shard_text: str,
     forward_only: bool,
+    lora: _Adapters | None = None,
 ) -> list[Term]:
     """Weights, gradients and optimizer states of a fully sharded (FSDP2) engine.
 
@@ -549,6 +826,8 @@ def _sharded_terms(
     expert-dp = world/(etp·ep·p). Both: gradients in the parameters' dtype,
     AdamW states in the parameters' dtype, none for SGD; the gathered root module
     and two decoder layers (the current one and the prefetched next) in ``dtype``.
+    With LoRA the adapters are sharded and stored like the base, and only they
+    have gradients and optimizer states.
     """
     tp, dp, cp, pp = parallel.tp_size, parallel.dp_size, parallel.cp_size, parallel.pp_size
     ep, etp = parallel.ep_size, parallel.etp_size
@@ -557,11 +836,15 @@ def _sharded_terms(
         storage_name = settings.optimizer_dtype
         storage = dtype_bytes(storage_name, f"{key}.optimizer_dtype")
         sharded = ((tp_part + exp) / tp + rep) / (dp * cp)
+        adapters = 0.0 if lora is None else (lora.tensor + lora.experts) / tp / (dp * cp)
         where = f"{shard_text}/(dp{dp}·cp{cp})"
     else:
         storage_name, storage = settings.dtype, compute
         edp = parallel.world_size // (etp * ep * pp)
         sharded = (tp_part / tp + rep) / (dp * cp) + exp / (etp * ep) / edp
+        adapters = (
+            0.0 if lora is None else lora.tensor / tp / (dp * cp) + lora.experts / (etp * ep) / edp
+        )
         where = f"{shard_text} sharded over dp{dp}·cp{cp}" + (
             f" (experts over expert-dp{edp})" if exp else ""
         )
@@ -576,21 +859,29 @@ def _sharded_terms(
                 f"{_b(gathered)} × {compute} B",
             )
         ]
+    frozen = "frozen " if lora is not None else ""
     terms = [
         Term(
             "weights",
-            int(sharded * storage + gathered * compute),
-            f"{where} × {storage} B ({storage_name} storage) + gathered root and 2 layers "
-            f"{_b(gathered)} × {compute} B ({settings.dtype})",
+            int((sharded + adapters) * storage + gathered * compute),
+            f"{frozen}{where} × {storage} B ({storage_name} storage)"
+            + (
+                f" + {_b(adapters)} LoRA adapter params ({lora.text}) × {storage} B"
+                if lora is not None
+                else ""
+            )
+            + f" + gathered root and 2 layers {_b(gathered)} × {compute} B ({settings.dtype})",
         )
     ]
     if forward_only:
         return terms
+    trained = sharded if lora is None else adapters
+    what = "params" if lora is None else "adapter params (the base is frozen)"
     terms.append(
         Term(
             "gradients",
-            int(sharded * storage),
-            f"{_b(sharded)} params × {storage} B ({storage_name})",
+            int(trained * storage),
+            f"{_b(trained)} {what} × {storage} B ({storage_name})",
         )
     )
     optimizer = settings.optimizer or "adam"
@@ -603,8 +894,8 @@ def _sharded_terms(
     terms.append(
         Term(
             "optimizer",
-            int(sharded * state_bytes),
-            f"{_b(sharded)} params × {state_bytes} B ({name})",
+            int(trained * state_bytes),
+            f"{_b(trained)} {what.split(' (')[0]} × {state_bytes} B ({name})",
         )
     )
     return terms

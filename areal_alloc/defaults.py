@@ -1,0 +1,133 @@
+"""The reference's defaults that change an estimate: one table, each row citing its source.
+
+Every value is read from the reference (github.com/areal-project/AReaL) at snapshot
+commit cbff54d645d2cd8ee1f1c358a82f3f473588433d (main, 2026-08-22); the file and
+the field are named in the row. Modules that need one of these import the named
+constant below; nothing else writes the number again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "CONTEXT_LENGTH",
+    "DTYPE",
+    "LORA_ALPHA",
+    "LORA_RANK",
+    "MEMORY_FRACTION",
+    "MICRO_BATCHES",
+    "NEW_TOKENS",
+    "OPTIMIZER_DTYPE",
+    "PROMPT_TOKENS",
+    "REFERENCE_COMMIT",
+    "REFERENCE_DEFAULTS",
+    "SAMPLES",
+    "TRAIN_BATCH",
+    "ReferenceDefault",
+]
+
+REFERENCE_COMMIT = "cbff54d645d2cd8ee1f1c358a82f3f473588433d"
+
+
+@dataclass(frozen=True, slots=True)
+class ReferenceDefault:
+    """One default: the config key(s), the value, and where the reference sets it."""
+
+    keys: str
+    value: object
+    source: str
+
+
+#: sglang.context_length and vllm.max_model_len (SGLangConfig.context_length,
+#: vLLMConfig.max_model_len in areal/api/cli_args.py); also the sequence length a
+#: tool assumes when told nothing else.
+CONTEXT_LENGTH = 32768
+#: sglang.mem_fraction_static / vllm.gpu_memory_utilization (areal/api/cli_args.py)
+MEMORY_FRACTION = 0.9
+#: TrainEngineConfig.dtype (areal/api/cli_args.py)
+DTYPE = "bfloat16"
+#: TrainEngineConfig.optimizer_dtype: FSDP's parameter storage (areal/api/cli_args.py)
+OPTIMIZER_DTYPE = "float32"
+#: TrainEngineConfig.lora_rank / lora_alpha (areal/api/cli_args.py)
+LORA_RANK = 32
+LORA_ALPHA = 16
+#: MicroBatchSpec.n_mbs (areal/api/cli_args.py): with max_tokens_per_mb unset the
+#: local batch is split into this many micro-batches by count (areal/utils/data.py)
+MICRO_BATCHES = 1
+#: GenerationHyperparameters.n_samples / max_new_tokens (areal/api/cli_args.py)
+SAMPLES = 1
+NEW_TOKENS = 16384
+#: _DatasetConfig.batch_size (areal/api/cli_args.py)
+TRAIN_BATCH = 1
+#: not a reference default: _DatasetConfig.max_length is None (no limit); areal-alloc
+#: assumes prompts of this many tokens and says so
+PROMPT_TOKENS = 1024
+
+_CLI_ARGS = f"areal/api/cli_args.py@{REFERENCE_COMMIT[:8]}"
+
+#: The table the README and the tests read; the constants above are its values.
+REFERENCE_DEFAULTS: tuple[ReferenceDefault, ...] = (
+    ReferenceDefault(
+        "sglang.context_length, vllm.max_model_len",
+        CONTEXT_LENGTH,
+        f"{_CLI_ARGS} SGLangConfig.context_length (line 2188), vLLMConfig.max_model_len (2043)",
+    ),
+    ReferenceDefault(
+        "sglang.mem_fraction_static, vllm.gpu_memory_utilization",
+        MEMORY_FRACTION,
+        f"{_CLI_ARGS} SGLangConfig.mem_fraction_static (2189), "
+        f"vLLMConfig.gpu_memory_utilization (2058)",
+    ),
+    ReferenceDefault("<engine>.dtype", DTYPE, f"{_CLI_ARGS} TrainEngineConfig.dtype (1305)"),
+    ReferenceDefault(
+        "<engine>.optimizer_dtype",
+        OPTIMIZER_DTYPE,
+        f"{_CLI_ARGS} TrainEngineConfig.optimizer_dtype (1312)",
+    ),
+    ReferenceDefault(
+        "<engine>.lora_rank", LORA_RANK, f"{_CLI_ARGS} TrainEngineConfig.lora_rank (1380)"
+    ),
+    ReferenceDefault(
+        "<engine>.lora_alpha", LORA_ALPHA, f"{_CLI_ARGS} TrainEngineConfig.lora_alpha (1381)"
+    ),
+    ReferenceDefault(
+        "<engine>.target_modules",
+        "[] (all-linear)",
+        f"{_CLI_ARGS} TrainEngineConfig.target_modules (1382); empty means all-linear in "
+        f"areal/engine/fsdp_engine.py _apply_peft_wrapper and megatron_engine.py "
+        f"_apply_megatron_bridge_lora",
+    ),
+    ReferenceDefault(
+        "<engine>.mb_spec.max_tokens_per_mb",
+        None,
+        f"{_CLI_ARGS} MicroBatchSpec.max_tokens_per_mb (115); None: areal/utils/data.py "
+        f"split_padded_tensor_dict_into_mb_list uses DEFAULT_MAX_TOKENS_PER_MB = 1e12 "
+        f"(lines 697, 718), so the local batch is n_mbs micro-batches by count",
+    ),
+    ReferenceDefault(
+        "<engine>.mb_spec.n_mbs", MICRO_BATCHES, f"{_CLI_ARGS} MicroBatchSpec.n_mbs (103)"
+    ),
+    ReferenceDefault(
+        "<engine>.fsdp.memory_efficient_load",
+        False,
+        f"{_CLI_ARGS} FSDPEngineConfig.memory_efficient_load (493)",
+    ),
+    ReferenceDefault(
+        "gconfig.n_samples", SAMPLES, f"{_CLI_ARGS} GenerationHyperparameters.n_samples (167)"
+    ),
+    ReferenceDefault(
+        "gconfig.max_new_tokens",
+        NEW_TOKENS,
+        f"{_CLI_ARGS} GenerationHyperparameters.max_new_tokens (170)",
+    ),
+    ReferenceDefault(
+        "train_dataset.batch_size", TRAIN_BATCH, f"{_CLI_ARGS} _DatasetConfig.batch_size (3097)"
+    ),
+    ReferenceDefault(
+        "train_dataset.max_length",
+        None,
+        f"{_CLI_ARGS} _DatasetConfig.max_length (3121); areal-alloc assumes "
+        f"{PROMPT_TOKENS:,}-token prompts",
+    ),
+)
