@@ -169,7 +169,18 @@ def layout_problems(backend: str, p: ParallelStrategy, shape: ModelShape) -> lis
                 f"{kv} % {tp} = {kv % tp}"
             )
     stages = p.pp_size * shape.virtual_pipeline_size
-    if shape.num_layers is not None and stages > 1 and shape.num_layers % stages:
+    if backend == "megatron":
+        # The reference's Megatron engine splits the layers unevenly, by parameters, over
+        # the p·vpp stages (areal/engine/megatron_utils/pipeline_parallel.py
+        # configure_pipeline_layer_splits, AReaL cbff54d6): only the first stage (with the
+        # embedding) and the last (with the loss) may hold no decoder layer.
+        if shape.num_layers is not None and p.pp_size > 1 and shape.num_layers < stages - 2:
+            problems.append(
+                f"num_layers={shape.num_layers} cannot fill p{p.pp_size}·"
+                f"vpp{shape.virtual_pipeline_size} = {stages} pipeline stages: every stage "
+                f"but the first and last needs a layer, so at least {stages - 2} layers"
+            )
+    elif shape.num_layers is not None and stages > 1 and shape.num_layers % stages:
         problems.append(
             f"num_layers={shape.num_layers} is not divisible by p{p.pp_size}·"
             f"vpp{shape.virtual_pipeline_size} = {stages} pipeline stages: "

@@ -453,63 +453,16 @@ def _check_capacity(engines: list[EnginePlan], n_nodes: int, per_node: int) -> N
             f"the engines need {total} GPUs but the cluster has cluster.n_nodes={n_nodes} × "
             f"cluster.n_gpus_per_node={per_node} = {capacity}: {parts} = {total}"
         )
-    for engine in engines:
-        a = engine.allocation
-        if not engine.active or not a.is_inference:
-            continue
-        size = a.instance_size
-        if per_node % size and size % per_node:
-            p = a.parallel
-            raise AllocationValidationError(
-                f"{engine.backend_key}={engine.spec!r}: one {a.backend} instance spans "
-                f"t{p.tp_size}·p{p.pp_size} = {size} GPUs, which neither divides nor is a "
-                f"multiple of cluster.n_gpus_per_node={per_node}, so instances would "
-                f"straddle nodes"
-            )
 
 
-def _shape_from(node: object, source: str) -> Any:
-    from areal_alloc.model_shape import ModelShape  # only configs that give a shape load it
+def _check_startup(cfg: object, engines: list[EnginePlan], per_node: int) -> list[str]:
+    """The reference's start-up rules and each engine's shape (``areal_alloc.experiment``)."""
+    from areal_alloc.experiment.rules import check_startup, startup_warnings
+    from areal_alloc.experiment.shapes import check_engine_shapes
 
-    if not is_mapping(node):
-        raise AllocationValidationError(
-            f"{source}={node!r}: must be a mapping (num_layers, num_attention_heads, …) "
-            f"or {{path: /local/model/dir}}"
-        )
-    path = child(node, "path")
-    if isinstance(path, str) and path:
-        return ModelShape.from_hf_config(path)
-    return ModelShape.from_mapping(node, source=source)
-
-
-def _model_shape(cfg: object, key: str) -> Any:
-    """The model shape an engine runs: its own, its local model path, or the experiment's."""
-    section = child(cfg, key)
-    own = child(section, "model_shape")
-    if not unset(own):
-        return _shape_from(own, f"{key}.model_shape")
-    path = child(section, "path")
-    if isinstance(path, str) and path:
-        from areal_alloc.model_shape import ModelShape, local_config  # loaded only when needed
-
-        local = local_config(path)
-        if local is not None:
-            return ModelShape.from_hf_config(local)
-    if key == "teacher":
-        return None  # a teacher is another model: only its own shape applies
-    top = child(cfg, "model_shape")
-    return None if unset(top) else _shape_from(top, "model_shape")
-
-
-def _check_shapes(cfg: object, engines: list[EnginePlan]) -> None:
-    for engine in engines:
-        if not engine.active:
-            continue
-        shape = _model_shape(cfg, engine.key)
-        if shape is not None:
-            from areal_alloc.model_shape import check_shape
-
-            check_shape(engine.allocation, shape, engine.backend_key)
+    check_startup(cfg, engines, per_node)
+    check_engine_shapes(cfg, engines)
+    return startup_warnings(cfg, engines)
 
 
 #: The reference's cluster defaults (ClusterSpecConfig in areal/api/cli_args.py).
@@ -600,7 +553,7 @@ def plan_config(cfg: object, on_memory: str = "fail") -> Plan:
     engines = _apply_run_rules(cfg, read)
     _check_scheduling(engines)
     _check_capacity(engines, n_nodes, per_node)
-    _check_shapes(cfg, engines)
+    warnings.extend(_check_startup(cfg, engines, per_node))
     gpu: str | None = None
     gpu_memory: int | None = None
     pace: Pace | None = None

@@ -109,6 +109,9 @@ LAYERS = [
     "areal_alloc.vocab",
     "areal_alloc.kinds",
     "areal_alloc._config",
+    # the experiment: which model each engine runs
+    "areal_alloc.experiment",
+    "areal_alloc.experiment.models",
     # string → syntax
     "areal_alloc._syntax",
     "areal_alloc._cache",
@@ -123,6 +126,9 @@ LAYERS = [
     # model → memory: the model's architecture, the catalogues, the estimate
     "areal_alloc.architecture",
     "areal_alloc.catalogue",
+    # the experiment: shapes and the reference's start-up rules
+    "areal_alloc.experiment.shapes",
+    "areal_alloc.experiment.rules",
     "areal_alloc.memory",
     "areal_alloc.fit",
     "areal_alloc.throughput",

@@ -22,8 +22,20 @@ PROBLEMS = [
         QWEN,
         ["num_key_value_heads=8 is not divisible by tensor parallel size t16: 8 % 16 = 8"],
     ),
+    # the reference's Megatron engine splits layers unevenly over the stages
+    # (areal/engine/megatron_utils/pipeline_parallel.py, AReaL cbff54d6)
+    ("megatron:d2p8", QWEN, []),
     (
-        "megatron:d2p8",
+        "megatron:d1p8",
+        ModelShape(num_layers=5),
+        [
+            "num_layers=5 cannot fill p8·vpp1 = 8 pipeline stages: every stage but the first "
+            "and last needs a layer, so at least 6 layers"
+        ],
+    ),
+    # the inference servers' rule stays divisibility
+    (
+        "vllm:d1p8",
         QWEN,
         ["num_layers=28 is not divisible by p8·vpp1 = 8 pipeline stages: 28 % 8 = 4"],
     ),
@@ -51,10 +63,14 @@ PROBLEMS = [
         ModelShape(num_experts=64),
         ["num_experts=64 is not divisible by expert parallel size e3: 64 % 3 = 1"],
     ),
+    ("megatron:d2p4", ModelShape(num_layers=32, virtual_pipeline_size=3), []),
     (
         "megatron:d2p4",
-        ModelShape(num_layers=32, virtual_pipeline_size=3),
-        ["num_layers=32 is not divisible by p4·vpp3 = 12 pipeline stages: 32 % 12 = 8"],
+        ModelShape(num_layers=8, virtual_pipeline_size=3),
+        [
+            "num_layers=8 cannot fill p4·vpp3 = 12 pipeline stages: every stage but the first "
+            "and last needs a layer, so at least 10 layers"
+        ],
     ),
     (
         "megatron:d4e4",
@@ -74,10 +90,10 @@ def test_shape_problems(spec: str, shape: ModelShape, problems: list[str]) -> No
 
 def test_check_shape_message_names_the_key() -> None:
     with pytest.raises(AllocationValidationError) as info:
-        check_shape(ModelAllocation.from_str("megatron:d2p8"), QWEN, "actor.backend")
+        check_shape(ModelAllocation.from_str("megatron:d2t16"), QWEN, "actor.backend")
     assert info.value.message == (
-        "actor.backend='megatron:d2p8' does not fit the model (model_shape): num_layers=28 is "
-        "not divisible by p8·vpp1 = 8 pipeline stages: 28 % 8 = 4"
+        "actor.backend='megatron:d2t16' does not fit the model (model_shape): "
+        "num_key_value_heads=8 is not divisible by tensor parallel size t16: 8 % 16 = 8"
     )
 
 
@@ -143,11 +159,11 @@ def _experiment(**extra: object) -> dict[str, object]:
 
 def test_the_hook_checks_the_experiment_shape() -> None:
     with pytest.raises(AllocationValidationError) as info:
-        validate(_experiment(model_shape={"num_layers": 28}))
+        validate(_experiment(model_shape={"num_layers": 5}))
     assert info.value.message.startswith(
-        "actor.backend='megatron:d1p8' does not fit the model (model_shape): num_layers=28"
+        "actor.backend='megatron:d1p8' does not fit the model (model_shape): num_layers=5"
     )
-    assert validate(_experiment(model_shape={"num_layers": 32})).total_gpus == 16
+    assert validate(_experiment(model_shape={"num_layers": 28})).total_gpus == 16
 
 
 def test_the_hook_reads_a_local_model_path(tmp_path: Path) -> None:
@@ -155,14 +171,17 @@ def test_the_hook_reads_a_local_model_path(tmp_path: Path) -> None:
         json.dumps({"num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4})
     )
     config = _experiment()
-    config["actor"] = {"backend": "megatron:d1p8", "path": str(tmp_path)}
-    with pytest.raises(AllocationValidationError, match=r"\(.*config\.json\): num_layers=28"):
+    config["actor"] = {"backend": "megatron:d1t8", "path": str(tmp_path)}
+    with pytest.raises(AllocationValidationError, match=r"\(.*config\.json\): num_attention_h"):
         validate(config)
     # the rollout serves the same model: t4 with 4 KV heads and 28 heads is fine
     config["actor"] = {"backend": "megatron:d2p4", "path": str(tmp_path)}
     assert validate(config).total_gpus == 16
-    # a hub id is not a local path: nothing to check
-    config["actor"] = {"backend": "megatron:d1p8", "path": "Qwen/Qwen2.5-7B"}
+    # a catalogue name is checked as well (28 heads); an unknown hub id cannot be
+    config["actor"] = {"backend": "megatron:d1t8", "path": "Qwen/Qwen2.5-7B"}
+    with pytest.raises(AllocationValidationError, match=r"\(actor.path='Qwen/Qwen2.5-7B'\)"):
+        validate(config)
+    config["actor"] = {"backend": "megatron:d1t8", "path": "some-org/not-a-known-model"}
     assert validate(config).total_gpus == 16
 
 

@@ -62,14 +62,14 @@ PLANS = [
     (  # awex weight updates with the v1 controller colocate rollout on the actor
         cfg(
             rollout={"backend": "sglang:d2t4"},
-            actor={"backend": "fsdp:d8", "weight_update_mode": "awex"},
+            actor={"backend": "megatron:d8", "weight_update_mode": "awex"},
         ),
         {"rollout": (0, True, "actor"), "actor": (8, True, None)},
         8,
     ),
     (  # ... but not with another controller version
         cfg(
-            rollout={"backend": "sglang:d2t4"},
+            rollout={"backend": "sglang:d2t4", "_version": "v2"},
             actor={"backend": "fsdp:d8", "weight_update_mode": "awex", "_version": "v2"},
         ),
         {"rollout": (8, True, None), "actor": (8, True, None)},
@@ -126,7 +126,7 @@ def test_plan_notes_say_why() -> None:
     plan = validate(
         cfg(
             rollout={"backend": "sglang:d2t4"},
-            actor={"backend": "fsdp:d8", "weight_update_mode": "awex", "kl_ctl": 0},
+            actor={"backend": "megatron:d8", "weight_update_mode": "awex", "kl_ctl": 0},
             ref={"backend": ""},
             critic={"backend": ""},
         )
@@ -208,10 +208,10 @@ PLAN_ERRORS = [
         "cluster.n_gpus_per_node=8 = 16: rollout sglang:d2t4 8 + actor fsdp:d8t2 16 = 24",
     ),
     (
-        cfg(rollout={"backend": "sglang:d2t3"}, actor={"backend": "fsdp:d4"}),
-        "rollout.backend='sglang:d2t3': one sglang instance spans t3·p1 = 3 GPUs, which "
-        "neither divides nor is a multiple of cluster.n_gpus_per_node=8, so instances would "
-        "straddle nodes",
+        cfg(rollout={"backend": "sglang:d1t12"}, actor={"backend": "fsdp:d4"}),
+        "rollout.backend='sglang:d1t12': one sglang instance spans t12·p1 = 12 GPUs, more "
+        "than cluster.n_gpus_per_node=8 and not whole nodes (12 % 8 = 4); a server wider "
+        "than a node takes whole nodes: use 8 or 16 GPUs per instance",
     ),
     (
         {"cluster": {"n_nodes": 0}, "actor": {"backend": "fsdp:d4"}},

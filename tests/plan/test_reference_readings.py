@@ -274,13 +274,13 @@ def test_migration_overrides_work_where_the_engine_does_not_exist_yet(hydra_conf
 
 def test_the_hook_prints_the_plans_warnings(tmp_path: Path, cli: Cli) -> None:
     done = cli(
-        "rollout.backend=sglang:d1t2",
+        "rollout.backend=sglang:d3t2",
         "rollout.max_concurrent_rollouts=16",
-        "actor.backend=megatron:d1t8",
+        "actor.backend=megatron:d1t4",  # the model's 28 heads take t4, not t8
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr == (
-        "areal-alloc: warning: actor: 1 tensor-parallel group(s) cross nodes, e.g. GPUs 2-9 on "
+        "areal-alloc: warning: actor: 1 tensor-parallel group(s) cross nodes, e.g. GPUs 6-9 on "
         "nodes 0 and 1; tensor-parallel traffic would go over the network\n"
     )
 

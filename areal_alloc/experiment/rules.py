@@ -1,0 +1,429 @@
+"""Every rule the reference enforces from the config alone before it spends GPU time.
+
+Each rule is one function returning the message of the first violation (or
+None), and one row of :data:`RULES` naming the reference's file that enforces
+it; all were read from areal-project/AReaL at ``REFERENCE_COMMIT``
+(cbff54d645d2cd8ee1f1c358a82f3f473588433d). :func:`check_startup` runs them in
+the reference's order and raises the first violation; :func:`startup_warnings`
+names what only one of the reference's launch paths refuses.
+
+Rules that need the engines' layouts read them from the plan's engines (key,
+backend key, allocation); everything else is read from the config through
+``areal_alloc._config``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from areal_alloc._config import child, shown, unset, whole_number
+from areal_alloc.errors import AllocationValidationError
+
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    from areal_alloc.model import ModelAllocation
+
+    class RuledEngine(Protocol):
+        @property
+        def key(self) -> str: ...
+        @property
+        def backend_key(self) -> str: ...
+        @property
+        def spec(self) -> str: ...
+        @property
+        def allocation(self) -> ModelAllocation: ...
+        @property
+        def active(self) -> bool: ...
+        @property
+        def gpus(self) -> int: ...
+
+
+__all__ = ["RULES", "Rule", "Run", "check_startup", "startup_warnings"]
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """What the rules read: the config, its engines as planned, and the node size."""
+
+    cfg: object
+    engines: tuple[RuledEngine, ...]
+    n_gpus_per_node: int
+
+    def engine(self, key: str) -> RuledEngine | None:
+        for engine in self.engines:
+            if engine.key == key:
+                return engine
+        return None
+
+    def backend(self, key: str) -> str | None:
+        engine = self.engine(key)
+        return engine.allocation.backend if engine is not None else None
+
+    def setting(self, section: str, key: str, default: object) -> object:
+        """``section.key`` as written, or the reference's default when absent or null."""
+        node = child(self.cfg, section) if section else self.cfg
+        value = child(node, key) if node is not None else None
+        return default if value is None else value
+
+    def flag(self, section: str, key: str) -> bool:
+        """A boolean setting whose reference default is False (strings as OmegaConf reads them)."""
+        value = self.setting(section, key, False)
+        if isinstance(value, str):
+            return value.strip().lower() in ("true", "yes", "on", "1")
+        return bool(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One start-up rule of the reference: what it says, where it lives, and its check."""
+
+    name: str
+    source: str  # the reference's file (and function) that enforces it, at REFERENCE_COMMIT
+    check: Callable[[Run], str | None]
+
+
+# --- areal/trainer/rl_trainer.py: PPOTrainer._init_impl and _validate_cfg -----------------------
+# Read at AReaL cbff54d6, lines 150-175 (which engines offload) and 1465-1530 (_validate_cfg).
+# They run for RL configs only: the RL trainer parses rollout.backend first.
+
+
+def _colocation(run: Run) -> str | None:
+    """``rollout.scheduling_strategy.target='actor'`` (or the reverse) as written, else None.
+
+    rl_trainer._is_actor_rollout_colocated: either engine's colocation targets the other.
+    """
+    for key, other in (("rollout", "actor"), ("actor", "rollout")):
+        engine = run.engine(key)
+        strategy = engine.allocation.scheduling_strategy if engine is not None else None
+        if strategy is not None and strategy.is_colocated and strategy.target == other:
+            return f"{key}.scheduling_strategy.target={other!r}"
+    return None
+
+
+def _is_v1_awex(run: Run) -> bool:
+    # rl_trainer._is_v1_awex_colocate: actor._version == "v1" and weight_update_mode == "awex"
+    return run.setting("actor", "_version", "v1") == "v1" and (
+        run.setting("actor", "weight_update_mode", "xccl") == "awex"
+    )
+
+
+def _rl(run: Run) -> bool:
+    return run.engine("rollout") is not None and run.engine("actor") is not None
+
+
+def offload_needs_enable_offload(run: Run) -> str | None:
+    """Colocated actor and rollout, or any engine's ``offload``, need ``enable_offload: true``."""
+    if not _rl(run) or run.flag("", "enable_offload"):
+        return None
+    reasons = []
+    colocated = _colocation(run)
+    awex = _is_v1_awex(run)  # the awex adapter hands the GPUs over itself
+    if colocated and not awex:
+        reasons.append(f"actor and rollout are colocated ({colocated})")
+    if run.flag("actor", "offload") and not awex:
+        reasons.append("actor.offload=true")
+    for key in ("critic", "ref", "teacher"):
+        if not unset(child(run.cfg, key)) and run.flag(key, "offload"):
+            reasons.append(f"{key}.offload=true")
+    if not reasons:
+        return None
+    return (
+        f"enable_offload is false but {' and '.join(reasons)}, so the reference offloads "
+        f"between rollout and training and will not start without it: set enable_offload=true "
+        f"(the run then needs torch_memory_saver, e.g. preloaded with LD_PRELOAD)"
+    )
+
+
+def colocation_needs_disk_or_awex(run: Run) -> str | None:
+    """Colocated actor and rollout hand weights over by disk or awex only."""
+    colocated = _colocation(run) if _rl(run) else None
+    mode = run.setting("actor", "weight_update_mode", "xccl")
+    if colocated is None or mode in ("disk", "awex"):
+        return None
+    written = child(child(run.cfg, "actor"), "weight_update_mode")
+    default = "" if written is not None else " (the reference's default)"
+    return (
+        f"actor.weight_update_mode={mode!r}{default} with actor and rollout colocated "
+        f"({colocated}): colocated engines update weights through disk or awex only; set "
+        f"actor.weight_update_mode=disk (or awex, with a megatron actor and an sglang rollout)"
+    )
+
+
+def awex_needs_megatron_actor(run: Run) -> str | None:
+    actor = run.engine("actor")
+    if (
+        not _rl(run)
+        or not _is_v1_awex(run)
+        or actor is None
+        or actor.allocation.backend == "megatron"
+    ):
+        return None
+    return (
+        f"actor.weight_update_mode='awex' needs a megatron actor, but "
+        f"{actor.backend_key}={actor.spec!r}: train with megatron:… or set "
+        f"actor.weight_update_mode=disk or xccl"
+    )
+
+
+def awex_needs_sglang_rollout(run: Run) -> str | None:
+    rollout = run.engine("rollout")
+    if not _rl(run) or not _is_v1_awex(run) or rollout is None:
+        return None
+    if rollout.allocation.backend == "sglang":
+        return None
+    return (
+        f"actor.weight_update_mode='awex' needs an sglang rollout, but "
+        f"{rollout.backend_key}={rollout.spec!r}: serve with sglang:… or set "
+        f"actor.weight_update_mode=disk or xccl"
+    )
+
+
+def vllm_cannot_return_routed_experts(run: Run) -> str | None:
+    rollout = run.engine("rollout")
+    if rollout is None or rollout.allocation.backend != "vllm":
+        return None
+    if not run.flag("rollout", "return_routed_experts"):
+        return None
+    return (
+        f"rollout.return_routed_experts=true needs an sglang rollout, but "
+        f"{rollout.backend_key}={rollout.spec!r}: set rollout.return_routed_experts=false "
+        f"or serve with sglang:…"
+    )
+
+
+def megatron_lora_cannot_update_sglang(run: Run) -> str | None:
+    if not _rl(run) or run.backend("actor") != "megatron" or run.backend("rollout") != "sglang":
+        return None
+    if not run.flag("actor", "use_lora"):
+        return None
+    return (
+        "actor.use_lora=true with a megatron actor cannot update an sglang rollout "
+        "(the reference's RL trainer refuses it): serve with vllm:…, set actor.use_lora=false, "
+        "or train with fsdp:…"
+    )
+
+
+def versions_are_known(run: Run) -> str | None:
+    """``_version`` is 'v1' or 'v2' (TrainEngineConfig / InferenceEngineConfig.__post_init__)."""
+    for key in ("actor", "critic", "ref", "rollout"):
+        if run.engine(key) is None:
+            continue
+        version = run.setting(key, "_version", "v1")
+        if version not in ("v1", "v2"):
+            return f"{key}._version={shown(version)}: must be 'v1' or 'v2'"
+    return None
+
+
+def versions_match(run: Run) -> str | None:
+    if not _rl(run):
+        return None
+    actor = run.setting("actor", "_version", "v1")
+    rollout = run.setting("rollout", "_version", "v1")
+    if actor == rollout:
+        return None
+    return (
+        f"actor._version={actor!r} and rollout._version={rollout!r} must match: set both "
+        f"to 'v1' or both to 'v2'"
+    )
+
+
+# --- the batch over the actor's data-parallel ranks ---------------------------------------------
+
+
+def _batch(run: Run) -> tuple[int, int, int, RuledEngine] | None:
+    """(batch, trajectories per step, data-parallel size, actor) when the config gives a batch."""
+    actor = run.engine("actor")
+    if actor is None or not actor.active:
+        return None
+    batch = whole_number(child(run.cfg, "train_dataset"), "batch_size", "train_dataset.batch_size")
+    if batch is None:
+        return None
+    samples = 1
+    if run.engine("rollout") is not None:
+        samples = whole_number(child(run.cfg, "gconfig"), "n_samples", "gconfig.n_samples") or 1
+    return batch, batch * samples, actor.allocation.parallel.dp_size, actor
+
+
+def batch_splits_over_data_parallel(run: Run) -> str | None:
+    """Both launch paths split the step's batch evenly over the actor's data-parallel ranks.
+
+    SPMD launchers: areal/utils/dataloader.py create_dataloader raises unless
+    batch_size % dp == 0. Single controller (the dataloader sees world size 1): the
+    actor's controller splits the step's batch × n_samples trajectories over dp
+    (areal/infra/controller/train_controller.py _dispatch_tensors →
+    areal/utils/seqpack.py balanced_greedy_partition, which raises unless the count
+    is a multiple of dp and at least dp). With ``dynamic_bs`` the count varies, so
+    only the dataloader's rule is certain.
+    """
+    found = _batch(run)
+    if found is None:
+        return None
+    batch, items, dp, actor = found
+    if batch % dp == 0 or items % dp == 0 or run.flag("", "dynamic_bs"):
+        return None  # the single controller may run it: startup_warnings names the SPMD launchers
+    trajectories = ""
+    if items != batch:
+        trajectories = (
+            f", nor its {items} trajectories (× gconfig.n_samples; {items} % {dp} = {items % dp})"
+        )
+    fix = -(-batch // dp) * dp
+    return (
+        f"train_dataset.batch_size={batch} is not a multiple of the {dp} data-parallel ranks of "
+        f"{actor.backend_key}={actor.spec!r} ({batch} % {dp} = {batch % dp}){trajectories}: the "
+        f"reference splits each step evenly over them; set train_dataset.batch_size={fix}"
+    )
+
+
+# --- the launchers and schedulers -----------------------------------------------------------------
+
+
+def servers_span_whole_nodes(run: Run) -> str | None:
+    """An inference server wider than a node spans whole nodes.
+
+    areal/infra/launcher/sglang_server.py run(): "Cross-nodes SGLang only supports
+    utilizing all gpus in one node" when gpus_per_server > n_gpus_per_node and not a
+    multiple; areal/infra/scheduler/ray.py _build_node_plan: "Ray multi-node instances
+    must use an integer number of nodes". A server of at most a node needs no
+    divisibility: n_gpus_per_node // gpus_per_server servers share each node.
+    """
+    per_node = run.n_gpus_per_node
+    if per_node == 0:
+        return None
+    for engine in run.engines:
+        a = engine.allocation
+        if not engine.active or not a.is_inference:
+            continue
+        size = a.instance_size
+        if size > per_node and size % per_node:
+            p = a.parallel
+            whole = -(-size // per_node) * per_node
+            return (
+                f"{engine.backend_key}={engine.spec!r}: one {a.backend} instance spans "
+                f"t{p.tp_size}·p{p.pp_size} = {size} GPUs, more than cluster.n_gpus_per_node="
+                f"{per_node} and not whole nodes ({size} % {per_node} = {size % per_node}); "
+                f"a server wider than a node takes whole nodes: use {per_node} or {whole} GPUs "
+                f"per instance"
+            )
+    return None
+
+
+def slurm_takes_whole_nodes(run: Run) -> str | None:
+    """``scheduler.type: slurm`` allocates whole nodes to each separated engine.
+
+    areal/infra/scheduler/slurm.py _generate_sbatch_script: "Slurm only supports
+    allocating entire nodes" unless the role's GPUs (workers × GPUs each) are a
+    multiple of n_gpus_per_node.
+    """
+    per_node = run.n_gpus_per_node
+    if per_node == 0 or run.setting("scheduler", "type", None) != "slurm":
+        return None
+    for engine in run.engines:
+        if engine.gpus and engine.gpus % per_node:
+            return (
+                f"{engine.backend_key}={engine.spec!r} takes {engine.gpus} GPUs, but "
+                f"scheduler.type='slurm' allocates whole nodes of cluster.n_gpus_per_node="
+                f"{per_node} ({engine.gpus} % {per_node} = {engine.gpus % per_node}): use a "
+                f"multiple of {per_node} GPUs, or scheduler.type=local or ray"
+            )
+    return None
+
+
+def epochs_are_positive(run: Run) -> str | None:
+    """BaseExperimentConfig.__post_init__ (areal/api/cli_args.py): total_train_epochs > 0."""
+    value = child(run.cfg, "total_train_epochs")
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        epochs = int(value)
+    except (TypeError, ValueError):
+        return None
+    if epochs > 0:
+        return None
+    return f"total_train_epochs={value!r}: must be ≥ 1 (the reference's loader refuses it)"
+
+
+_RL = "areal/trainer/rl_trainer.py"
+
+#: Every rule, in the order the reference meets them: its loader (``__post_init__``), then
+#: the RL trainer's ``_validate_cfg``, then the dataloader and the launchers.
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "total_train_epochs ≥ 1",
+        "areal/api/cli_args.py BaseExperimentConfig.__post_init__",
+        epochs_are_positive,
+    ),
+    Rule(
+        "_version is v1 or v2",
+        "areal/api/cli_args.py TrainEngineConfig/InferenceEngineConfig.__post_init__",
+        versions_are_known,
+    ),
+    Rule(
+        "offload (colocated actor↔rollout, any engine's offload) needs enable_offload",
+        f"{_RL} _validate_cfg",
+        offload_needs_enable_offload,
+    ),
+    Rule(
+        "colocated actor↔rollout needs actor.weight_update_mode disk or awex",
+        f"{_RL} _validate_cfg",
+        colocation_needs_disk_or_awex,
+    ),
+    Rule("awex needs a megatron actor", f"{_RL} _validate_cfg", awex_needs_megatron_actor),
+    Rule("awex needs an sglang rollout", f"{_RL} _validate_cfg", awex_needs_sglang_rollout),
+    Rule(
+        "vLLM cannot rollout.return_routed_experts",
+        f"{_RL} _validate_cfg",
+        vllm_cannot_return_routed_experts,
+    ),
+    Rule(
+        "megatron actor with use_lora cannot update an sglang rollout",
+        f"{_RL} _validate_cfg",
+        megatron_lora_cannot_update_sglang,
+    ),
+    Rule("actor._version equals rollout._version", f"{_RL} _validate_cfg", versions_match),
+    Rule(
+        "train_dataset.batch_size splits over the actor's data-parallel ranks",
+        "areal/utils/dataloader.py create_dataloader; areal/utils/seqpack.py "
+        "balanced_greedy_partition",
+        batch_splits_over_data_parallel,
+    ),
+    Rule(
+        "an inference server wider than a node spans whole nodes",
+        "areal/infra/launcher/sglang_server.py run; areal/infra/scheduler/ray.py _build_node_plan",
+        servers_span_whole_nodes,
+    ),
+    Rule(
+        "scheduler.type slurm: each engine takes whole nodes",
+        "areal/infra/scheduler/slurm.py _generate_sbatch_script",
+        slurm_takes_whole_nodes,
+    ),
+)
+
+
+def check_startup(cfg: object, engines: Sequence[RuledEngine], n_gpus_per_node: int) -> None:
+    """Raise the first rule the reference would stop on, in its order."""
+    run = Run(cfg, tuple(engines), n_gpus_per_node)
+    for rule in RULES:
+        problem = rule.check(run)
+        if problem is not None:
+            raise AllocationValidationError(problem)
+
+
+def startup_warnings(cfg: object, engines: Sequence[RuledEngine]) -> list[str]:
+    """What only the legacy SPMD launchers refuse (the single-controller trainer runs it)."""
+    run = Run(cfg, tuple(engines), 0)
+    found = _batch(run)
+    out = []
+    if found is not None:
+        batch, items, dp, actor = found
+        if batch % dp:
+            out.append(
+                f"train_dataset.batch_size={batch} is not a multiple of the {dp} data-parallel "
+                f"ranks of {actor.backend_key}={actor.spec!r}: the single-controller trainer "
+                f"splits its {items} trajectories evenly, but the legacy SPMD launchers "
+                f"(areal.infra.launcher.local/ray/slurm) refuse it in their dataloader "
+                f"(areal/utils/dataloader.py)"
+            )
+    return out
