@@ -17,13 +17,15 @@ from typing import Any
 
 from areal_alloc.errors import AllocationError, AllocationValidationError
 from areal_alloc.errors import shown as shown
-from areal_alloc.limits import MAX_COUNT, grouped, readable
+from areal_alloc.limits import MAX_COUNT
+from areal_alloc.numbers import quote, read_float, read_int
 
 __all__ = [
     "child",
     "is_mapping",
     "keys",
-    "number",
+    "section",
+    "setting_float",
     "setting_int",
     "shown",
     "unset",
@@ -56,9 +58,21 @@ def child(node: object, key: str) -> Any:
             raise _unresolvable(_full_key(node, key), error) from None
         finally:
             _RESOLVING.discard(mark)
+        if value is None and _missing(node, key):  # '???' reads as None: say it is unset
+            raise AllocationValidationError(
+                f"{_full_key(node, key)}=???: a mandatory value (OmegaConf MISSING) that is "
+                f"not set; give it a value"
+            )
     else:
         return None
     return value.value if isinstance(value, enum.Enum) else value
+
+
+def _missing(node: object, key: str) -> bool:
+    """True for a DictConfig key whose value is ``???`` (OmegaConf's MISSING)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    return isinstance(node, DictConfig) and OmegaConf.is_missing(node, key)
 
 
 #: The keys ``child`` is resolving now, by node: a key met again while resolving refers to itself.
@@ -113,9 +127,6 @@ def keys(node: object) -> list[str]:
     return [str(k) for k in node] if is_mapping(node) else []  # type: ignore[attr-defined]
 
 
-_INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*\Z")
-
-
 def setting_int(node: object, path: str, default: int, minimum: int, maximum: int) -> int | None:
     """An integer setting; numbers written as strings convert, as a structured config does.
 
@@ -125,44 +136,44 @@ def setting_int(node: object, path: str, default: int, minimum: int, maximum: in
     value = child(node, key) if node is not None else None
     if value is None:
         return None
-    if isinstance(value, str) and _INTEGER.match(value) and len(value.strip()) <= 30:
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise AllocationValidationError(
-            f"{path}={shown(value)}: must be an integer ≥ {minimum}, e.g. {path}={default}"
-        )
-    if value < minimum:
-        raise AllocationValidationError(f"{path}={value}: must be ≥ {minimum}")
-    if value > maximum:
-        raise AllocationValidationError(
-            f"{path}={readable(value)}: the limit is {grouped(maximum)}"
-        )
-    return value
+    return read_int(value, path, minimum=minimum, maximum=maximum, example=default)
 
 
-def whole_number(node: object, key: str, path: str) -> int | None:
-    """A count setting ≥ 1 (``8192``, ``8192.0``, ``"8192"``); None when the key is absent."""
+def whole_number(node: object, key: str, path: str, maximum: int = MAX_COUNT) -> int | None:
+    """A count setting from 1 to ``maximum`` (``8192``, ``"8192"``); None when absent."""
     value = child(node, key) if node is not None else None
     if value is None:
         return None
-    as_number = number(value)
-    if as_number is None or not as_number.is_integer() or not 1 <= as_number <= MAX_COUNT:
-        raise AllocationValidationError(f"{path}={shown(value)}: must be a whole number ≥ 1")
-    return int(as_number)
+    return read_int(value, path, minimum=1, maximum=maximum)
 
 
-def number(value: object) -> float | None:
-    """A float setting such as ``kl_ctl``; strings convert, as a structured config does."""
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
+def setting_float(
+    node: object,
+    key: str,
+    path: str,
+    *,
+    minimum: float,
+    maximum: float,
+    above: bool = False,
+    unit: str = "",
+) -> float | None:
+    """A float setting such as ``kl_ctl`` (strings convert, as a structured config does),
+    finite and inside its bound (``minimum`` excluded when ``above``); None when absent."""
+    value = child(node, key) if node is not None else None
+    if value is None:
+        return None
+    return read_float(value, path, minimum=minimum, maximum=maximum, above=above, unit=unit)
+
+
+def section(node: object, key: str, path: str) -> Any:
+    """The sub-section ``node[key]``: a mapping, or None when absent; any other value is
+    an error naming ``path`` (``actor.mb_spec=abc`` is not silently ignored)."""
+    value = child(node, key) if node is not None else None
+    if value is None or is_mapping(value):
+        return value
+    raise AllocationValidationError(
+        f"{path}={quote(value)}: must be a section (a mapping of keys), not {type(value).__name__}"
+    )
 
 
 def unset(node: object, key: str = "") -> bool:
@@ -178,5 +189,31 @@ def unset(node: object, key: str = "") -> bool:
     if key == "fork" and not is_mapping(node):
         return True
     if is_mapping(node):
-        return all(unset(child(node, k), k) for k in keys(node))
+        return all(_unset_key(node, k) for k in keys(node))
     return False
+
+
+def _unset_key(node: object, key: str) -> bool:
+    # A mandatory ``???`` configures nothing, except a backend: ``actor.backend: ???``
+    # is an engine whose layout is still to be given, reported by the read that needs it.
+    if key != "backend" and _missing(node, key):
+        return True
+    return unset(child(node, key), key)
+
+
+def number(value: object) -> float | None:  # pragma: no cover - being replaced
+    """Deprecated, kept only until its last call sites move to :func:`setting_float`
+    (it reads booleans as numbers and ignores what it cannot read)."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        try:
+            return float(value)
+        except OverflowError:
+            return None
+    if isinstance(value, str) and len(value) <= 100:
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None

@@ -106,6 +106,7 @@ LAYERS = [
     # vocabulary: imports nothing of ours
     "areal_alloc.errors",
     "areal_alloc.limits",
+    "areal_alloc.numbers",
     "areal_alloc.vocab",
     "areal_alloc.kinds",
     "areal_alloc._config",

@@ -1,14 +1,19 @@
-"""What every subcommand's command line shares: its parser and the integer argument type."""
+"""What every subcommand's command line shares: its parser and the number argument types."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from areal_alloc.limits import MAX_COUNT, MAX_GPUS, grouped
+from areal_alloc.errors import AllocationValidationError
+from areal_alloc.limits import MAX_COUNT, MAX_GPUS
+from areal_alloc.numbers import MAX_SPEED, read_float, read_int
 
-__all__ = ["CommandParser", "command_parser", "positive"]
+__all__ = ["CommandParser", "command_parser", "count", "fraction", "positive", "real", "speed"]
+
+_N = TypeVar("_N", int, float)
 
 
 class CommandParser(argparse.ArgumentParser):
@@ -29,21 +34,35 @@ def command_parser(name: str, description: str, epilog: str = "") -> CommandPars
     )
 
 
-def _whole(text: str, maximum: int) -> int:
-    digits = text.strip()
-    if not digits.isdigit() or int(digits[:30]) < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer ≥ 1, got {text[:40]!r}")
-    if len(digits) > 30 or int(digits) > maximum:
-        shown = digits if len(digits) <= 24 else f"a {len(digits)}-digit number"
-        raise argparse.ArgumentTypeError(f"{shown} is over the limit of {grouped(maximum)}")
-    return int(digits)
+def _flag_number(read: Callable[[], _N]) -> _N:
+    try:
+        return read()
+    except AllocationValidationError as error:  # argparse prefixes "argument --flag: "
+        raise argparse.ArgumentTypeError(error.message) from None
 
 
 def positive(text: str) -> int:
     """An argparse type: an integer from 1 to the GPU limit (GPUs, layout sizes, K)."""
-    return _whole(text, MAX_GPUS)
+    return _flag_number(lambda: read_int(text, maximum=MAX_GPUS))
 
 
 def count(text: str) -> int:
     """An argparse type: an integer from 1 to the count limit (tokens, lengths, batches)."""
-    return _whole(text, MAX_COUNT)
+    return _flag_number(lambda: read_int(text, maximum=MAX_COUNT))
+
+
+def real(minimum: float, maximum: float, *, above: bool = True) -> Callable[[str], float]:
+    """An argparse type: a finite number from ``minimum`` (excluded when ``above``) to
+    ``maximum``, e.g. ``real(0, 1)`` for an efficiency or a memory fraction."""
+
+    def number(text: str) -> float:
+        return _flag_number(lambda: read_float(text, minimum=minimum, maximum=maximum, above=above))
+
+    number.__name__ = "number"  # argparse names the type in some messages
+    return number
+
+
+#: An argparse type for speeds (TFLOP/s, TB/s, GB/s, Gb/s): above 0 and finite.
+speed = real(0, MAX_SPEED)
+#: An argparse type for fractions (efficiencies, memory fractions): in (0, 1].
+fraction = real(0, 1)

@@ -82,8 +82,7 @@ HUGE = "99999999999999999999"
         ),
         (
             ["layouts", "megatron", HUGE],
-            "areal-alloc layouts: argument gpus: 99999999999999999999 is over the limit of "
-            "1,048,576\n",
+            "areal-alloc layouts: argument gpus: 99999999999999999999: the limit is 1,048,576\n",
         ),
         (
             ["cluster.n_nodes=100000000"],
@@ -95,17 +94,17 @@ HUGE = "99999999999999999999"
         ),
         (  # token counts have their own, larger limit (2**40): 2M-token steps are common
             ["layouts", "megatron", "16", "--rank", "--tokens-per-step", HUGE],
-            "areal-alloc layouts: argument --tokens-per-step: 99999999999999999999 is over the "
-            "limit of 1,099,511,627,776\n",
+            "areal-alloc layouts: argument --tokens-per-step: 99999999999999999999: the limit "
+            "is 1,099,511,627,776\n",
         ),
         (
             ["suggest", "--model", "Qwen3-8B", "--gpus", "16", "--gen-len", "1099511627777"],
-            "areal-alloc suggest: argument --gen-len: 1099511627777 is over the limit of "
+            "areal-alloc suggest: argument --gen-len: 1099511627777: the limit is "
             "1,099,511,627,776\n",
         ),
         (
             ["layouts", "sglang", "8", "--max-tp", "0"],
-            "areal-alloc layouts: argument --max-tp: must be an integer ≥ 1, got '0'\n",
+            "areal-alloc layouts: argument --max-tp: 0: must be an integer from 1 to 1,048,576\n",
         ),
     ],
 )

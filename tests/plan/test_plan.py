@@ -215,11 +215,12 @@ PLAN_ERRORS = [
     ),
     (
         {"cluster": {"n_nodes": 0}, "actor": {"backend": "fsdp:d4"}},
-        "cluster.n_nodes=0: must be ≥ 1",
+        "cluster.n_nodes=0: must be an integer from 1 to 131,072, e.g. cluster.n_nodes=32",
     ),
     (
         {"cluster": {"n_gpus_per_node": "eight"}, "actor": {"backend": "fsdp:d4"}},
-        "cluster.n_gpus_per_node='eight': must be an integer ≥ 0, e.g. cluster.n_gpus_per_node=8",
+        "cluster.n_gpus_per_node='eight': must be an integer from 0 to 1,024, e.g. "
+        "cluster.n_gpus_per_node=8",
     ),
     (
         {"cluster": {}, "trainer": {"backend": "fsdp:d4"}},
