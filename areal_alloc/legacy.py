@@ -21,12 +21,22 @@ from areal_alloc.vocab import ENGINE_ROLES, colocation_size_problem, missing_hyb
 
 __all__ = [
     "ENGINE_KEYS",
+    "NOT_READ",
     "EngineAssignment",
     "LegacyAllocationMode",
     "Migration",
     "migration_overrides",
     "parse_allocation_mode",
 ]
+
+#: Who still reads ``allocation_mode``: the reference's single-controller trainer parses each
+#: engine's ``backend`` (areal/trainer/rl_trainer.py); only its SPMD launchers still parse the
+#: string (areal/infra/launcher/local.py local_main, ray.py, slurm.py, with a FutureWarning;
+#: areal/api/cli_args.py: "Only used by SPMD launchers"), AReaL cbff54d6.
+NOT_READ = (
+    "is deprecated: the single-controller scheduler ignores it and only the legacy SPMD "
+    "launchers (areal.infra.launcher.local, ray, slurm) still read it"
+)
 
 #: The engines of an experiment config.
 ENGINE_KEYS: tuple[str, ...] = tuple(ENGINE_ROLES)

@@ -314,20 +314,20 @@ def _legacy_check(cfg: object) -> None:
         return
     # imported here, not at the top: the deprecated string is rare, and this module
     # is loaded at the start of every run that enables the hook
-    from areal_alloc.legacy import migration_overrides
+    from areal_alloc.legacy import NOT_READ, migration_overrides
 
     try:
         migration = migration_overrides(str(value))
     except AllocationError as error:
         raise AllocationValidationError(
-            f"allocation_mode={shown(value)} is deprecated and no longer read; give each "
-            f"engine its own backend field (rollout.backend=…, actor.backend=…); it also does "
-            f"not parse: {error.message}"
+            f"allocation_mode={shown(value)} {NOT_READ}; give each engine its own backend "
+            f"field (rollout.backend=…, actor.backend=…); it also does not parse: "
+            f"{error.message}"
         ) from None
     notes = f" ({'; '.join(migration.notes)})" if migration.notes else ""
     raise AllocationValidationError(
-        f"allocation_mode={value!r} is deprecated and no longer read; remove it and give "
-        f"each engine its own backend field: {' '.join(migration.overrides)}{notes}"
+        f"allocation_mode={value!r} {NOT_READ}; remove it and give each engine its own "
+        f"backend field: {' '.join(migration.overrides)}{notes}"
     )
 
 

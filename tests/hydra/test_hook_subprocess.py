@@ -87,8 +87,10 @@ def test_bad_run_stops_before_anything_is_written(
 
 
 MIGRATION = (
-    "areal-alloc: allocation_mode='sglang:d4+fsdp:d4' is deprecated and no longer read; "
-    "remove it and give each engine its own backend field: ++rollout.backend=sglang:d4 "
+    "areal-alloc: allocation_mode='sglang:d4+fsdp:d4' is deprecated: the single-controller "
+    "scheduler ignores it and only the legacy SPMD launchers (areal.infra.launcher.local, ray, "
+    "slurm) still read it; remove it and give each engine its own backend field: "
+    "++rollout.backend=sglang:d4 "
     "++actor.backend=fsdp:d4\n"
 )
 
@@ -115,7 +117,9 @@ def test_legacy_allocation_mode_in_yaml(tmp_path: Path) -> None:
     assert run.code == 1
     assert run.err == (
         "areal-alloc: allocation_mode='sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4' is "
-        "deprecated and no longer read; remove it and give each engine its own backend field: "
+        "deprecated: the single-controller scheduler ignores it and only the legacy SPMD "
+        "launchers (areal.infra.launcher.local, ray, slurm) still read it; remove it and give "
+        "each engine its own backend field: "
         "++rollout.backend=sglang:d2 ++actor.backend=fsdp:d4 ++critic.backend=fsdp:d4 "
         "++critic.scheduling_strategy.type=colocation ++critic.scheduling_strategy.target=actor\n"
     )

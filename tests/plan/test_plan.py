@@ -238,21 +238,27 @@ PLAN_ERRORS = [
     ),
     (
         cfg(allocation_mode="sglang:d4+fsdp:d4", actor={"backend": "fsdp:d4"}),
-        "allocation_mode='sglang:d4+fsdp:d4' is deprecated and no longer read; remove it and "
-        "give each engine its own backend field: ++rollout.backend=sglang:d4 "
+        "allocation_mode='sglang:d4+fsdp:d4' is deprecated: the single-controller scheduler "
+        "ignores it and only the legacy SPMD launchers (areal.infra.launcher.local, ray, slurm) "
+        "still read it; remove it and give each engine its own backend field: "
+        "++rollout.backend=sglang:d4 "
         "++actor.backend=fsdp:d4",
     ),
     (
         cfg(allocation_mode="sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4"),
-        "allocation_mode='sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4' is deprecated and "
-        "no longer read; remove it and give each engine its own backend field: "
+        "allocation_mode='sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4' is deprecated: "
+        "the single-controller scheduler ignores it and only the legacy SPMD launchers "
+        "(areal.infra.launcher.local, ray, slurm) still read it; remove it and give each engine "
+        "its own backend field: "
         "++rollout.backend=sglang:d2 ++actor.backend=fsdp:d4 ++critic.backend=fsdp:d4 "
         "++critic.scheduling_strategy.type=colocation ++critic.scheduling_strategy.target=actor",
     ),
     (
         cfg(allocation_mode="vllm:d4p1t2+d4p1t1c2"),
-        "allocation_mode='vllm:d4p1t2+d4p1t1c2' is deprecated and no longer read; remove it and "
-        "give each engine its own backend field: ++rollout.backend=vllm:d4t2 "
+        "allocation_mode='vllm:d4p1t2+d4p1t1c2' is deprecated: the single-controller scheduler "
+        "ignores it and only the legacy SPMD launchers (areal.infra.launcher.local, ray, slurm) "
+        "still read it; remove it and give each engine its own backend field: "
+        "++rollout.backend=vllm:d4t2 "
         "++actor.backend=fsdp:d4c2 (bare dimensions 'd4p1t1c2' get 'fsdp', the backend the old "
         "automatic choice took (fsdp unless p or e > 1, else megatron); this is a suggestion, "
         "check it)",

@@ -239,7 +239,8 @@ def test_a_deprecated_allocation_mode_in_yaml_stops_the_run_in_any_order(
     assert done.returncode == 1
     assert "RAN" not in done.stdout
     assert done.stderr.startswith(
-        "areal-alloc: allocation_mode='sglang:d8+fsdp:d8' is deprecated and no longer read"
+        "areal-alloc: allocation_mode='sglang:d8+fsdp:d8' is deprecated: the single-controller "
+        "scheduler ignores it"
     )
     # without allocation_mode the task never sees the hook's placeholder
     (conf / "config.yaml").write_text(f"defaults:\n{defaults}actor:\n  backend: fsdp:d8\n")
