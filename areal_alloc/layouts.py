@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, fields, replace
 
 from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import find_model
+from areal_alloc.defaults import CONTEXT_LENGTH
 from areal_alloc.errors import AllocationValidationError, shown
 from areal_alloc.fit import resolve_gpu
 from areal_alloc.format import format_spec
@@ -35,9 +36,12 @@ from areal_alloc.vocab import BACKEND_DIMS, HYBRID_BACKENDS, INFERENCE_BACKENDS
 
 __all__ = [
     "MAX_CANDIDATES",
+    "FastestLayouts",
     "LayoutConstraints",
+    "RankedLayout",
     "TooManyLayouts",
     "enumerate_layouts",
+    "fastest_layouts",
     "fitting_layouts",
     "iter_layouts",
     "iter_strategies",
@@ -53,9 +57,10 @@ MAX_CANDIDATES = 200_000
 class LayoutConstraints:
     """Limits on the layouts to list. ``None`` means no limit.
 
-    ``gpus_per_node`` keeps tensor parallelism (and, for inference, a whole
-    instance) within one node. ``num_layers``/``num_attention_heads``/
-    ``num_key_value_heads``/``num_experts`` apply the model-shape rules.
+    ``gpus_per_node`` keeps tensor parallelism within one node (an inference
+    instance, t × p, either fits in a node or spans whole nodes).
+    ``num_layers``/``num_attention_heads``/``num_key_value_heads``/``num_experts``
+    apply the model-shape rules.
     ``experts`` adds expert parallelism (e > 1; on when ``num_experts`` or
     ``max_ep`` is given), ``hybrid`` adds attn/ffn layouts with expert tensor
     parallelism.
@@ -158,10 +163,14 @@ def iter_strategies(
                     continue
                 if tp > 1 and "t" not in allowed:
                     continue
-                if node and tp > node and not inference:
+                if node and tp > node:  # tensor parallelism stays inside a node
                     continue
                 if inference and node and (tp * pp) % node and node % (tp * pp):
                     continue
+                # the shape rules of t, p and c hold for every e and etp alike: checked once
+                family_fits = shape is None or not layout_problems(
+                    backend, ParallelStrategy(tp, pp, dp, cp), shape
+                )
                 for ep in _divisors(gpus // pp) if with_experts else (1,):
                     if not _within(ep, c.max_ep):
                         continue
@@ -183,8 +192,14 @@ def iter_strategies(
                                 f"with limits such as --max-tp, --max-pp, --max-cp, --max-ep "
                                 f"or a model shape"
                             )
+                        if not family_fits:
+                            continue
                         parallel = ParallelStrategy(tp, pp, dp, cp, ep, etp)
-                        if shape is not None and layout_problems(backend, parallel, shape):
+                        if (
+                            ep > 1
+                            and shape is not None
+                            and layout_problems(backend, parallel, shape)
+                        ):
                             continue
                         yield parallel
 
@@ -235,6 +250,31 @@ def parse_constraints(options: object) -> LayoutConstraints:
     return LayoutConstraints(**values)  # type: ignore[arg-type]
 
 
+def _shaped(constraints: LayoutConstraints | None, arch: Architecture) -> LayoutConstraints:
+    """The constraints with the model's own shape rules filled in where none are given."""
+    base = constraints or LayoutConstraints()
+    return replace(
+        base,
+        num_layers=base.num_layers or arch.num_layers,
+        num_attention_heads=base.num_attention_heads or arch.num_attention_heads,
+        num_key_value_heads=base.num_key_value_heads or arch.kv_heads,
+        num_experts=base.num_experts or (arch.num_experts or None),
+    )
+
+
+def _memory(
+    backend: str,
+    parallel: ParallelStrategy,
+    arch: Architecture,
+    capacity: int | None,
+    training: TrainingSettings,
+    inference: InferenceSettings,
+) -> MemoryEstimate:
+    if backend in INFERENCE_BACKENDS:
+        return inference_memory(backend, backend, arch, parallel, inference, capacity)
+    return training_memory(backend, backend, arch, parallel, training, capacity)
+
+
 def layout_memory(
     backend: str,
     gpus: int,
@@ -248,21 +288,11 @@ def layout_memory(
 
     At most :data:`MAX_LAYOUTS` layouts, in the listing order.
     """
-    base = constraints or LayoutConstraints()
-    shaped = replace(
-        base,
-        num_layers=base.num_layers or arch.num_layers,
-        num_attention_heads=base.num_attention_heads or arch.num_attention_heads,
-        num_key_value_heads=base.num_key_value_heads or arch.kv_heads,
-        num_experts=base.num_experts or (arch.num_experts or None),
-    )
     training = training or TrainingSettings()
     inference = inference or InferenceSettings()
-    for parallel in itertools.islice(iter_strategies(backend, gpus, shaped), MAX_LAYOUTS):
-        if backend in INFERENCE_BACKENDS:
-            estimate = inference_memory(backend, backend, arch, parallel, inference, capacity)
-        else:
-            estimate = training_memory(backend, backend, arch, parallel, training, capacity)
+    strategies = iter_strategies(backend, gpus, _shaped(constraints, arch))
+    for parallel in itertools.islice(strategies, MAX_LAYOUTS):
+        estimate = _memory(backend, parallel, arch, capacity, training, inference)
         yield format_spec(backend, parallel), estimate
 
 
@@ -273,7 +303,7 @@ def fitting_layouts(
     *,
     model: str,
     gpu: str,
-    tokens: str | int = 32768,
+    tokens: str | int = CONTEXT_LENGTH,
     recompute: str = "none",
 ) -> list[str]:
     """The layouts whose estimated memory per GPU fits ``gpu`` for ``model``.
@@ -303,6 +333,7 @@ class RankedLayout:
     spec: str
     memory: MemoryEstimate
     speed: StepEstimate
+    parallel: ParallelStrategy
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -317,6 +348,54 @@ class RankedLayout:
         }
 
 
+def _training_speed(
+    backend: str,
+    arch: Architecture,
+    parallel: ParallelStrategy,
+    hardware: Hardware,
+    tokens_per_step: int,
+    sequence_length: int,
+    training: TrainingSettings,
+) -> StepEstimate:
+    return training_step(
+        backend,
+        arch,
+        parallel,
+        hardware,
+        tokens_per_step=tokens_per_step,
+        tokens_per_micro_batch=training.tokens_per_micro_batch,
+        sequence_length=sequence_length,
+        recompute=training.recompute,
+        virtual_pipeline=training.virtual_pipeline,
+    )
+
+
+def _decode_speed(
+    arch: Architecture,
+    parallel: ParallelStrategy,
+    hardware: Hardware,
+    memory: MemoryEstimate,
+    gpus: int,
+    sequence_length: int,
+) -> StepEstimate:
+    kv = memory.kv_cache
+    per_token = kv.bytes_per_token if kv is not None else 0
+    batch = max(1, min(kv.sequences or 1, 256)) if kv is not None else 1
+    one = decode_step(
+        arch, parallel, hardware, batch=batch, context=sequence_length, kv_bytes_per_token=per_token
+    )
+    instances = gpus // (parallel.tp_size * parallel.pp_size)
+    return replace_tokens(one, one.tokens * instances, gpus)
+
+
+def _too_many_to_rank(backend: str, gpus: int, limit: int, how: str) -> TooManyLayouts:
+    return TooManyLayouts(
+        f"more than {grouped(limit)} {backend} layouts of {grouped(gpus)} GPUs to rank "
+        f"({how}); narrow the search with --max-tp, --max-pp, --max-cp, --max-ep or "
+        f"--gpus-per-node"
+    )
+
+
 def ranked_layouts(
     backend: str,
     gpus: int,
@@ -329,47 +408,154 @@ def ranked_layouts(
     sequence_length: int,
     training: TrainingSettings | None = None,
     inference: InferenceSettings | None = None,
+    keep: Callable[[ParallelStrategy], bool] | None = None,
+    limit: int | None = None,
 ) -> list[RankedLayout]:
     """The layouts that fit, fastest first (training: tokens per second of a step;
     inference: generated tokens per second of all instances at the batch the KV cache
-    holds)."""
+    holds).
+
+    ``keep`` drops layouts before they are estimated. With ``limit``, more than
+    ``limit`` valid layouts raise :class:`TooManyLayouts` (checked before any is
+    estimated); without, at most :data:`MAX_LAYOUTS` are ranked.
+    """
     training = training or TrainingSettings()
+    inference = inference or InferenceSettings()
+    strategies: Iterable[ParallelStrategy] = iter_strategies(
+        backend, gpus, _shaped(constraints, arch)
+    )
+    if keep is not None:
+        strategies = filter(keep, strategies)
+    if limit is not None:
+        found = list(itertools.islice(strategies, limit + 1))
+        if len(found) > limit:
+            raise _too_many_to_rank(
+                backend, gpus, limit, "the limit of a full ranking; --top K ranks more"
+            )
+        strategies = found
     out = []
-    for spec, memory in layout_memory(
-        backend, gpus, constraints, arch, capacity, training, inference
-    ):
+    for parallel in itertools.islice(strategies, MAX_LAYOUTS):
+        memory = _memory(backend, parallel, arch, capacity, training, inference)
         if memory.fits is False:
             continue
-        parallel = ModelAllocation.from_str(spec).parallel
         if backend in INFERENCE_BACKENDS:
-            kv = memory.kv_cache
-            per_token = kv.bytes_per_token if kv is not None else 0
-            batch = max(1, min(kv.sequences or 1, 256)) if kv is not None else 1
-            one = decode_step(
-                arch,
-                parallel,
-                hardware,
-                batch=batch,
-                context=sequence_length,
-                kv_bytes_per_token=per_token,
-            )
-            instances = gpus // (parallel.tp_size * parallel.pp_size)
-            speed = replace_tokens(one, one.tokens * instances, gpus)
+            speed = _decode_speed(arch, parallel, hardware, memory, gpus, sequence_length)
         else:
-            speed = training_step(
-                backend,
-                arch,
-                parallel,
-                hardware,
-                tokens_per_step=tokens_per_step,
-                tokens_per_micro_batch=training.tokens_per_micro_batch,
-                sequence_length=sequence_length,
-                recompute=training.recompute,
-                virtual_pipeline=training.virtual_pipeline,
+            speed = _training_speed(
+                backend, arch, parallel, hardware, tokens_per_step, sequence_length, training
             )
-        out.append(RankedLayout(spec, memory, speed))
+        out.append(RankedLayout(format_spec(backend, parallel), memory, speed, parallel))
     out.sort(key=lambda r: -r.speed.tokens_per_second)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class FastestLayouts:
+    """The ``top`` fastest layouts that fit, and how much of the listing was searched."""
+
+    layouts: tuple[RankedLayout, ...]
+    searched: int  # valid layouts looked at (estimated, or bounded away)
+    cut: bool  # the search stopped at its limit with layouts left
+
+
+#: Speed terms that only expert parallelism adds (and that grow with it).
+_EXPERT_TERMS = ("expert all-to-all",)
+
+
+def _family(parallel: ParallelStrategy) -> tuple[int, int, int, int]:
+    return parallel.dp_size, parallel.cp_size, parallel.pp_size, parallel.tp_size
+
+
+def fastest_layouts(
+    backend: str,
+    gpus: int,
+    constraints: LayoutConstraints | None,
+    arch: Architecture,
+    capacity: int | None,
+    hardware: Hardware,
+    *,
+    top: int,
+    tokens_per_step: int,
+    sequence_length: int,
+    training: TrainingSettings | None = None,
+    inference: InferenceSettings | None = None,
+    keep: Callable[[ParallelStrategy], bool] | None = None,
+    accept: Callable[[RankedLayout], bool] | None = None,
+    limit: int = MAX_LAYOUTS,
+) -> FastestLayouts:
+    """The first ``top`` of :func:`ranked_layouts` that ``accept`` takes, found by
+    branch and bound instead of estimating every layout.
+
+    Exactly the same layouts in the same order (ties keep the listing order), for a
+    training backend: the layouts of one family share d, c, p and t and differ in
+    e and etp; every term of a step but the expert all-to-all is the same across
+    the family except the data-parallel one, which only shrinks as e·etp grows
+    (fewer parameters per GPU). So the step of the family's largest e·etp without
+    its all-to-all is a lower bound for all of them, and a family whose bound is
+    no faster than the ``top``-th found so far is passed over unestimated; within
+    a family, memory is estimated only for a layout fast enough to enter. An
+    inference backend's few layouts are all estimated. At most ``limit`` valid
+    layouts are searched, in the listing order; ``cut`` says the limit was hit.
+    """
+    if top < 1:
+        return FastestLayouts((), 0, False)
+    training = training or TrainingSettings()
+    inference = inference or InferenceSettings()
+    strategies: Iterable[ParallelStrategy] = iter_strategies(
+        backend, gpus, _shaped(constraints, arch)
+    )
+    if keep is not None:
+        strategies = filter(keep, strategies)
+    found = list(itertools.islice(strategies, limit + 1))
+    cut = len(found) > limit
+    found = found[:limit]
+    best: list[tuple[float, int, RankedLayout]] = []  # (-tokens/s, listing index, layout)
+
+    def enter(
+        index: int, parallel: ParallelStrategy, speed: StepEstimate, memory: MemoryEstimate
+    ) -> None:
+        ranked = RankedLayout(format_spec(backend, parallel), memory, speed, parallel)
+        if accept is not None and not accept(ranked):
+            return
+        best.append((-speed.tokens_per_second, index, ranked))
+        best.sort(key=lambda entry: (entry[0], entry[1]))
+        del best[top:]
+
+    def beaten(seconds: float) -> bool:
+        """True when a step of at least ``seconds`` cannot enter the ``top``."""
+        return len(best) == top and seconds >= best[-1][2].speed.seconds
+
+    if backend in INFERENCE_BACKENDS:
+        for index, parallel in enumerate(found):
+            memory = _memory(backend, parallel, arch, capacity, training, inference)
+            if memory.fits is not False:
+                speed = _decode_speed(arch, parallel, hardware, memory, gpus, sequence_length)
+                enter(index, parallel, speed, memory)
+        return FastestLayouts(tuple(entry[2] for entry in best), len(found), cut)
+
+    def speed_of(parallel: ParallelStrategy) -> StepEstimate:
+        return _training_speed(
+            backend, arch, parallel, hardware, tokens_per_step, sequence_length, training
+        )
+
+    index = 0
+    for _, group in itertools.groupby(found, key=_family):
+        members = list(group)
+        first = index
+        index += len(members)
+        widest = max(members, key=lambda p: p.ep_size * p.etp_size)
+        widest_speed = speed_of(widest)
+        bound = sum(t.seconds for t in widest_speed.terms if t.name not in _EXPERT_TERMS)
+        if beaten(bound):
+            continue
+        for offset, parallel in enumerate(members):
+            speed = widest_speed if parallel is widest else speed_of(parallel)
+            if beaten(speed.seconds):
+                continue
+            memory = _memory(backend, parallel, arch, capacity, training, inference)
+            if memory.fits is not False:
+                enter(first + offset, parallel, speed, memory)
+    return FastestLayouts(tuple(entry[2] for entry in best), len(found), cut)
 
 
 def replace_tokens(estimate: StepEstimate, tokens: int, gpus: int) -> StepEstimate:

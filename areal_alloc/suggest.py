@@ -23,14 +23,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from areal_alloc.architecture import Architecture
+from areal_alloc.defaults import CONTEXT_LENGTH
 from areal_alloc.errors import AllocationValidationError
-from areal_alloc.layouts import LayoutConstraints, RankedLayout, ranked_layouts
+from areal_alloc.layouts import LayoutConstraints, RankedLayout, fastest_layouts
 from areal_alloc.limits import MAX_COUNT, grouped
 from areal_alloc.memory import InferenceSettings, Term, TrainingSettings
-from areal_alloc.model import ModelAllocation
+from areal_alloc.strategy import ParallelStrategy
 from areal_alloc.throughput import Hardware, balance_advice
 
-__all__ = ["Proposal", "RunShape", "suggest"]
+__all__ = ["SPLIT_LAYOUTS", "Proposal", "RunShape", "suggest"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +71,9 @@ class Proposal:
     generate_seconds: float
     train_seconds: float
     shape: RunShape
+    #: The training layouts of this split were more than :data:`SPLIT_LAYOUTS`: the
+    #: first ones in the listing order (most data parallelism first) were searched.
+    training_search_cut: bool = False
 
     @property
     def step_seconds(self) -> float:
@@ -130,6 +134,11 @@ def _splits(gpus: int, per_node: int) -> list[int]:
     return list(range(1, gpus))
 
 
+#: Training layouts searched per split at most, in the listing order (most data
+#: parallelism first); more are left out and the proposal says so. Every layout of
+#: up to 4,096 GPUs of the catalogue's models is within it (the search itself is
+#: exact: :func:`areal_alloc.layouts.fastest_layouts`); about 20 ms per split.
+SPLIT_LAYOUTS = 2_000
 #: Up to this many rollout/training splits, every one is estimated; beyond, the search
 #: narrows in on the optimum (see :func:`_search_order`), then takes its neighbours.
 EXHAUSTIVE_SPLITS = 48
@@ -221,7 +230,7 @@ def suggest(
     train_backend: str = "megatron",
     rollout_backend: str = "sglang",
     training: TrainingSettings | None = None,
-    context_length: int = 32768,
+    context_length: int = CONTEXT_LENGTH,
     top: int = 3,
 ) -> list[Proposal]:
     """The best ``top`` splits of ``gpus`` between rollout and training, fastest first."""
@@ -240,41 +249,52 @@ def suggest(
     sequence = shape.prompt_len + shape.gen_len
     best_rollout: dict[int, RankedLayout | None] = {}
     best_train: dict[int, RankedLayout | None] = {}
+    cut_splits: set[int] = set()  # training GPU counts whose search stopped at SPLIT_LAYOUTS
     splits = _splits(gpus, per_node)
+
+    def instance_in_node(parallel: ParallelStrategy) -> bool:
+        return parallel.tp_size * parallel.pp_size <= per_node  # inference instances
+
+    def colocated_fit(actor: RankedLayout) -> bool:
+        return _fits_with_colocated(actor, shape, capacity)
 
     def rollout_layout(rollout_gpus: int) -> RankedLayout | None:
         if rollout_gpus not in best_rollout:
-            ranked = ranked_layouts(
+            found = fastest_layouts(
                 rollout_backend,
                 rollout_gpus,
                 constraints,
                 arch,
                 capacity,
                 hardware,
+                top=1,
                 tokens_per_step=shape.generated_tokens,
                 sequence_length=min(sequence, context_length),
                 inference=inference,
+                keep=instance_in_node,
             )
-            # inference instances stay inside a node
-            inside = [r for r in ranked if _instance_size(r.spec) <= per_node]
-            best_rollout[rollout_gpus] = inside[0] if inside else None
+            best_rollout[rollout_gpus] = found.layouts[0] if found.layouts else None
         return best_rollout[rollout_gpus]
 
     def train_layout(train_gpus: int) -> RankedLayout | None:
         if train_gpus not in best_train:
-            ranked = ranked_layouts(
+            found = fastest_layouts(
                 train_backend,
                 train_gpus,
                 constraints,
                 arch,
                 capacity,
                 hardware,
+                top=1,
                 tokens_per_step=shape.train_tokens,
                 sequence_length=min(sequence, training.tokens_per_micro_batch),
                 training=training,
+                accept=colocated_fit,
+                limit=SPLIT_LAYOUTS,
             )
-            fitting = [r for r in ranked if _fits_with_colocated(r, shape, capacity)]
-            best_train[train_gpus] = fitting[0] if fitting else None
+            if found.cut:
+                cut_splits.add(train_gpus)
+            best_train[train_gpus] = found.layouts[0] if found.layouts else None
         return best_train[train_gpus]
 
     def proposal(index: int) -> Proposal | None:
@@ -285,7 +305,16 @@ def suggest(
             return None
         generate = shape.generated_tokens / rollout.speed.tokens_per_second
         train = shape.train_tokens / actor.speed.tokens_per_second * forward_cost
-        return Proposal(rollout, actor, rollout_gpus, train_gpus, generate, train, shape)
+        return Proposal(
+            rollout,
+            actor,
+            rollout_gpus,
+            train_gpus,
+            generate,
+            train,
+            shape,
+            train_gpus in cut_splits,
+        )
 
     def training_slower(index: int) -> bool:
         rollout_gpus = splits[index]
@@ -310,11 +339,6 @@ def suggest(
     proposals = [p for p in map(proposal, order) if p is not None]
     proposals.sort(key=lambda p: p.step_seconds)
     return proposals[:top]
-
-
-def _instance_size(spec: str) -> int:
-    parallel = ModelAllocation.from_str(spec).parallel
-    return parallel.tp_size * parallel.pp_size
 
 
 def _fits_with_colocated(actor: RankedLayout, shape: RunShape, capacity: int) -> bool:

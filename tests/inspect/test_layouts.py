@@ -26,7 +26,8 @@ LAYOUTS = [
         "sglang",
         16,
         C(max_pp=1, gpus_per_node=8),
-        ["sglang:d16", "sglang:d8t2", "sglang:d4t4", "sglang:d2t8", "sglang:d1t16"],
+        # tensor parallelism stays inside a node: no t16 on 8-GPU nodes (issue 16)
+        ["sglang:d16", "sglang:d8t2", "sglang:d4t4", "sglang:d2t8"],
     ),
     ("megatron", 4, C(max_cp=1, max_pp=1), ["megatron:d4", "megatron:d2t2", "megatron:d1t4"]),
     (
