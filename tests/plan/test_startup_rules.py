@@ -1,0 +1,435 @@
+"""Every start-up rule of the reference (areal_alloc.experiment.rules.RULES): a config it
+refuses, with our exact message, and the nearest config it starts.
+
+The rules were read from areal-project/AReaL at cbff54d645d2cd8ee1f1c358a82f3f473588433d; each
+row names the reference's file that raises.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from areal_alloc import AllocationValidationError, validate
+from areal_alloc.experiment import REFERENCE_COMMIT
+from areal_alloc.experiment.rules import RULES
+
+QWEN_7B = "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B"  # 28 heads, 4 KV heads, 28 layers
+
+
+def cfg(**sections: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"cluster": {"n_nodes": 2, "n_gpus_per_node": 8}}
+    out.update(sections)
+    return out
+
+
+def colocated(backend: str, target: str = "actor") -> dict[str, Any]:
+    return {"backend": backend, "scheduling_strategy": {"type": "colocation", "target": target}}
+
+
+# rule -> (config the reference refuses, our exact message, the nearest config it starts)
+REFUSED: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
+    (  # areal/api/cli_args.py BaseExperimentConfig.__post_init__
+        "total_train_epochs ≥ 1",
+        cfg(actor={"backend": "fsdp:d4"}, total_train_epochs=0),
+        "total_train_epochs=0: must be ≥ 1 (the reference's loader refuses it)",
+        cfg(actor={"backend": "fsdp:d4"}, total_train_epochs=1),
+    ),
+    (  # areal/api/cli_args.py TrainEngineConfig.__post_init__
+        "_version is v1 or v2",
+        cfg(actor={"backend": "fsdp:d4", "_version": "v3"}),
+        "actor._version='v3': must be 'v1' or 'v2'",
+        cfg(actor={"backend": "fsdp:d4", "_version": "v2"}),
+    ),
+    (  # areal/trainer/rl_trainer.py _validate_cfg: colocation offloads
+        "offload (colocated actor↔rollout, any engine's offload) needs enable_offload",
+        cfg(
+            rollout=colocated("sglang:d8"),
+            actor={"backend": "fsdp:d8", "weight_update_mode": "disk"},
+        ),
+        "enable_offload is false but actor and rollout are colocated "
+        "(rollout.scheduling_strategy.target='actor'), so the reference offloads between "
+        "rollout and training and will not start without it: set enable_offload=true (the run "
+        "then needs torch_memory_saver, e.g. preloaded with LD_PRELOAD)",
+        cfg(
+            rollout=colocated("sglang:d8"),
+            actor={"backend": "fsdp:d8", "weight_update_mode": "disk"},
+            enable_offload=True,
+        ),
+    ),
+    (  # the same rule: an engine's own offload, the colocation the other way round
+        "offload (colocated actor↔rollout, any engine's offload) needs enable_offload",
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor=colocated("fsdp:d8", "rollout") | {"weight_update_mode": "disk"},
+            ref={"backend": "fsdp:d8", "offload": True},
+        ),
+        "enable_offload is false but actor and rollout are colocated "
+        "(actor.scheduling_strategy.target='rollout') and ref.offload=true, so the reference "
+        "offloads between rollout and training and will not start without it: set "
+        "enable_offload=true (the run then needs torch_memory_saver, e.g. preloaded with "
+        "LD_PRELOAD)",
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor=colocated("fsdp:d8", "rollout") | {"weight_update_mode": "disk"},
+            ref={"backend": "fsdp:d8", "offload": True},
+            enable_offload=True,
+        ),
+    ),
+    (  # areal/trainer/rl_trainer.py _validate_cfg
+        "colocated actor↔rollout needs actor.weight_update_mode disk or awex",
+        cfg(rollout=colocated("sglang:d8"), actor={"backend": "fsdp:d8"}, enable_offload=True),
+        "actor.weight_update_mode='xccl' (the reference's default) with actor and rollout "
+        "colocated (rollout.scheduling_strategy.target='actor'): colocated engines update "
+        "weights through disk or awex only; set actor.weight_update_mode=disk (or awex, with a "
+        "megatron actor and an sglang rollout)",
+        cfg(
+            rollout=colocated("sglang:d8"),
+            actor={"backend": "fsdp:d8", "weight_update_mode": "disk"},
+            enable_offload=True,
+        ),
+    ),
+    (  # areal/trainer/rl_trainer.py _validate_cfg (v1 awex)
+        "awex needs a megatron actor",
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={"backend": "fsdp:d8", "weight_update_mode": "awex"},
+        ),
+        "actor.weight_update_mode='awex' needs a megatron actor, but actor.backend='fsdp:d8': "
+        "train with megatron:… or set actor.weight_update_mode=disk or xccl",
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={"backend": "megatron:d8", "weight_update_mode": "awex"},
+        ),
+    ),
+    (  # areal/trainer/rl_trainer.py _validate_cfg (v1 awex)
+        "awex needs an sglang rollout",
+        cfg(
+            rollout={"backend": "vllm:d8"},
+            actor={"backend": "megatron:d8", "weight_update_mode": "awex"},
+        ),
+        "actor.weight_update_mode='awex' needs an sglang rollout, but rollout.backend='vllm:d8': "
+        "serve with sglang:… or set actor.weight_update_mode=disk or xccl",
+        cfg(  # the v2 controllers never read weight_update_mode
+            rollout={"backend": "vllm:d8", "_version": "v2"},
+            actor={"backend": "megatron:d8", "weight_update_mode": "awex", "_version": "v2"},
+        ),
+    ),
+    (  # areal/trainer/rl_trainer.py _validate_cfg (and _init_rollout)
+        "vLLM cannot rollout.return_routed_experts",
+        cfg(
+            rollout={"backend": "vllm:d8", "return_routed_experts": True},
+            actor={"backend": "fsdp:d8"},
+        ),
+        "rollout.return_routed_experts=true needs an sglang rollout, but "
+        "rollout.backend='vllm:d8': set rollout.return_routed_experts=false or serve with sglang:…",
+        cfg(
+            rollout={"backend": "sglang:d8", "return_routed_experts": True},
+            actor={"backend": "fsdp:d8"},
+        ),
+    ),
+    (  # areal/trainer/rl_trainer.py _validate_cfg
+        "megatron actor with use_lora cannot update an sglang rollout",
+        cfg(rollout={"backend": "sglang:d8"}, actor={"backend": "megatron:d8", "use_lora": True}),
+        "actor.use_lora=true with a megatron actor cannot update an sglang rollout (the "
+        "reference's RL trainer refuses it): serve with vllm:…, set actor.use_lora=false, or "
+        "train with fsdp:…",
+        cfg(rollout={"backend": "vllm:d8"}, actor={"backend": "megatron:d8", "use_lora": True}),
+    ),
+    (  # areal/trainer/rl_trainer.py _validate_cfg
+        "actor._version equals rollout._version",
+        cfg(rollout={"backend": "sglang:d8"}, actor={"backend": "fsdp:d8", "_version": "v2"}),
+        "actor._version='v2' and rollout._version='v1' must match: set both to 'v1' or both "
+        "to 'v2'",
+        cfg(
+            rollout={"backend": "sglang:d8", "_version": "v2"},
+            actor={"backend": "fsdp:d8", "_version": "v2"},
+        ),
+    ),
+    (  # areal/utils/dataloader.py; areal/utils/seqpack.py balanced_greedy_partition
+        "train_dataset.batch_size splits over the actor's data-parallel ranks",
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={"backend": "fsdp:d8"},
+            train_dataset={"batch_size": 12},
+        ),
+        "train_dataset.batch_size=12 is not a multiple of the 8 data-parallel ranks of "
+        "actor.backend='fsdp:d8' (12 % 8 = 4): the reference splits each step evenly over them; "
+        "set train_dataset.batch_size=16",
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={"backend": "fsdp:d8"},
+            train_dataset={"batch_size": 16},
+        ),
+    ),
+    (  # the same rule with n_samples: 6 prompts × 3 samples = 18 trajectories over 4 ranks
+        "train_dataset.batch_size splits over the actor's data-parallel ranks",
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={"backend": "megatron:d4t2"},
+            train_dataset={"batch_size": 6},
+            gconfig={"n_samples": 3},
+        ),
+        "train_dataset.batch_size=6 is not a multiple of the 4 data-parallel ranks of "
+        "actor.backend='megatron:d4t2' (6 % 4 = 2), nor its 18 trajectories (× "
+        "gconfig.n_samples; 18 % 4 = 2): the reference splits each step evenly over them; set "
+        "train_dataset.batch_size=8",
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={"backend": "megatron:d4t2"},
+            train_dataset={"batch_size": 8},
+            gconfig={"n_samples": 3},
+        ),
+    ),
+    (  # areal/infra/launcher/sglang_server.py; areal/infra/scheduler/ray.py _build_node_plan
+        "an inference server wider than a node spans whole nodes",
+        cfg(rollout={"backend": "sglang:d1t12"}, actor={"backend": "fsdp:d4"}),
+        "rollout.backend='sglang:d1t12': one sglang instance spans t12·p1 = 12 GPUs, more than "
+        "cluster.n_gpus_per_node=8 and not whole nodes (12 % 8 = 4); a server wider than a node "
+        "takes whole nodes: use 8 or 16 GPUs per instance",
+        cfg(
+            rollout={"backend": "sglang:d1t16"},
+            actor={"backend": "fsdp:d4"},
+            cluster={"n_nodes": 3, "n_gpus_per_node": 8},
+        ),
+    ),
+    (  # areal/infra/scheduler/slurm.py _generate_sbatch_script
+        "scheduler.type slurm: each engine takes whole nodes",
+        cfg(
+            rollout={"backend": "sglang:d6"},
+            actor={"backend": "fsdp:d8"},
+            scheduler={"type": "slurm"},
+        ),
+        "rollout.backend='sglang:d6' takes 6 GPUs, but scheduler.type='slurm' allocates whole "
+        "nodes of cluster.n_gpus_per_node=8 (6 % 8 = 6): use a multiple of 8 GPUs, or "
+        "scheduler.type=local or ray",
+        cfg(
+            rollout={"backend": "sglang:d6"},
+            actor={"backend": "fsdp:d8"},
+            scheduler={"type": "local"},
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(("rule", "config", "message", "runs"), REFUSED)
+def test_the_reference_refuses_it_and_so_do_we(
+    rule: str, config: dict[str, Any], message: str, runs: dict[str, Any]
+) -> None:
+    assert rule in {r.name for r in RULES}
+    with pytest.raises(AllocationValidationError) as info:
+        validate(config, on_memory="off")
+    assert info.value.message == message
+    validate(runs, on_memory="off")  # the nearest config the reference starts
+
+
+def test_every_rule_has_a_row_and_a_source() -> None:
+    assert {r.name for r in RULES} == {row[0] for row in REFUSED}
+    for rule in RULES:
+        assert rule.source.startswith("areal/"), rule
+    assert REFERENCE_COMMIT == "cbff54d645d2cd8ee1f1c358a82f3f473588433d"
+
+
+def test_rules_apply_in_the_reference_order() -> None:
+    # enable_offload is checked before weight_update_mode in _validate_cfg
+    config = cfg(rollout=colocated("sglang:d8"), actor={"backend": "fsdp:d8"})
+    with pytest.raises(AllocationValidationError, match=r"^enable_offload is false"):
+        validate(config, on_memory="off")
+
+
+def test_v1_awex_hands_over_itself_no_enable_offload() -> None:
+    # rl_trainer: _is_v1_awex_colocate turns the rollout's and actor's offload off
+    plan = validate(
+        cfg(
+            rollout=colocated("sglang:d1t8"),
+            actor={"backend": "megatron:d8", "weight_update_mode": "awex", "offload": True},
+        ),
+        on_memory="off",
+    )
+    assert plan.total_gpus == 8
+
+
+def test_an_sft_config_has_no_rl_trainer_rules() -> None:
+    # no rollout: the SFT trainer runs, _validate_cfg does not
+    plan = validate(cfg(actor={"backend": "megatron:d8", "use_lora": True, "offload": True}))
+    assert plan.total_gpus == 8
+
+
+def test_the_batch_the_single_controller_splits_warns_of_the_spmd_launchers() -> None:
+    # 12 prompts × 4 samples = 48 trajectories split 6 per rank; only the SPMD dataloader refuses 12
+    plan = validate(
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={"backend": "fsdp:d8"},
+            train_dataset={"batch_size": 12},
+            gconfig={"n_samples": 4},
+        ),
+        on_memory="off",
+    )
+    assert plan.warnings == (
+        "train_dataset.batch_size=12 is not a multiple of the 8 data-parallel ranks of "
+        "actor.backend='fsdp:d8': the single-controller trainer splits its 48 trajectories "
+        "evenly, but the legacy SPMD launchers (areal.infra.launcher.local/ray/slurm) refuse it "
+        "in their dataloader (areal/utils/dataloader.py)",
+    )
+    # with dynamic_bs the step's count varies: only the SPMD launchers' rule is certain
+    plan = validate(
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={"backend": "fsdp:d8"},
+            train_dataset={"batch_size": 12},
+            dynamic_bs=True,
+        ),
+        on_memory="off",
+    )
+    assert len(plan.warnings) == 1
+
+
+def test_a_server_of_at_most_a_node_is_placed_on_a_node_it_does_not_divide() -> None:
+    # one 2-GPU server per 3-GPU node: n_gpus_per_node // gpus_per_server servers a node
+    plan = validate(
+        {
+            "cluster": {"n_nodes": 2, "n_gpus_per_node": 3},
+            "rollout": {"backend": "sglang:d2t2"},
+            "actor": {"backend": "fsdp:d1"},
+        },
+        on_memory="off",
+    )
+    assert [p.runs for p in plan.placements] == [((0, 2), (3, 5)), ((5, 6),)]
+    # three such servers need three 3-GPU nodes, though 6 GPUs would hold their 6
+    with pytest.raises(AllocationValidationError) as info:
+        validate(
+            {
+                "cluster": {"n_nodes": 2, "n_gpus_per_node": 3},
+                "rollout": {"backend": "sglang:d3t2"},
+            },
+            on_memory="off",
+        )
+    assert info.value.message == (
+        "rollout.backend='sglang:d3t2' does not fit: placed after the engines before it "
+        "(inference instances kept within nodes) it would end at GPU 8, past the cluster's "
+        "2 × 3 = 6"
+    )
+
+
+# --- shapes: wherever the model is known, for every engine ---------------------------------
+
+# config -> exact message
+SHAPES: list[tuple[dict[str, Any], str]] = [
+    (  # a catalogue name in actor.path: the rollout serves the actor's model
+        cfg(rollout={"backend": "sglang:d1t8"}, actor={"backend": "fsdp:d4", "path": QWEN_7B}),
+        f"rollout.backend='sglang:d1t8' does not fit the model (actor.path={QWEN_7B!r}): "
+        "num_attention_heads=28 is not divisible by tensor parallel size t8: 28 % 8 = 4",
+    ),
+    (  # the rollout's own model: vllm.model
+        cfg(
+            rollout={"backend": "vllm:d1t8"},
+            actor={"backend": "fsdp:d4", "path": "/nowhere/my-model"},
+            vllm={"model": QWEN_7B},
+        ),
+        f"rollout.backend='vllm:d1t8' does not fit the model (vllm.model={QWEN_7B!r}): "
+        "num_attention_heads=28 is not divisible by tensor parallel size t8: 28 % 8 = 4",
+    ),
+    (  # sglang.model_path, read as the catalogue's name from a cluster path
+        cfg(
+            rollout={"backend": "sglang:d1t8"},
+            actor={"backend": "fsdp:d4"},
+            sglang={"model_path": "/storage/models/DeepSeek-R1-Distill-Qwen-7B"},
+        ),
+        "rollout.backend='sglang:d1t8' does not fit the model "
+        "(sglang.model_path='/storage/models/DeepSeek-R1-Distill-Qwen-7B', read as the "
+        "catalogue's DeepSeek-R1-Distill-Qwen-7B): num_attention_heads=28 is not divisible by "
+        "tensor parallel size t8: 28 % 8 = 4",
+    ),
+    (
+        cfg(rollout={"backend": "sglang:d4"}, actor={"backend": "fsdp:d1t8", "path": QWEN_7B}),
+        f"actor.backend='fsdp:d1t8' does not fit the model (actor.path={QWEN_7B!r}): "
+        "num_attention_heads=28 is not divisible by tensor parallel size t8: 28 % 8 = 4; "
+        "num_key_value_heads=4 is not divisible by tensor parallel size t8: 4 % 8 = 4",
+    ),
+    (  # the teacher runs its own model, served through teacher.rollout
+        cfg(
+            rollout={"backend": "sglang:d4"},
+            actor={"backend": "fsdp:d4", "path": "Qwen/Qwen3-0.6B"},
+            teacher={"path": QWEN_7B, "rollout": {"backend": "sglang:d1t8"}},
+            cluster={"n_nodes": 2, "n_gpus_per_node": 8},
+        ),
+        f"teacher.rollout.backend='sglang:d1t8' does not fit the model (teacher.path={QWEN_7B!r}): "
+        "num_attention_heads=28 is not divisible by tensor parallel size t8: 28 % 8 = 4",
+    ),
+    (  # vpp from the reference's key: 20 layers cannot fill p16 × vpp2 = 32 stages
+        cfg(
+            actor={
+                "backend": "megatron:d1p16",
+                "model_shape": {"num_layers": 20},
+                "megatron": {"virtual_pipeline_parallel_size": 2},
+            }
+        ),
+        "actor.backend='megatron:d1p16' does not fit the model (actor.model_shape): "
+        "num_layers=20 cannot fill p16·vpp2 = 32 pipeline stages: every stage but the first and "
+        "last needs a layer, so at least 30 layers",
+    ),
+]
+
+
+@pytest.mark.parametrize(("config", "message"), SHAPES)
+def test_shapes_are_checked_wherever_the_model_is_known(
+    config: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(AllocationValidationError) as info:
+        validate(config, on_memory="off")
+    assert info.value.message == message
+
+
+# configs the reference starts, with a model it knows
+SHAPES_THAT_RUN = [
+    # 28 layers over p8: the reference's Megatron engine splits them unevenly
+    cfg(rollout={"backend": "sglang:d1t4"}, actor={"backend": "megatron:d1p8", "path": QWEN_7B}),
+    # 80 layers over p16 × vpp2 = 32 stages (areal/engine/megatron_utils/pipeline_parallel.py)
+    cfg(
+        actor={
+            "backend": "megatron:d1p16",
+            "path": "meta-llama/Llama-3.1-70B",
+            "megatron": {"virtual_pipeline_parallel_size": 2},
+        }
+    ),
+    # t4 shards 28 heads and 4 KV heads
+    cfg(rollout={"backend": "vllm:d2t4"}, actor={"backend": "fsdp:d2t4", "path": QWEN_7B}),
+    # a model this machine does not know is not checked
+    cfg(rollout={"backend": "sglang:d1t8"}, actor={"backend": "fsdp:d4", "path": "org/unknown"}),
+]
+
+
+@pytest.mark.parametrize("config", SHAPES_THAT_RUN)
+def test_shapes_the_reference_runs_pass(config: dict[str, Any]) -> None:
+    validate(config, on_memory="off")
+
+
+def test_an_unknown_named_model_is_not_replaced_by_another() -> None:
+    # the rollout serves sglang.model_path; an unknown one is not checked against actor.path
+    validate(
+        cfg(
+            rollout={"backend": "sglang:d1t8"},
+            actor={"backend": "fsdp:d4", "path": QWEN_7B},
+            sglang={"model_path": "/ckpt/my-finetune"},
+        ),
+        on_memory="off",
+    )
+
+
+def test_the_vpp_key_is_a_whole_number() -> None:
+    with pytest.raises(AllocationValidationError) as info:
+        validate(
+            cfg(
+                actor={
+                    "backend": "megatron:d1p2",
+                    "path": QWEN_7B,
+                    "megatron": {"virtual_pipeline_parallel_size": "two"},
+                }
+            ),
+            on_memory="off",
+        )
+    assert info.value.message.startswith(
+        "actor.megatron.virtual_pipeline_parallel_size='two': must be an integer"
+    )
