@@ -8,12 +8,15 @@ against pipeline × virtual pipeline stages, experts against expert parallelism.
 
 from __future__ import annotations
 
-import json
+import errno
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from areal_alloc.errors import AllocationValidationError
+from areal_alloc.files import CONFIG_JSON, read_json, shown
 from areal_alloc.model import ModelAllocation
 from areal_alloc.strategy import ParallelStrategy
 from areal_alloc.vocab import INFERENCE_BACKENDS
@@ -103,41 +106,51 @@ def local_path(text: str | Path) -> Path | None:
 
 
 def local_config(text: str | Path) -> Path | None:
-    """The ``config.json`` that ``text`` names (the file, or a folder holding one), if any."""
+    """The ``config.json`` that ``text`` names (the file, or a folder holding one), if any.
+
+    Anything at that path that is not a folder counts (a FIFO, a device, a symlink
+    loop too), so that reading it gives the reason it cannot be read
+    (:func:`read_config_json`) instead of the model being looked for elsewhere.
+    """
     path = local_path(text)
     if path is None:
         return None
-    try:
-        if path.is_file():
-            return path
-        if (path / "config.json").is_file():
-            return path / "config.json"
-    except (OSError, ValueError):
-        pass
+    for candidate in (path, path / "config.json"):
+        try:
+            if stat.S_ISDIR(os.stat(candidate).st_mode):
+                continue
+            return candidate
+        except FileNotFoundError:
+            continue
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                return candidate  # the reader says "is a symlink loop"
+            continue
+        except ValueError:
+            return None
     return None
 
 
 def read_config_json(path: str | Path) -> tuple[Path, dict[str, Any]]:
-    """A local ``config.json`` (or the folder holding one): its path and its JSON object."""
+    """A local ``config.json`` (or the folder holding one): its path and its JSON object.
+
+    Read by :func:`areal_alloc.files.read_json` (a regular file of at most 16 MB,
+    bounded nesting and numbers, read once per process); one error line otherwise.
+    """
     file = local_path(path)
     if file is None:
-        raise AllocationValidationError(f"model config {str(path)!r} is not a usable local path")
+        raise AllocationValidationError(
+            f"model config {shown(str(path))} is not a usable local path"
+        )
     try:
         if file.is_dir():
             file = file / "config.json"
     except OSError:
         pass
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise AllocationValidationError(f"model config {str(file)!r} does not exist") from None
-    except (OSError, ValueError) as error:
-        raise AllocationValidationError(
-            f"model config {str(file)!r} cannot be read: {error}"
-        ) from None
+    data = read_json(file, CONFIG_JSON)
     if not isinstance(data, dict):
-        raise AllocationValidationError(f"model config {str(file)!r} is not a JSON object")
-    return file, data
+        raise AllocationValidationError(f"model config {shown(str(file))} is not a JSON object")
+    return file, dict(data)
 
 
 def shape_problems(allocation: ModelAllocation, shape: ModelShape) -> list[str]:

@@ -30,8 +30,17 @@ _CACHE = tempfile.mkdtemp(prefix="areal-alloc-test-cache-")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The tests parse thousands of strings: their parse cache is theirs, not the user's."""
+    """The tests parse thousands of strings: their parse cache is theirs, not the user's.
+
+    areal-alloc's settings come from the environment and nvidia-smi too
+    (``areal_alloc.settings``): the tests start from neither, wherever they run; the
+    tests of those sources set them themselves."""
     os.environ["XDG_CACHE_HOME"] = _CACHE
+    from areal_alloc.settings import DETECT_ENV, NAMES, env_var
+
+    for name in NAMES:
+        os.environ.pop(env_var(name), None)
+    os.environ[DETECT_ENV] = "0"
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -130,6 +130,7 @@ LAYERS = [
     # the experiment: shapes and the reference's start-up rules
     "areal_alloc.experiment.shapes",
     "areal_alloc.experiment.rules",
+    "areal_alloc.settings",
     "areal_alloc.memory",
     "areal_alloc.fit",
     "areal_alloc.throughput",
