@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from areal_alloc.errors import AllocationValidationError
+from areal_alloc.limits import MAX_COUNT
 from areal_alloc.model_shape import read_config_json
+from areal_alloc.numbers import quote, read_int
 
 __all__ = ["Architecture", "ParameterCount"]
 
@@ -46,6 +48,51 @@ _KEYS: dict[str, tuple[str, ...]] = {
 }
 
 _REQUIRED = ("hidden_size", "num_layers", "num_attention_heads", "vocab_size")
+
+#: Every width and count of :class:`Architecture`: integers from 0 to MAX_COUNT.
+_COUNTS = (
+    "hidden_size",
+    "num_layers",
+    "num_attention_heads",
+    "vocab_size",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "num_experts",
+    "experts_per_token",
+    "moe_intermediate_size",
+    "shared_expert_intermediate_size",
+    "first_dense_layers",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+)
+
+
+def _count(data: Any, source: str, key: str) -> int:
+    """An optional count of a config: 0 when absent or null."""
+    value = data.get(key)
+    return 0 if value is None else read_int(value, f"{source}: {key}", minimum=0, maximum=MAX_COUNT)
+
+
+def _flag(data: Any, source: str, default: bool, *keys: str) -> bool:
+    """A boolean of a config (the first of ``keys`` given): JSON's true or false only.
+
+    ``"false"`` is refused, not read as true: transformers would take the string as
+    truthy and tie the embeddings, which is certainly not what was meant.
+    """
+    for key in keys:
+        value = data.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            return value
+        raise AllocationValidationError(
+            f"{source}: {key}={quote(value)}: must be true or false (a JSON boolean)"
+        )
+    return default
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,37 +193,13 @@ class Architecture:
     source: str = "model"
 
     def __post_init__(self) -> None:
-        for name in (
-            "hidden_size",
-            "num_layers",
-            "num_attention_heads",
-            "vocab_size",
-            "num_key_value_heads",
-            "head_dim",
-            "intermediate_size",
-            "num_experts",
-            "experts_per_token",
-            "moe_intermediate_size",
-            "shared_expert_intermediate_size",
-            "first_dense_layers",
-            "q_lora_rank",
-            "kv_lora_rank",
-            "qk_nope_head_dim",
-            "qk_rope_head_dim",
-            "v_head_dim",
-        ):
+        for name in _COUNTS:
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise AllocationValidationError(
-                    f"{self.source}: {name}={value!r} must be a whole number ≥ 0"
-                )
-            if value > 1 << 40:
-                raise AllocationValidationError(
-                    f"{self.source}: {name}={value:,} is beyond any real model (limit 2^40)"
-                )
-        for name in _REQUIRED:
-            if getattr(self, name) < 1:
-                raise AllocationValidationError(f"{self.source}: {name} must be ≥ 1")
+            least = 1 if name in _REQUIRED else 0
+            number = read_int(value, f"{self.source}: {name}", minimum=least, maximum=MAX_COUNT)
+            if number is not value:  # "4096" given directly: kept as the number it names
+                object.__setattr__(self, name, number)
+        self._check_heads()
         if self.num_experts and not (1 <= self.experts_per_token <= self.num_experts):
             raise AllocationValidationError(
                 f"{self.source}: experts_per_token={self.experts_per_token} must be between 1 "
@@ -194,6 +217,26 @@ class Architecture:
         if self.dense_layer_count and not self.intermediate_size:
             raise AllocationValidationError(
                 f"{self.source}: intermediate_size is needed for the dense MLP layers"
+            )
+
+    def _check_heads(self) -> None:
+        """Heads against the width: what every per-head size below divides by."""
+        h, a, kv = self.hidden_size, self.num_attention_heads, self.num_key_value_heads
+        if a > h:
+            raise AllocationValidationError(
+                f"{self.source}: num_attention_heads={a:,} is more than hidden_size={h:,}: "
+                f"a head needs at least one dimension"
+            )
+        if not self.head_dim and not self.is_mla and h % a:
+            raise AllocationValidationError(
+                f"{self.source}: hidden_size={h:,} is not divisible by num_attention_heads={a:,} "
+                f"({h:,} % {a:,} = {h % a:,}); give head_dim when heads are not hidden_size / "
+                f"num_attention_heads wide"
+            )
+        if kv and a % kv:
+            raise AllocationValidationError(
+                f"{self.source}: num_key_value_heads={kv:,} must divide "
+                f"num_attention_heads={a:,} ({a:,} % {kv:,} = {a % kv:,})"
             )
 
     # --- derived sizes -------------------------------------------------------------
@@ -293,8 +336,11 @@ class Architecture:
         for name, keys in _KEYS.items():
             for key in keys:
                 value = data.get(key)
-                if value is not None:
-                    values[name] = value
+                if value is not None:  # the one reader of numbers: by type, bounded
+                    least = 1 if name in _REQUIRED else 0
+                    values[name] = read_int(
+                        value, f"{source}: {key}", minimum=least, maximum=MAX_COUNT
+                    )
                     break
         missing = [name for name in _REQUIRED if name not in values]
         if missing:
@@ -303,33 +349,27 @@ class Architecture:
                 f"config.json has hidden_size, num_hidden_layers, num_attention_heads, "
                 f"vocab_size)"
             )
-        for name, value in values.items():
-            if isinstance(value, float) and value.is_integer():
-                values[name] = int(value)
-        values["tie_word_embeddings"] = bool(data.get("tie_word_embeddings", False))
-        values["gated_mlp"] = bool(data.get("swiglu", True))  # Megatron-style configs say so
-        model_type = str(data.get("model_type") or "")
+        values["tie_word_embeddings"] = _flag(data, source, False, "tie_word_embeddings")
+        values["gated_mlp"] = _flag(data, source, True, "swiglu")  # Megatron-style configs
+        model_type = data.get("model_type")
+        model_type = model_type if isinstance(model_type, str) else ""
         # Qwen2 always has q/k/v biases; Llama-style configs say attention_bias
-        values["attention_bias"] = bool(
-            data.get("attention_bias", data.get("qkv_bias", model_type in ("qwen2", "qwen2_moe")))
+        values["attention_bias"] = _flag(
+            data, source, model_type in ("qwen2", "qwen2_moe"), "attention_bias", "qkv_bias"
         )
-        values["qk_norm"] = bool(
-            data.get("qk_layernorm", data.get("use_qk_norm", model_type.startswith("qwen3")))
+        values["qk_norm"] = _flag(
+            data, source, model_type.startswith("qwen3"), "qk_layernorm", "use_qk_norm"
         )
-        if values.get("q_lora_rank") is None:
-            values.pop("q_lora_rank", None)
-        shared = data.get("shared_expert_intermediate_size")
-        n_shared = data.get("n_shared_experts")
+        shared = _count(data, source, "shared_expert_intermediate_size")
+        n_shared = _count(data, source, "n_shared_experts")
         if shared:
-            values["shared_expert_intermediate_size"] = int(shared)
+            values["shared_expert_intermediate_size"] = shared
             values["shared_expert_gate"] = model_type == "qwen2_moe"
         elif n_shared and values.get("moe_intermediate_size"):
-            values["shared_expert_intermediate_size"] = int(n_shared) * int(
-                values["moe_intermediate_size"]
-            )
+            values["shared_expert_intermediate_size"] = n_shared * values["moe_intermediate_size"]
         if values.get("num_experts") and data.get("mlp_only_layers"):
             raise AllocationValidationError(
-                f"{source}: mlp_only_layers={data.get('mlp_only_layers')!r} (dense layers "
+                f"{source}: mlp_only_layers={quote(data.get('mlp_only_layers'))} (dense layers "
                 f"between MoE layers) is not supported; give a model_shape instead"
             )
         try:

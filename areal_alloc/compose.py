@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from areal_alloc.errors import AllocationError
+from areal_alloc.files import MAX_YAML_NODES, YAML, read_yaml, shown, yaml_nodes
 from areal_alloc.model_shape import local_path
 
 __all__ = ["LaunchArgs", "compose_file", "read_launch_args", "script_args"]
@@ -93,24 +95,90 @@ def script_args(command: Sequence[str]) -> list[str]:
 
 
 def compose_file(path: str, overrides: Sequence[str] = ()) -> Any:
-    """Compose ``path`` with ``overrides`` through Hydra's compose API, as the reference does."""
+    """Compose ``path`` with ``overrides`` through Hydra's compose API, as the reference does.
+
+    Every YAML file the composition reads — the file itself, its defaults list,
+    a config group an override selects — is read by :func:`areal_alloc.files.read_yaml`
+    first (a regular file of at most 1 MB, nesting and nodes bounded with aliases
+    expanded), and all of them together hold at most
+    :data:`~areal_alloc.files.MAX_YAML_NODES` nodes; a file over a limit is one error
+    line naming it, before Hydra or OmegaConf builds anything from it.
+    """
     file = local_path(path)
-    if file is None or not file.is_file():
-        raise AllocationError(f"{path}: no such file")
+    if file is None:
+        raise AllocationError(f"experiment file {shown(path)} is not a usable local path")
+    read_yaml(file, YAML)  # the file's own problems in our words, before Hydra's
     folder = str(file.absolute().parent)
     name = file.name.split(".yaml")[0]
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
+    refused: list[AllocationError] = []
     GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=folder, job_name="app", version_base=None):
+        # _bounded_yaml after initialize: its plugin scan re-creates Hydra's classes
+        with (
+            initialize_config_dir(config_dir=folder, job_name="app", version_base=None),
+            _bounded_yaml(refused),
+        ):
             return compose(config_name=name, overrides=list(overrides))
     except AllocationError:
         raise
     except Exception as error:  # Hydra's own errors: bad override, missing default, bad YAML
+        if refused:  # raised inside Hydra's loading, which may wrap it
+            raise refused[0] from None
         lines = [line.strip() for line in str(error).splitlines() if line.strip()]
         reason = " ".join(lines) or type(error).__name__
         raise AllocationError(f"{path}: cannot be composed: {reason}") from None
     finally:
         GlobalHydra.instance().clear()
+
+
+@contextmanager
+def _bounded_yaml(refused: list[AllocationError]) -> Iterator[None]:
+    """While composing, Hydra's file config source loads each YAML through ``read_yaml``.
+
+    Hydra reads a file with ``OmegaConf.load`` (``FileConfigSource.load_config`` in
+    hydra/_internal/core_plugins/file_config_source.py, hydra-core 1.3), which builds
+    every alias expansion; this loads the text ``read_yaml`` checked instead, the rest
+    (the header, the result) as Hydra's own method does. The class is the one Hydra's
+    registry holds for ``file://``: its plugin scan executes that module again, so the
+    class an import gives is not always the one in use.
+    """
+    import io
+
+    from hydra._internal.sources_registry import SourcesRegistry
+    from hydra.plugins.config_source import ConfigResult, ConfigSource
+    from omegaconf import OmegaConf
+
+    source_class: Any = SourcesRegistry.instance().resolve("file")
+    original = source_class.load_config
+    budget = [MAX_YAML_NODES]
+
+    def load_config(self: Any, config_path: str) -> ConfigResult:
+        full_path = os.path.realpath(
+            os.path.join(self.path, self._normalize_file_name(config_path))
+        )
+        if not os.path.exists(full_path):
+            missing: ConfigResult = original(self, config_path)  # Hydra's own "not found"
+            return missing
+        try:
+            text, nodes = read_yaml(full_path, YAML)
+            if nodes > budget[0]:
+                yaml_nodes(text, YAML, full_path, budget[0])  # raises, naming the budget
+            budget[0] -= nodes
+        except AllocationError as error:
+            refused.append(error)
+            raise
+        return ConfigResult(
+            config=OmegaConf.load(io.StringIO(text)),
+            path=f"{self.scheme()}://{self.path}",
+            provider=self.provider,
+            header=ConfigSource._get_header_dict(text[:512]),
+        )
+
+    source_class.load_config = load_config
+    try:
+        yield
+    finally:
+        source_class.load_config = original

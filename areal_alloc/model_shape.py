@@ -17,7 +17,9 @@ from typing import Any
 
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.files import CONFIG_JSON, read_json, shown
+from areal_alloc.limits import MAX_COUNT
 from areal_alloc.model import ModelAllocation
+from areal_alloc.numbers import read_int
 from areal_alloc.strategy import ParallelStrategy
 from areal_alloc.vocab import INFERENCE_BACKENDS
 
@@ -58,20 +60,26 @@ class ModelShape:
             value = getattr(self, name)
             if value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise AllocationValidationError(
-                    f"{self.source}: {name}={value!r} must be an integer ≥ 1"
-                )
+            number = read_int(value, f"{self.source}: {name}", minimum=1, maximum=MAX_COUNT)
+            if number is not value:  # "28" given directly: kept as the number it names
+                object.__setattr__(self, name, number)
+        heads, kv = self.num_attention_heads, self.num_key_value_heads
+        if heads is not None and kv is not None and heads % kv:
+            raise AllocationValidationError(
+                f"{self.source}: num_key_value_heads={kv:,} must divide "
+                f"num_attention_heads={heads:,} ({heads:,} % {kv:,} = {heads % kv:,})"
+            )
 
     @classmethod
     def from_mapping(cls, data: Any, source: str = "model_shape") -> ModelShape:
-        """Read a mapping with our names or Hugging Face's (``num_hidden_layers``…)."""
+        """Read a mapping with our names or Hugging Face's (``num_hidden_layers``…);
+        every value through the one reader of numbers, named by the key it was read from."""
         values: dict[str, Any] = {}
         for name, keys in _HF_KEYS.items():
             for key in keys:
                 value = data.get(key) if hasattr(data, "get") else None
                 if value is not None:
-                    values[name] = value
+                    values[name] = read_int(value, f"{source}: {key}", minimum=1, maximum=MAX_COUNT)
                     break
         if (
             "num_key_value_heads" not in values

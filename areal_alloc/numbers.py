@@ -149,10 +149,10 @@ def read_int(
     (``actor.mb_spec.max_tokens_per_mb``); empty for a flag, whose name argparse adds.
     """
     allowed = f"must be {bounds(minimum, maximum, integer=True)}"
-    if example is not None and name:
-        allowed += f", e.g. {name}={example}"
+    hint = f", e.g. {name}={example}" if example is not None and name else ""
     if isinstance(value, bool):
-        raise _fail(name, value, f"{allowed}, not a boolean")
+        raise _fail(name, value, f"{allowed}, not a boolean{hint}")
+    allowed += hint
     if isinstance(value, str):
         text = value.strip()
         if not _INTEGER.fullmatch(text):

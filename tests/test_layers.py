@@ -42,15 +42,18 @@ def test_import_areal_alloc_is_light_and_registers_resolvers() -> None:
     assert done.stdout.splitlines() == ["[] True", "4"], done.stderr
 
 
-def test_grammar_cache_lives_in_a_private_user_folder(tmp_path: Path) -> None:
+def test_the_parse_cache_lives_in_a_private_user_folder(tmp_path: Path) -> None:
     code = "import areal_alloc; print(areal_alloc.ModelAllocation.from_str('fsdp:d4t2'))"
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
-    for _ in range(2):  # builds and saves, then loads
+    for _ in range(2):  # parses and saves, then loads
         done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
         assert (done.returncode, done.stdout, done.stderr) == (0, "fsdp:d4t2\n", "")
     folder = tmp_path / "areal-alloc"
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
-    assert sorted(p.name.split("-")[0] for p in folder.iterdir()) == ["grammar", "parsed"]
+    # JSON only: lark's grammar cache is a pickle and is never written or read
+    (cache,) = folder.iterdir()
+    assert cache.name.startswith("parsed-") and cache.suffix == ".json"
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o600
 
 
 def test_a_string_parsed_in_an_earlier_run_needs_no_lark(tmp_path: Path) -> None:
@@ -113,6 +116,7 @@ LAYERS = [
     # the experiment: which model each engine runs
     "areal_alloc.experiment",
     "areal_alloc.experiment.models",
+    "areal_alloc.files",
     # string → syntax
     "areal_alloc._syntax",
     "areal_alloc._cache",

@@ -89,9 +89,12 @@ def test_every_catalogue_entry_cites_its_config_and_builds() -> None:
     ("config", "error"),
     [
         ({"hidden_size": 4096}, "not a model config: num_layers, num_attention_heads"),
-        ({**MODELS["qwen/qwen3-8b"].config, "hidden_size": -1}, "hidden_size=-1 must be"),
-        ({**MODELS["qwen/qwen3-8b"].config, "hidden_size": "big"}, "hidden_size='big' must be"),
-        ({**MODELS["qwen/qwen3-8b"].config, "vocab_size": 10**30}, "beyond any real model"),
+        ({**MODELS["qwen/qwen3-8b"].config, "hidden_size": -1}, "hidden_size=-1: must be"),
+        ({**MODELS["qwen/qwen3-8b"].config, "hidden_size": "big"}, "hidden_size='big': must be"),
+        (
+            {**MODELS["qwen/qwen3-8b"].config, "vocab_size": 10**30},
+            "m: vocab_size=a 31-digit number: the limit is 1,099,511,627,776",
+        ),
         (
             {**MODELS["qwen/qwen3-30b-a3b"].config, "num_experts_per_tok": 500},
             "experts_per_token=500 must be between 1 and num_experts=128",
@@ -419,7 +422,7 @@ def test_a_cluster_path_is_read_by_its_name_and_said_so() -> None:
         ({"actor__mb_spec": {"max_tokens_per_mb": 0}}, "actor.mb_spec.max_tokens_per_mb=0"),
         ({"actor__optimizer": {"type": "lion"}}, "actor: optimizer.type='lion': must be one of"),
         ({"actor__dtype": "float128"}, "actor.dtype='float128': unknown dtype"),
-        ({"sglang": {"mem_fraction_static": 1.5}}, "sglang: memory fraction 1.5: must be in"),
+        ({"sglang": {"mem_fraction_static": 1.5}}, "sglang.mem_fraction_static=1.5: the limit"),
     ],
 )
 def test_bad_memory_settings_name_their_key(extra: dict[str, Any], error: str) -> None:

@@ -143,8 +143,11 @@ def test_bad_hugging_face_config(tmp_path: Path, case: str, message: str) -> Non
 
 
 def test_shape_values_are_checked() -> None:
-    with pytest.raises(AllocationValidationError, match="num_layers=0 must be an integer ≥ 1"):
+    with pytest.raises(AllocationValidationError) as info:
         ModelShape(num_layers=0)
+    assert info.value.message == (
+        "model_shape: num_layers=0: must be an integer from 1 to 1,099,511,627,776"
+    )
 
 
 def _experiment(**extra: object) -> dict[str, object]:
