@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from areal_alloc._config import child, is_mapping, number, shown, unset, whole_number
 from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import find_gpu, find_model
-from areal_alloc.errors import AllocationError, AllocationValidationError
+from areal_alloc.errors import AllocationError, AllocationValidationError, reading
 from areal_alloc.memory import (
     GIB,
     InferenceSettings,
@@ -381,18 +381,20 @@ def estimate_allocation(
     key: str = "engine",
 ) -> MemoryEstimate:
     """One layout's memory per GPU with the given settings (the reference's defaults)."""
-    if allocation.is_inference:
-        return inference_memory(
-            key,
-            allocation.backend,
-            arch,
-            allocation.parallel,
-            inference or InferenceSettings(),
-            capacity,
+    with reading(key, arch.source):  # an unexpected error names the engine and its model
+        if allocation.is_inference:
+            return inference_memory(
+                key,
+                allocation.backend,
+                arch,
+                allocation.parallel,
+                inference or InferenceSettings(),
+                capacity,
+            )
+        training = training or TrainingSettings()
+        return training_memory(
+            key, allocation.backend, arch, allocation.parallel, training, capacity
         )
-    return training_memory(
-        key, allocation.backend, arch, allocation.parallel, training or TrainingSettings(), capacity
-    )
 
 
 def estimate_memory(cfg: object, engines: Sequence[EngineLike]) -> Fit:

@@ -16,7 +16,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from areal_alloc.errors import AllocationError
+from areal_alloc.errors import AllocationError, clipped, reading_of, shown
 from areal_alloc.plan import plan_config
 
 __all__ = ["SKIPPING_SWEEPER", "ValidateAllocations"]
@@ -26,11 +26,38 @@ _BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 PREFIX = "areal-alloc: "
 
 
-def _internal(error: Exception) -> str:
+#: Exit code after Ctrl-C, as the ``areal-alloc`` command ends (``areal_alloc.cli``).
+EXIT_INTERRUPTED = 130
+
+
+def _interrupted() -> SystemExit:
+    """Ctrl-C while checking: one line and exit 130, as the areal-alloc command ends.
+
+    Hydra would otherwise print a long KeyboardInterrupt traceback (or, inside its
+    composition, report it as an error of the config).
+    """
+    print(f"{PREFIX}interrupted", file=sys.stderr, flush=True)
+    return SystemExit(EXIT_INTERRUPTED)
+
+
+def _internal(error: Exception, config_name: object = None) -> str:
+    """One line for an error that is not one of ours: where it happened, and what it was.
+
+    The key (and the model's file) come from :func:`areal_alloc.errors.reading`; otherwise
+    the experiment is named.
+    """
     first = str(error).splitlines()[0] if str(error) else ""
+    mark = reading_of(error)
+    if mark is not None:
+        key, file = mark
+        where = f"{key} (model {clipped(file, 200)})" if file and file != key else key
+    elif isinstance(config_name, str) and config_name:
+        where = f"the experiment {shown(config_name)}"
+    else:
+        where = "the experiment"
     return (
-        f"{PREFIX}could not validate the allocation ({type(error).__name__}: {first}); "
-        f"stopping rather than running an unchecked job"
+        f"{PREFIX}{where}: could not validate the allocation ({type(error).__name__}: "
+        f"{clipped(first, 200)}); stopping rather than running an unchecked job"
     )
 
 
@@ -77,8 +104,15 @@ class ValidateAllocations(Callback):
             plan = plan_config(config, self.on_memory)
         except AllocationError as error:
             raise SystemExit(f"{PREFIX}{error}") from None
+        except KeyboardInterrupt:
+            raise _interrupted() from None
+        except RecursionError:  # a config nested (or referring to itself) beyond reading
+            raise SystemExit(
+                f"{PREFIX}the experiment {shown(kwargs.get('config_name') or 'config')}: "
+                f"nested too deeply to read (or an interpolation refers to itself)"
+            ) from None
         except Exception as error:  # Hydra would turn it into a warning and run anyway
-            raise SystemExit(_internal(error)) from None
+            raise SystemExit(_internal(error, kwargs.get("config_name"))) from None
         _drop_unset_allocation_mode(config)
         for line in plan.warnings:
             print(f"{PREFIX}warning: {line}", file=sys.stderr)
@@ -88,10 +122,12 @@ class ValidateAllocations(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
             self._check_sweep(config)
-        except (SystemExit, KeyboardInterrupt):
+        except SystemExit:
             raise
+        except KeyboardInterrupt:
+            raise _interrupted() from None
         except Exception as error:  # Hydra would turn it into a warning and launch anyway
-            raise SystemExit(_internal(error)) from None
+            raise SystemExit(_internal(error, kwargs.get("config_name"))) from None
 
     def _check_sweep(self, config: DictConfig) -> None:
         from areal_alloc.sweep import check_sweep  # multirun only: Hydra's sweeper machinery

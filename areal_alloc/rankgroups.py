@@ -306,6 +306,15 @@ def order_refusal(parallel: ParallelStrategy, order: str) -> str | None:
     dp, edp, pp = parallel.dp_size, parallel.expert_mesh_dp_size, parallel.pp_size
     etp, ep = parallel.etp_size, parallel.ep_size
     if not (order.endswith("pp") or pp == 1 or edp == dp):
+        # megatron-core 0.16.1, megatron/core/parallel_state.py: RankGenerator reads the
+        # order lower-cased, but initialize_model_parallel asserts order.endswith("pp") on
+        # the string as given, so 'TP-CP-EP-DP-PP' is refused where 'tp-cp-ep-dp-pp' is not
+        if order.lower().endswith("pp"):
+            return (
+                f"order {order!r} ends with {order[-2:]!r}, not 'pp': megatron-core names the "
+                f"rank groups in any case but checks that ending case-sensitively, and with "
+                f"dp {dp} ≠ edp {edp} it refuses this layout; write {order.lower()!r}"
+            )
         return (
             f"order {order!r} does not end with pp, so Megatron needs the same data-parallel "
             f"size for attention and experts: dp {dp} ≠ edp {edp} "

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 
 import hydra
+from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
 
 from areal_alloc.cli.render import render_plan
-from areal_alloc.errors import AllocationError
+from areal_alloc.errors import AllocationError, clipped, shown
 from areal_alloc.plan import plan_config
 
-__all__ = ["run_app"]
+__all__ = ["hydra_error_line", "run_app"]
 
 CONFIG_PATH = "pkg://areal_alloc.conf.app"
 
@@ -38,7 +42,81 @@ def _hydra_app(cfg: DictConfig) -> None:
 
 
 def run_app(argv: list[str]) -> int:
-    """Run the Hydra app with ``argv`` as its command line."""
+    """Run the Hydra app with ``argv`` as its command line.
+
+    Hydra's own errors (an unknown experiment, a key that is not in the config, an
+    override it cannot parse) become one line naming the option and its choices,
+    instead of Hydra's block with the config search path; ``HYDRA_FULL_ERROR=1``
+    still gives Hydra's full stack trace.
+    """
     sys.argv = [sys.argv[0], *argv]
-    _hydra_app()
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        _hydra_app()
+        return 0
+    previous = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra then raises its error instead of printing it
+    try:
+        _hydra_app()
+    except (HydraException, OmegaConfBaseException) as error:
+        raise SystemExit(f"areal-alloc: {hydra_error_line(error)}") from None
+    except OSError as error:  # Hydra looking for a config file: e.g. a name too long to be one
+        if isinstance(error, BrokenPipeError):
+            raise
+        name = f": {shown(error.filename)}" if error.filename else ""
+        raise SystemExit(f"areal-alloc: cannot read the config: {error.strerror}{name}") from None
+    finally:
+        if previous is None:
+            del os.environ["HYDRA_FULL_ERROR"]
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = previous
     return 0
+
+
+_OVERRIDE = re.compile(
+    r"Could not override '(?P<key>[^']+)'\.\s+To append to your config use (?P<plus>\S+)"
+)
+_NOISE = ("full_key:", "object_type=", "reference_type=", "Config search path", "provider=", "See ")
+
+
+def _keys_of(node: object) -> str:
+    if not isinstance(node, DictConfig):
+        return ""
+    names = [str(k) for k in node.keys()]  # noqa: SIM118 - a DictConfig's keys
+    return f"; its keys: {clipped(', '.join(names), 200)}" if names else "; it has no keys"
+
+
+def hydra_error_line(error: BaseException) -> str:
+    """One line for one of Hydra's (or OmegaConf's) errors about the command line."""
+    if isinstance(error, MissingConfigException) and error.missing_cfg_file:
+        group, _, name = error.missing_cfg_file.rpartition("/")
+        if group and error.options is not None:
+            choices = ", ".join(error.options) or "(none)"
+            return (
+                f"{group}={shown(name)[1:-1] if name else ''}: no such {group}; choose one "
+                f"of {clipped(choices, 300)}"
+            )
+        return f"--config-name {shown(error.missing_cfg_file)}: no such config"
+    if isinstance(error, OverrideParseException):
+        reason = error.message.splitlines()[0] if error.message else "cannot be parsed"
+        return (
+            f"{shown(error.override)}: cannot parse this override: {clipped(reason, 200)} "
+            f"(the grammar: https://hydra.cc/docs/advanced/override_grammar/basic/)"
+        )
+    text = str(error)
+    match = _OVERRIDE.search(text)
+    if match is not None:
+        cause = error.__cause__
+        missing = str(getattr(cause, "full_key", None) or match["key"])
+        where = missing.rpartition(".")[0]
+        keys = _keys_of(getattr(cause, "parent_node", None))
+        return (
+            f"{clipped(match['plus'][1:], 200)}: no key {shown(missing)} in the config"
+            f"{f' (in {where}{keys})' if where and keys else keys}; to add it write "
+            f"{clipped(match['plus'], 200)}"
+        )
+    lines = [line.strip() for line in text.splitlines()]
+    cause = error.__cause__
+    if isinstance(cause, OmegaConfBaseException) and str(cause):
+        lines.append(str(cause).splitlines()[0].strip())
+    kept = [line for line in lines if line and not line.startswith(_NOISE)]
+    return clipped("; ".join(dict.fromkeys(kept)) or type(error).__name__, 400)

@@ -143,6 +143,10 @@ def explain(args: list[str]) -> int:
     )
     memory_flags(parser)
     ns = parser.parse_args(args)
+    if ns.model:  # the layout against the model's heads, layers and experts first
+        from areal_alloc.experiment.shapes import check_model_layout
+
+        check_model_layout(ModelAllocation.from_str(ns.spec), ns.model)
     memory = memory_estimate(ModelAllocation.from_str(ns.spec), ns)
     if ns.json:
         alloc = ModelAllocation.from_str(ns.spec)

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
         def active(self) -> bool: ...
 
 
-__all__ = ["check_engine_shapes", "engine_shape", "shape_of_architecture"]
+__all__ = ["check_engine_shapes", "check_model_layout", "engine_shape", "shape_of_architecture"]
 
 #: Largest virtual pipeline size read from a config (far beyond any real schedule).
 MAX_VPP = 1 << 20
@@ -134,3 +134,13 @@ def check_engine_shapes(cfg: object, engines: Sequence[ShapedEngine]) -> None:
         shape = engine_shape(cfg, engine)
         if shape is not None:
             check_shape(engine.allocation, shape, engine.backend_key)
+
+
+def check_model_layout(allocation: ModelAllocation, model: str, key: str = "backend") -> None:
+    """Raise when ``allocation`` does not fit ``model`` (a path, hub id or catalogue name).
+
+    A model that cannot be found here is not checked: the caller reports it.
+    """
+    shape = _from_path(model, "--model")
+    if shape is not None:
+        check_shape(allocation, shape, key)

@@ -433,3 +433,57 @@ def test_the_vpp_key_is_a_whole_number() -> None:
     assert info.value.message.startswith(
         "actor.megatron.virtual_pipeline_parallel_size='two': must be an integer"
     )
+
+
+# --- every interface runs the same rules: check, the hook, preflight, explain --model ----------
+# (the shapes are checked before any memory estimate, whatever GPU the environment names)
+
+SHAPE_MESSAGE = (
+    f"rollout.backend='sglang:d1t8' does not fit the model (actor.path={QWEN_7B!r}): "
+    "num_attention_heads=28 is not divisible by tensor parallel size t8: 28 % 8 = 4"
+)
+
+
+def _experiment(tmp_path: Any) -> str:
+    path = tmp_path / "exp.yaml"
+    path.write_text(
+        "cluster: {n_nodes: 2, n_gpus_per_node: 8}\n"
+        "rollout: {backend: 'sglang:d1t8'}\n"
+        f"actor: {{backend: 'fsdp:d4', path: {QWEN_7B}}}\n"
+    )
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["check", "--quiet", "{exp}"],
+            f"areal-alloc check: {SHAPE_MESSAGE}",
+        ),
+        (
+            ["preflight", "--", "python3", "train.py", "--config", "{exp}"],
+            f"areal-alloc preflight: {SHAPE_MESSAGE}",
+        ),
+        (  # the hook, through the areal-alloc app's own experiment (actor.path Qwen2.5-7B-Instruct)
+            ["rollout.backend=sglang:d1t8"],
+            "areal-alloc: rollout.backend='sglang:d1t8' does not fit the model "
+            "(actor.path='Qwen/Qwen2.5-7B-Instruct'): num_attention_heads=28 is not divisible by "
+            "tensor parallel size t8: 28 % 8 = 4",
+        ),
+        (
+            ["explain", "vllm:d1t8", "--model", QWEN_7B],
+            f"areal-alloc explain: backend='vllm:d1t8' does not fit the model "
+            f"(--model={QWEN_7B!r}): num_attention_heads=28 is not divisible by tensor parallel "
+            "size t8: 28 % 8 = 4",
+        ),
+    ],
+)
+def test_every_interface_checks_the_shape(
+    argv: list[str], message: str, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from areal_alloc.cli import main
+
+    exp = _experiment(tmp_path)
+    assert main([a.replace("{exp}", exp) for a in argv]) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == message
