@@ -139,12 +139,21 @@ class MemoryEstimate:
     #: bytes a training engine keeps on its GPUs between its own phases (weights,
     #: gradients, optimizer states): what a colocated engine finds there
     resident: int = 0
+    #: bytes it holds right after loading, before its first step (FSDP: the sharded
+    #: weights; gradients and AdamW states appear at the first step)
+    at_load: int = 0
+    #: the training phase's terms when ``terms`` are the load phase (its peak)
+    training_terms: tuple[Term, ...] = ()
 
     @property
     def total(self) -> int:
         if self.claimed_fraction is not None and self.capacity is not None:
-            # what the server claims, and what a colocated engine keeps beside it
-            return int(self.claimed_fraction * self.capacity) + self.term("colocated")
+            # what the server claims, and what a colocated engine keeps beside it; when
+            # the weights and reserve alone overflow the claim, they are the total (a
+            # 6e27 GiB weight term is never left out of "total 72.0 GiB of 80.0 GiB")
+            claim = int(self.claimed_fraction * self.capacity)
+            needed = sum(t.bytes for t in self.terms if t.name not in ("kv_cache", "colocated"))
+            return max(claim, needed) + self.term("colocated")
         return sum(t.bytes for t in self.terms)
 
     def term(self, name: str) -> int:
@@ -706,12 +715,24 @@ def training_memory(
     if settings.critic:
         assumptions.append(f"{key} is a critic: a value head of one output, no vocabulary logits")
     resident = sum(t.bytes for t in terms if t.name in ("weights", "gradients", "optimizer"))
+    # torch's AdamW creates its states at the first step, FSDP its gradients at the
+    # first backward; Megatron allocates its grad buffers and optimizer when built
+    at_load = resident if megatron_like else sum(t.bytes for t in terms if t.name == "weights")
+    training_terms: tuple[Term, ...] = ()
     if backend == "fsdp" and not settings.memory_efficient_load:
-        terms, note = _fsdp_load_peak(key, p, settings, lora, terms)
+        loading, note = _fsdp_load_peak(key, p, settings, lora, terms)
         if note:
             assumptions.append(note)
+            training_terms, terms = tuple(terms), loading
     return MemoryEstimate(
-        key, backend, tuple(terms), capacity, tuple(assumptions), resident=resident
+        key,
+        backend,
+        tuple(terms),
+        capacity,
+        tuple(assumptions),
+        resident=resident,
+        at_load=at_load,
+        training_terms=training_terms,
     )
 
 
@@ -750,9 +771,9 @@ def _fsdp_load_peak(
         f"whole model on its GPU before sharding ({key}.fsdp.memory_efficient_load=false)",
     )
     training = sum(t.bytes for t in terms)
-    if load.bytes + reserve_bytes <= training:
-        return terms, None
     out = [load] + ([reserve] if reserve is not None else [])
+    if load.bytes + reserve_bytes <= training:
+        return out, None
     return out, (
         f"{key} peaks while loading: the whole model on every GPU before sharding "
         f"({key}.fsdp.memory_efficient_load=false); training then needs "
