@@ -31,6 +31,9 @@ the 1F1B schedule) and shown in the README, not asserted. Attention heads are no
 either; for multi-head attention they change no FLOP and no communication in the estimate, so we
 use head size 128.
 
+The rows are read from ``benchmarks/measurements.json`` (source ``megatron-lm-weak-scaling``,
+the models from its ``models`` section), the one data file ``benchmarks/accuracy.py`` reads.
+
 Not compared, because no citable copy was found here: the paper's (t, p) comparisons for the
 162.2B model and its other orderings, and the iteration times of Korthikanti et al. 2022.
 """
@@ -41,25 +44,19 @@ import json
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 
 from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import find_gpu
 from areal_alloc.model import ModelAllocation
-from areal_alloc.throughput import (
-    DEFAULT_COMM_EFFICIENCY,
-    DEFAULT_COMPUTE_EFFICIENCY,
-    DEFAULT_INTER_NODE_GBPS,
-    Hardware,
-    StepEstimate,
-    training_step,
-)
+from areal_alloc.throughput import Hardware, StepEstimate, training_step
+from benchmarks.measured import load, paper_flops, rows
 
 Cli = Callable[..., "subprocess.CompletedProcess[str]"]  # the `cli` fixture (conftest)
 
-VOCAB = 51_200  # README (commit 50a4b5fa02): "a vocabulary size of 51,200"
+DATA = load()  # benchmarks/measurements.json, source "megatron-lm-weak-scaling"
 SEQ = 2_048  # README (commit 50a4b5fa02): "a sequence length of 2048"
 GPUS_PER_NODE = 8  # README (commit f2e5db402c^): "8 NVIDIA 80GB A100 GPUs" per node
 TOLERANCE = 0.15  # issue 11: "within ±15 % for every row whose configuration we can express"
@@ -69,27 +66,35 @@ class Row(NamedTuple):
     """One row of ``images/cases_april2021.png`` (Megatron-LM commit 50a4b5fa02), as published."""
 
     name: str
+    model: str  # the data file's model id, megatron-gpt-…
     hidden: int
     layers: int
     billions: float  # "Number of parameters (billion)"
     model_parallel: int  # "Model-parallel size" (t·p)
     gpus: int
     batch: int
-    tflops: int  # "Achieved teraFLOP/s per GPU"
+    tflops: float  # "Achieved teraFLOP/s per GPU"
 
 
-WEAK_SCALING = (
-    Row("1.7B", 2304, 24, 1.7, 1, 32, 512, 137),
-    Row("3.6B", 3072, 30, 3.6, 2, 64, 512, 138),
-    Row("7.5B", 4096, 36, 7.5, 4, 128, 512, 142),
-    Row("18B", 6144, 40, 18.4, 8, 256, 1024, 135),
-    Row("39B", 8192, 48, 39.1, 16, 512, 1536, 138),
-    Row("76B", 10240, 60, 76.1, 32, 1024, 1792, 140),
-    Row("145B", 12288, 80, 145.6, 64, 1536, 2304, 148),
-    Row("310B", 16384, 96, 310.1, 128, 1920, 2160, 155),
-    Row("530B", 20480, 105, 529.6, 280, 2520, 2520, 163),
-    Row("1T", 25600, 128, 1008.0, 512, 3072, 3072, 163),
-)
+def _row(row: dict[str, Any]) -> Row:
+    i = row["inputs"]
+    config = DATA["models"][i["model"]]["config"]
+    # the quote is the table's row: "145B | hidden 12288 | layers 80 | 145.6B | …"
+    billions = float(row["quote"].split(" | ")[3].removesuffix("B"))
+    return Row(
+        i["model"].removeprefix("megatron-gpt-"),
+        i["model"],
+        config["hidden_size"],
+        config["num_hidden_layers"],
+        billions,
+        i["model_parallel"],
+        i["gpus"],
+        i["global_batch"],
+        row["measured"]["value"],
+    )
+
+
+WEAK_SCALING = tuple(_row(r) for r in rows(DATA, "train_tps", "megatron-lm-weak-scaling"))
 
 #: Rows whose layout the source gives completely (model parallelism inside one node).
 EXPRESSIBLE = tuple(row for row in WEAK_SCALING if row.model_parallel <= GPUS_PER_NODE)
@@ -104,22 +109,9 @@ KNOWN_MISSES = {
 
 
 def gpt_config(row: Row) -> dict[str, object]:
-    """The GPT of a row as a config.json: GeLU MLP of 4h, tied embeddings, head size 128."""
-    return {
-        "hidden_size": row.hidden,
-        "num_hidden_layers": row.layers,
-        "num_attention_heads": row.hidden // 128,
-        "vocab_size": VOCAB,
-        "intermediate_size": 4 * row.hidden,
-        "swiglu": False,
-        "tie_word_embeddings": True,
-    }
-
-
-def paper_flops(row: Row) -> float:
-    """Eq. 3 of arXiv:2104.04473 §5.1 (see the module docstring for its citations)."""
-    b, s, layers, h = row.batch, SEQ, row.layers, row.hidden
-    return 96 * b * s * layers * h * h * (1 + s / (6 * h) + VOCAB / (16 * layers * h))
+    """The GPT of a row as a config.json (the data file's ``models``): GeLU MLP of 4h, tied
+    embeddings, head size 128."""
+    return dict(DATA["models"][row.model]["config"])
 
 
 def layout(row: Row) -> ModelAllocation:
@@ -144,19 +136,9 @@ def estimate(row: Row) -> StepEstimate:
 
 
 def predicted_tflops(row: Row, seconds: float) -> float:
-    return paper_flops(row) / (seconds * row.gpus * 1e12)
-
-
-def test_the_comparison_runs_on_the_documented_defaults() -> None:
-    # the estimate is not tuned to this table: these are the defaults the README states
-    assert (DEFAULT_COMPUTE_EFFICIENCY, DEFAULT_COMM_EFFICIENCY) == (0.5, 0.7)
-    assert DEFAULT_INTER_NODE_GBPS == 200.0
-    # the table's own "percentage of theoretical peak" uses the same peak: 137 / 312 = 44 %
-    assert find_gpu("A100-80GB").bf16_tflops == 312
-
-
-def test_the_expressible_rows_are_those_inside_one_node() -> None:
-    assert [row.name for row in EXPRESSIBLE] == ["1.7B", "3.6B", "7.5B", "18B"]
+    """Eq. 3 of arXiv:2104.04473 (``benchmarks.measured.paper_flops``) over our seconds."""
+    arch = Architecture.from_mapping(gpt_config(row), source=row.name)
+    return paper_flops(arch, row.batch, SEQ) / (seconds * row.gpus * 1e12)
 
 
 @pytest.mark.parametrize(

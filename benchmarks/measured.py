@@ -1,0 +1,612 @@
+"""The published measurements of ``benchmarks/measurements.json`` and our estimate of each.
+
+One reader of the data file (:func:`load`, :func:`rows`, :func:`architecture`) for
+``benchmarks/accuracy.py`` and the accuracy tests, and one adapter per kind that builds a
+row's inputs into the package's own public estimate functions:
+
+- ``train_memory``: ``fit.estimate_allocation`` of a training layout (``memory.py``);
+- ``kv_tokens`` / ``kv_memory``: ``fit.estimate_allocation`` of an inference layout
+  (its ``kv_cache``);
+- ``train_tps``: ``throughput.training_step``;
+- ``decode_tps``: ``throughput.decode_step`` at the batch and the mean context of the run;
+- ``rl_step``: ``plan.plan_config`` of the run written as an experiment config (its ``pace``).
+
+Nothing here is fitted: the package's defaults are used wherever the row says nothing.
+A row the estimator cannot express (a GPU without cited speeds, float8, a feature the
+estimate does not model) comes back with the reason and no estimate, never dropped.
+``torch.compile`` is not such a feature: it runs the same arithmetic in the same
+precision, so its rows are compared (their error is part of what the benchmark shows).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from areal_alloc.architecture import Architecture
+from areal_alloc.catalogue import GPU, find_gpu, find_model
+from areal_alloc.errors import AllocationError
+from areal_alloc.fit import estimate_allocation, resolve_gpu
+from areal_alloc.memory import InferenceSettings, TrainingSettings
+from areal_alloc.model import ModelAllocation
+from areal_alloc.settings import Settings
+from areal_alloc.throughput import Hardware, decode_step, training_step
+
+__all__ = [
+    "DATA",
+    "GOALS",
+    "KINDS",
+    "Compared",
+    "Goal",
+    "NotCompared",
+    "Summary",
+    "architecture",
+    "compare",
+    "compare_all",
+    "load",
+    "rows",
+    "summary",
+]
+
+DATA = Path(__file__).resolve().parent / "measurements.json"
+GIB = 1 << 30
+KINDS = ("train_memory", "kv_tokens", "kv_memory", "decode_tps", "train_tps", "rl_step")
+
+#: vLLM's default ``gpu_memory_utilization`` where a row gives none
+#: (vllm-project/vllm vllm/engine/arg_utils.py, ``EngineArgs.gpu_memory_utilization: float = 0.9``).
+VLLM_DEFAULT_FRACTION = 0.9
+#: The torchtitan runs' GPU: "Each H100 GPU is equipped with 96GB HBM2e with 2.4 TB/sec peak
+#: memory bandwidth" (pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md, source
+#: ``torchtitan-llama3-h100-202412`` of the data file); its compute is the H100 SXM's.
+H100_96GB_HBM_TBPS = 2.4
+
+
+@dataclass(frozen=True, slots=True)
+class Goal:
+    """Issue 17, item 4: the median and worst absolute error a kind must meet."""
+
+    median: float
+    worst: float | None = None
+
+    def met(self, median: float, worst: float) -> bool:
+        return median <= self.median and (self.worst is None or worst <= self.worst)
+
+    def text(self) -> str:
+        worst = f", worst ≤ {self.worst:.0%}" if self.worst is not None else ""
+        return f"median ≤ {self.median:.0%}{worst}"
+
+
+#: Issue 17 item 4. ``kv_memory`` is the same KV capacity in GiB (tokens × the exact bytes
+#: per token), so it is held to the KV-tokens goal.
+GOALS: dict[str, Goal] = {
+    "kv_tokens": Goal(0.03),
+    "kv_memory": Goal(0.03),
+    "train_memory": Goal(0.10, 0.20),
+    "decode_tps": Goal(0.10, 0.30),
+    "train_tps": Goal(0.20, 0.40),
+    "rl_step": Goal(0.25, 0.50),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Compared:
+    """One row: our estimate beside the measured value, or why there is none."""
+
+    id: str
+    kind: str
+    inputs: str  # the inputs in short
+    measured: float
+    unit: str
+    estimate: float | None = None
+    reason: str = ""  # not compared: why
+    note: str = ""  # compared: what was assumed
+
+    @property
+    def error(self) -> float | None:
+        """Signed relative error, estimate / measured − 1."""
+        if self.estimate is None or not self.measured:
+            return None
+        return self.estimate / self.measured - 1
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "inputs": self.inputs,
+            "measured": self.measured,
+            "unit": self.unit,
+            "estimate": self.estimate,
+            "error": self.error,
+            "compared": self.estimate is not None,
+            "reason": self.reason or None,
+            "note": self.note or None,
+        }
+
+
+class NotCompared(Exception):
+    """A row the estimator cannot express; the message says why."""
+
+
+# --- the data file -----------------------------------------------------------------
+
+
+def load(path: Path = DATA) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def rows(
+    data: Mapping[str, Any], kind: str | None = None, source: str | None = None
+) -> list[dict[str, Any]]:
+    """The rows of one kind and/or one source, in the file's order."""
+    return [
+        r
+        for r in data["rows"]
+        if (kind is None or r["kind"] == kind) and (source is None or r["source"] == source)
+    ]
+
+
+def architecture(data: Mapping[str, Any], model: str) -> Architecture:
+    """A model of the data file's ``models`` section, else of the catalogue."""
+    entry = data["models"].get(model)
+    if entry is not None:
+        return Architecture.from_mapping(entry["config"], source=model)
+    return find_model(model)
+
+
+def _row_model(data: Mapping[str, Any], inputs: Mapping[str, Any]) -> Architecture:
+    name = inputs.get("catalogue_equivalent") or inputs["model"]
+    try:
+        return architecture(data, name)
+    except AllocationError as error:
+        raise NotCompared(f"model {name}: {error.message}") from None
+
+
+# --- the GPU -----------------------------------------------------------------------
+
+
+def _gpu(data: Mapping[str, Any], name: str, hbm: bool) -> tuple[GPU, str]:
+    """A catalogue GPU, with the data file's cited speeds where the catalogue has none;
+    ``hbm``: the estimate reads the HBM bandwidth (an A100 of unstated memory is refused)."""
+    note = ""
+    if name == "H100-96GB-HBM2e":
+        base = replace(find_gpu("H100-80GB"), name=name, memory_gib=96, hbm_tbps=H100_96GB_HBM_TBPS)
+        note = f"H100 SXM compute, 96 GB, {H100_96GB_HBM_TBPS} TB/s (the source's GPU)"
+    elif name == "A100":
+        if hbm:
+            raise NotCompared(
+                "'A100': the memory variant is not stated (HBM 1.555 TB/s for 40 GB, 2.0 for 80 GB)"
+            )
+        # both variants: 312 TFLOP/s BF16 dense; a training step reads no HBM bandwidth
+        base, note = find_gpu("A100-80GB"), "A100 (variant not stated): A100-80GB's compute"
+    else:
+        try:
+            base = find_gpu(name)
+        except AllocationError as error:
+            raise NotCompared(f"GPU {name}: {error.message}") from None
+    cited = data["gpus"].get(base.name, {})
+    filled: dict[str, float] = {}
+    for field in ("bf16_tflops", "hbm_tbps", "nvlink_gbps"):
+        if getattr(base, field) is None and field in cited:
+            filled[field] = float(cited[field]["value"])
+    if filled:
+        base = replace(
+            base,
+            bf16_tflops=filled.get("bf16_tflops", base.bf16_tflops),
+            hbm_tbps=filled.get("hbm_tbps", base.hbm_tbps),
+            nvlink_gbps=filled.get("nvlink_gbps", base.nvlink_gbps),
+        )
+        note = ", ".join(f"{k} {v:g}" for k, v in filled.items()) + " from the data file's gpus"
+    return base, note
+
+
+def _hardware(
+    data: Mapping[str, Any], inputs: Mapping[str, Any], hbm: bool = True
+) -> tuple[Hardware, str]:
+    gpu, note = _gpu(data, inputs["gpu"], hbm)
+    if gpu.bf16_tflops is None or gpu.hbm_tbps is None:
+        raise NotCompared(f"GPU {gpu.name}: no cited compute and HBM speeds")
+    hardware = Hardware.from_gpu(
+        gpu,
+        int(inputs.get("gpus_per_node") or 8),
+        inter_node_gbps=inputs.get("inter_node_gbps_per_gpu"),
+    )
+    return hardware, note
+
+
+def _capacity(data: Mapping[str, Any], name: str) -> int | None:
+    try:
+        return resolve_gpu(name).capacity
+    except AllocationError:
+        gpu, _ = _gpu(data, name, hbm=False)
+        return gpu.memory_bytes
+
+
+# --- what the estimate does not model ------------------------------------------------
+
+
+def _unmodelled(inputs: Mapping[str, Any]) -> str | None:
+    precision = str(inputs.get("precision") or "")
+    if "float8" in precision or "fp8" in precision:
+        return f"precision {precision!r}: float8 is not modelled"
+    features = (
+        ("async_tp", True, "asynchronous tensor parallelism (collectives overlapped)"),
+        ("optimizer_in_backward", True, "the optimizer step inside the backward pass"),
+        ("activation_offloading", True, "activation offloading to the CPU"),
+        ("optimizer", "AdamW8bit", "8-bit Adam states"),
+    )
+    for key, value, what in features:
+        if inputs.get(key) == value:
+            return f"{what} is not modelled ({key}={value})"
+    loss = str(inputs.get("loss") or "")
+    if "chunked" in loss:
+        return f"loss {loss!r}: chunked cross-entropy is not modelled"
+    return None
+
+
+_RECOMPUTE = {
+    "none": "none",
+    "selective (op)": "selective",
+    "selective": "selective",
+    "full": "full",
+}
+
+
+def _recompute(inputs: Mapping[str, Any]) -> str:
+    given = inputs.get("activation_checkpointing") or "none"
+    if given not in _RECOMPUTE:
+        raise NotCompared(f"activation checkpointing {given!r} is not modelled")
+    return _RECOMPUTE[given]
+
+
+def backend_string(engine: str, layout: Mapping[str, int]) -> str:
+    """``megatron:d24p8t8`` from ``{"d": 24, "t": 8, "p": 8}`` (sizes of 1 left out)."""
+    dims = "".join(f"{k}{layout[k]}" for k in "dptce" if layout.get(k, 1) > 1)
+    return f"{engine}:{dims or 'd1'}"
+
+
+def _engine(backend: str) -> str:
+    for engine in ("megatron", "fsdp", "vllm", "sglang"):
+        if backend.startswith(engine):
+            return engine
+    if backend.startswith("torchtune (single device)"):
+        return "fsdp"  # one GPU: nothing is sharded, as FSDP on one rank
+    if backend.startswith("lmdeploy") or backend.startswith("tensorrt"):
+        return "vllm"  # decode speed depends on the layout and the model, not the engine
+    raise NotCompared(f"backend {backend!r} has no estimate")
+
+
+def _allocation(inputs: Mapping[str, Any], engine: str | None = None) -> ModelAllocation:
+    engine = engine or _engine(str(inputs.get("backend")))
+    spec = backend_string(engine, inputs.get("layout") or {})
+    try:
+        return ModelAllocation.from_str(spec)
+    except AllocationError as error:
+        raise NotCompared(f"{spec}: {error.message}") from None
+
+
+def _training_settings(inputs: Mapping[str, Any]) -> TrainingSettings:
+    precision = str(inputs.get("precision") or "")
+    return TrainingSettings(
+        recompute=_recompute(inputs),
+        tokens_per_micro_batch=int(inputs["micro_batch"]) * int(inputs["seq_len"]),
+        # torchtune's single-device bf16 recipe keeps no float32 copy
+        optimizer_dtype="bfloat16" if "no fp32 master" in precision else "float32",
+    )
+
+
+# --- one adapter per kind ------------------------------------------------------------
+
+
+def _train_memory(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float, str]:
+    inputs = row["inputs"]
+    if not inputs.get("micro_batch"):
+        raise NotCompared("the micro-batch is not published")
+    alloc = _allocation(inputs)
+    estimate = estimate_allocation(
+        alloc,
+        _row_model(data, inputs),
+        _capacity(data, inputs["gpu"]),
+        _training_settings(inputs),
+        None,
+    )
+    return estimate.total / GIB, ""
+
+
+def _tokens_per_step(inputs: Mapping[str, Any], alloc: ModelAllocation) -> int:
+    seq = int(inputs["seq_len"])
+    if inputs.get("global_batch"):
+        return int(inputs["global_batch"]) * seq
+    if not inputs.get("micro_batch"):
+        raise NotCompared("the batch is not published")
+    return (
+        int(inputs["micro_batch"])
+        * int(inputs.get("grad_accum") or 1)
+        * alloc.parallel.dp_size
+        * seq
+    )
+
+
+def paper_flops(arch: Architecture, batch: int, seq: int) -> float:
+    """Eq. 3 of arXiv:2104.04473 §5.1, the weak-scaling table's FLOP count (full recomputation):
+    F = 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h))."""
+    h, layers, vocab = arch.hidden_size, arch.num_layers, arch.vocab_size
+    return 96 * batch * seq * layers * h * h * (1 + seq / (6 * h) + vocab / (16 * layers * h))
+
+
+def _train_tps(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float, str]:
+    inputs = row["inputs"]
+    alloc = _allocation(inputs)
+    arch = _row_model(data, inputs)
+    hardware, note = _hardware(data, inputs, hbm=False)
+    tokens = _tokens_per_step(inputs, alloc)
+    seq = int(inputs["seq_len"])
+    micro = int(inputs.get("micro_batch") or 1) * seq
+    step = training_step(
+        alloc.backend,
+        arch,
+        alloc.parallel,
+        hardware,
+        tokens_per_step=tokens,
+        tokens_per_micro_batch=micro,
+        sequence_length=seq,
+        recompute=_recompute(inputs),
+    )
+    gpus = alloc.parallel.world_size
+    if row["measured"]["unit"] == "TFLOPS/gpu":
+        flops = paper_flops(arch, int(inputs["global_batch"]), seq)
+        return flops / (step.seconds * gpus * 1e12), note
+    return tokens / step.seconds / gpus, note
+
+
+def _inference(
+    data: Mapping[str, Any], inputs: Mapping[str, Any]
+) -> tuple[ModelAllocation, Architecture, Any]:
+    engine = _engine(str(inputs.get("backend")))
+    alloc = _allocation(inputs, engine)
+    arch = _row_model(data, inputs)
+    fraction = inputs.get("memory_fraction")
+    if fraction is None:
+        if engine != "vllm":
+            raise NotCompared(f"{engine}: the memory fraction is not stated")
+        fraction = VLLM_DEFAULT_FRACTION
+    precision = str(inputs.get("precision") or "")
+    settings = InferenceSettings(
+        dtype="float16" if precision.startswith("fp16") else "bfloat16",
+        memory_fraction=float(fraction),
+    )
+    if inputs.get("max_model_len"):
+        settings = replace(settings, context_length=int(inputs["max_model_len"]))
+    estimate = estimate_allocation(alloc, arch, _capacity(data, inputs["gpu"]), None, settings)
+    return alloc, arch, estimate
+
+
+def _kv_tokens(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float, str]:
+    _, _, estimate = _inference(data, row["inputs"])
+    kv = estimate.kv_cache
+    if kv is None or kv.tokens is None:
+        raise NotCompared("the estimate gives no KV tokens")
+    return float(kv.tokens), ""
+
+
+def _kv_memory(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float, str]:
+    _, _, estimate = _inference(data, row["inputs"])
+    return estimate.term("kv_cache") / GIB, ""
+
+
+def _decode_tps(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float, str]:
+    inputs = row["inputs"]
+    hardware, note = _hardware(data, inputs)
+    alloc, arch, estimate = _inference(data, {**inputs, "memory_fraction": VLLM_DEFAULT_FRACTION})
+    kv = estimate.kv_cache
+    prompt, output = int(inputs["prompt_len"]), int(inputs["output_len"])
+    one = decode_step(
+        arch,
+        alloc.parallel,
+        hardware,
+        batch=int(inputs["batch"]),
+        context=prompt + output // 2,
+        kv_bytes_per_token=kv.bytes_per_token if kv is not None else 0,
+    )
+    return one.tokens_per_second, note
+
+
+def _rl_config(data: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The run as an experiment config in the reference's keys."""
+    rollout, train = inputs.get("rollout"), inputs.get("train")
+    if not rollout or not train:
+        raise NotCompared("the rollout and training layouts are not published")
+    if inputs.get("mode") == "colocated":
+        raise NotCompared("colocated (time-shared) rollout and training is not modelled")
+    per_node = int(inputs.get("gpus_per_node") or 8)
+    gpus = int(inputs["gpus"])
+    r_engine = _engine(rollout["backend"])
+    t_engine = "megatron" if "megatron" in train["backend"] else _engine(train["backend"])
+    tokens_mb = train.get("max_tokens_per_mb") or int(inputs.get("max_seq_len") or 0) * int(
+        train.get("micro_batch") or 1
+    )
+    model = inputs.get("catalogue_equivalent") or inputs["model"]
+    fraction_key = "mem_fraction_static" if r_engine == "sglang" else "gpu_memory_utilization"
+    prompt = inputs.get("max_prompt_len")
+    if prompt is None and inputs.get("max_seq_len"):
+        prompt = max(1, int(inputs["max_seq_len"]) - int(inputs["max_new_tokens"]))
+    cfg: dict[str, Any] = {
+        "cluster": {"n_nodes": math.ceil(gpus / per_node), "n_gpus_per_node": per_node},
+        "rollout": {
+            "backend": backend_string(r_engine, rollout["layout"]),
+            "max_head_offpolicyness": inputs.get("max_offpolicyness"),
+        },
+        r_engine: {fraction_key: rollout.get("memory_fraction")},
+        "actor": {
+            "backend": backend_string(t_engine, train["layout"]),
+            "path": model,
+            "gradient_checkpointing": train.get("activation_checkpointing", "full") != "none",
+            "recompute_logprob": bool(train.get("recompute_logprob")),
+            "mb_spec": {"max_tokens_per_mb": int(tokens_mb) or 16384},
+            "optimizer": {"type": "adam"},
+        },
+        "train_dataset": {"batch_size": int(inputs["prompts_per_step"]), "max_length": prompt},
+        "gconfig": {
+            "n_samples": int(inputs["samples_per_prompt"]),
+            "max_new_tokens": int(inputs["max_new_tokens"]),
+        },
+    }
+    if train.get("reference_model"):
+        cfg["actor"]["kl_ctl"] = 0.1
+        cfg["ref"] = {
+            "backend": "",
+            "path": model,
+            "mb_spec": cfg["actor"]["mb_spec"],
+            "scheduling_strategy": {"type": "colocation", "target": "actor"},
+        }
+    return cfg
+
+
+def _rl_step(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float, str]:
+    from areal_alloc.plan import plan_config  # the plan's imports are heavier
+
+    inputs = row["inputs"]
+    cfg = _rl_config(data, inputs)
+    gpu, note = _gpu(data, inputs["gpu"], hbm=True)
+    flags: dict[str, object] = {
+        "gpu": inputs["gpu"],
+        "peak_tflops": gpu.bf16_tflops,
+        "hbm_tbps": gpu.hbm_tbps,
+        "nvlink_gbps": gpu.nvlink_gbps,
+    }
+    settings = Settings.from_sources(flags=flags, environ={}, detect=False)
+    try:
+        plan = plan_config(cfg, on_memory="warn", settings=settings)
+    except AllocationError as error:
+        raise NotCompared(f"the plan refuses the run: {error.message}") from None
+    pace = plan.pace
+    if pace is None:
+        raise NotCompared("the plan gives no pace")
+    step = getattr(pace, "step_seconds", None)  # the plan's own step in the config's mode
+    if step is None:
+        asynchronous = inputs.get("mode") == "asynchronous"
+        step = (
+            max(pace.generate_seconds, pace.train_seconds)
+            if asynchronous
+            else (pace.generate_seconds + pace.train_seconds)
+        )
+        note = ", ".join(
+            n for n in (note, "step = max(generation, training) if asynchronous, else the sum") if n
+        )
+    return float(step), note
+
+
+_ADAPTERS = {
+    "train_memory": _train_memory,
+    "kv_tokens": _kv_tokens,
+    "kv_memory": _kv_memory,
+    "decode_tps": _decode_tps,
+    "train_tps": _train_tps,
+    "rl_step": _rl_step,
+}
+
+
+def _short(inputs: Mapping[str, Any]) -> str:
+    """The inputs in short: model, layout, GPU and the sizes that matter."""
+    parts = [str(inputs.get("model", "?")).rsplit("/", 1)[-1]]
+    if inputs.get("layout"):
+        parts.append(
+            backend_string(str(inputs.get("backend", "?")).split(" ")[0], inputs["layout"])
+        )
+    elif inputs.get("rollout") and inputs.get("train"):
+        parts.append(
+            backend_string(inputs["rollout"]["backend"], inputs["rollout"]["layout"])
+            + "+"
+            + backend_string(inputs["train"]["backend"].split(" ")[0], inputs["train"]["layout"])
+        )
+    parts.append(f"{inputs.get('gpus', '?')}×{inputs.get('gpu', '?')}")
+    for key, label in (
+        ("seq_len", "seq"),
+        ("micro_batch", "mb"),
+        ("batch", "batch"),
+        ("prompt_len", "in"),
+        ("output_len", "out"),
+        ("memory_fraction", "mem"),
+        ("mode", ""),
+    ):
+        if inputs.get(key) is not None:
+            parts.append(f"{label} {inputs[key]}".strip())
+    return " ".join(parts)
+
+
+def _measured(row: Mapping[str, Any]) -> tuple[float, str]:
+    value, unit = float(row["measured"]["value"]), str(row["measured"]["unit"])
+    if unit == "blocks":
+        return value * int(row["tokens_per_block"]), "tokens"
+    return value, unit
+
+
+def compare(data: Mapping[str, Any], row: Mapping[str, Any]) -> Compared:
+    """Our estimate of one row, or the reason there is none."""
+    measured, unit = _measured(row)
+    base = Compared(row["id"], row["kind"], _short(row["inputs"]), measured, unit)
+    reason = _unmodelled(row["inputs"])
+    if reason is not None:
+        return replace(base, reason=reason)
+    try:
+        estimate, note = _ADAPTERS[row["kind"]](data, row)
+    except NotCompared as why:
+        return replace(base, reason=str(why))
+    return replace(base, estimate=estimate, note=note)
+
+
+def compare_all(data: Mapping[str, Any], kind: str | None = None) -> list[Compared]:
+    return [compare(data, row) for row in rows(data, kind)]
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    kind: str
+    compared: int
+    not_compared: int
+    median: float | None  # of the absolute errors
+    worst: float | None
+    goal: Goal | None
+
+    @property
+    def met(self) -> bool | None:
+        if self.goal is None or self.median is None or self.worst is None:
+            return None
+        return self.goal.met(self.median, self.worst)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "kind": self.kind,
+            "compared": self.compared,
+            "not_compared": self.not_compared,
+            "median_abs_error": self.median,
+            "worst_abs_error": self.worst,
+            "goal": self.goal.text() if self.goal else None,
+            "met": self.met,
+        }
+
+
+def summary(results: Iterable[Compared]) -> list[Summary]:
+    """Median and worst absolute error per kind, beside the goal."""
+    by_kind: dict[str, list[Compared]] = {}
+    for result in results:
+        by_kind.setdefault(result.kind, []).append(result)
+    found = []
+    for kind in (k for k in KINDS if k in by_kind):
+        errors = [abs(e) for e in (r.error for r in by_kind[kind]) if e is not None]
+        found.append(
+            Summary(
+                kind,
+                len(errors),
+                len(by_kind[kind]) - len(errors),
+                statistics.median(errors) if errors else None,
+                max(errors) if errors else None,
+                GOALS.get(kind),
+            )
+        )
+    return found
