@@ -255,17 +255,23 @@ def fit_training(measured_seconds: float, estimate: StepEstimate, hardware: Hard
 
 
 def fit_decode(
-    measured_tokens_per_second: float, estimate: StepEstimate, hardware: Hardware
+    measured_tokens_per_second: float,
+    estimate: StepEstimate,
+    hardware: Hardware,
+    instances: int = 1,
 ) -> float:
-    """The HBM efficiency that makes ``estimate`` generate ``measured`` tokens per second."""
+    """The HBM efficiency that makes ``estimate`` (one instance's decode step) generate
+    ``measured`` tokens per second over ``instances`` instances; messages quote the
+    measurement as given."""
     check_measured(measured_tokens_per_second, "tokens per second", MAX_TOKENS_PER_SECOND)
-    measured_seconds = estimate.tokens / measured_tokens_per_second
+    measured_seconds = estimate.tokens * instances / measured_tokens_per_second
     hbm = sum(t.seconds for t in estimate.terms if t.name == "HBM reads")
     rest = estimate.seconds - hbm
     if measured_seconds <= rest:
         raise AllocationValidationError(
             f"{measured_tokens_per_second:g} tokens/s is faster than the estimated "
-            f"tensor-parallel traffic alone allows ({estimate.tokens / rest:,.0f} tokens/s)"
+            f"tensor-parallel traffic alone allows ({estimate.tokens * instances / rest:,.0f} "
+            f"tokens/s)"
         )
     efficiency = hardware.hbm_efficiency * hbm / (measured_seconds - rest)
     return check_efficiency(

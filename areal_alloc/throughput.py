@@ -66,6 +66,8 @@ class Hardware:
     compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY
     comm_efficiency: float = DEFAULT_COMM_EFFICIENCY
     hbm_efficiency: float = DEFAULT_COMM_EFFICIENCY
+    #: A stored calibration these efficiencies come from (``calibration.describe``), or "".
+    calibration: str = ""
 
     def __post_init__(self) -> None:
         for name in ("peak_tflops", "hbm_tbps", "inter_node_gbps"):
@@ -364,6 +366,8 @@ def training_step(
                 formula,
             )
         )
+    if hardware.calibration:
+        assumptions.append(f"calibrated: {hardware.calibration}")
     return StepEstimate(
         tuple(terms), tokens_per_step, flops, world, hardware.peak_tflops, tuple(assumptions)
     )
@@ -413,5 +417,6 @@ def decode_step(
         flops,
         tp * pp,
         hardware.peak_tflops,
-        ("decode is memory-bound: each step reads every weight and the batch's KV once",),
+        ("decode is memory-bound: each step reads every weight and the batch's KV once",)
+        + ((f"calibrated: {hardware.calibration}",) if hardware.calibration else ()),
     )

@@ -126,7 +126,7 @@ def test_hugging_face_config(tmp_path: Path) -> None:
 
 SHAPE_ERRORS = [
     ("missing", "does not exist"),
-    ("bad_json", "cannot be read"),
+    ("bad_json", "is not valid JSON: Expecting property name"),
     ("list_json", "is not a JSON object"),
 ]
 
