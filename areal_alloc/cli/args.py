@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from areal_alloc.errors import AllocationValidationError
+from areal_alloc.errors import AllocationValidationError, clipped
 from areal_alloc.limits import MAX_COUNT, MAX_GPUS
 from areal_alloc.numbers import MAX_SPEED, read_float, read_int
 
@@ -16,12 +15,22 @@ __all__ = ["CommandParser", "command_parser", "count", "fraction", "positive", "
 _N = TypeVar("_N", int, float)
 
 
+#: Exit code of a usage error (argparse's own convention).
+EXIT_USAGE = 2
+#: Characters of one word of a usage error (a value argparse quotes whole).
+_WORD = 80
+#: Characters of the whole usage error.
+_LINE = 400
+
+
 class CommandParser(argparse.ArgumentParser):
-    """An argument parser whose usage errors say which subcommand they are from."""
+    """An argument parser whose usage errors are one line naming the subcommand and its --help."""
 
     def error(self, message: str) -> Any:  # argparse's own usage errors: exit 2
-        self.print_usage(sys.stderr)
-        raise SystemExit(f"areal-alloc {self.prog.split()[-1]}: {message}")
+        # argparse quotes the offending words whole (unrecognized arguments, invalid
+        # choices): cut each long one, and the line, stating their length
+        words = " ".join(clipped(word, _WORD) for word in " ".join(message.split()).split(" "))
+        self.exit(EXIT_USAGE, f"{self.prog}: {clipped(words, _LINE)} (see {self.prog} --help)\n")
 
 
 def command_parser(name: str, description: str, epilog: str = "") -> CommandParser:

@@ -29,7 +29,7 @@ from areal_alloc.cli.estimates import (
 )
 from areal_alloc.cli.render import render_memory, render_plan, table
 from areal_alloc.compose import compose_file, read_launch_args, script_args
-from areal_alloc.errors import AllocationError, AllocationValidationError
+from areal_alloc.errors import AllocationError, AllocationValidationError, shown
 from areal_alloc.format import layout_parts
 from areal_alloc.layouts import (
     LayoutConstraints,
@@ -334,7 +334,7 @@ def check(args: list[str]) -> int:
         help="pass over files that configure no engine (config fragments, other YAML): "
         "for pre-commit and CI over a whole folder",
     )
-    ns = parser.parse_args(args)
+    ns = parser.parse_intermixed_args(args)  # FILE --quiet key=value: flags anywhere
 
     overrides = [item for item in ns.items if _is_override(item)]
     files = [*ns.config, *(item for item in ns.items if not _is_override(item))]
@@ -394,6 +394,11 @@ def preflight(args: list[str]) -> int:
     command = list(ns.command)
     if command[:1] == ["--"]:
         command = command[1:]
+    if command and not command[0].strip():
+        raise AllocationError(
+            f"the launch command starts with an empty word {command[0]!r}: write "
+            f"areal-alloc preflight -- COMMAND …, e.g. -- python3 train.py --config FILE"
+        )
 
     launch = read_launch_args(script_args(command))
     plan = plan_config(compose_file(launch.config, launch.overrides))
@@ -404,10 +409,9 @@ def preflight(args: list[str]) -> int:
     sys.stderr.flush()
     try:
         os.execvp(command[0], command)
-    except OSError as error:
-        print(
-            f"areal-alloc preflight: cannot run {command[0]!r}: {error.strerror}", file=sys.stderr
-        )
+    except (OSError, ValueError) as error:  # ValueError: a NUL character in a word
+        reason = error.strerror if isinstance(error, OSError) else str(error)
+        print(f"areal-alloc preflight: cannot run {shown(command[0])}: {reason}", file=sys.stderr)
         return 127
     return 0  # pragma: no cover - execvp does not return
 
