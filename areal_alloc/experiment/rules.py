@@ -345,6 +345,71 @@ def epochs_are_positive(run: Run) -> str | None:
     return f"total_train_epochs={value!r}: must be ≥ 1 (the reference's loader refuses it)"
 
 
+def delta_update_needs_one_minibatch(run: Run) -> str | None:
+    """PPOActorConfig.__post_init__ (areal/api/cli_args.py): delta updates need one minibatch."""
+    if run.engine("actor") is None or not run.flag("actor", "enable_delta_weight_update"):
+        return None
+    minibatches = run.setting("actor", "ppo_n_minibatches", 4)  # the reference's default
+    if minibatches == 1:
+        return None
+    return (
+        f"actor.enable_delta_weight_update=true needs actor.ppo_n_minibatches=1 (one optimizer "
+        f"step between weight updates), got {minibatches!r}: set actor.ppo_n_minibatches=1"
+    )
+
+
+def memory_efficient_load_needs_weights(run: Run) -> str | None:
+    """TrainEngineConfig.__post_init__ (areal/api/cli_args.py): a CPU load needs weights to load."""
+    for key in ("actor", "critic", "ref"):
+        if run.engine(key) is None:
+            continue
+        fsdp = child(child(run.cfg, key), "fsdp")
+        if not run.flag(key, "init_from_scratch") or fsdp is None:
+            continue
+        load = child(fsdp, "memory_efficient_load")
+        if load is True or (isinstance(load, str) and load.strip().lower() == "true"):
+            return (
+                f"{key}.fsdp.memory_efficient_load=true loads pretrained weights, but "
+                f"{key}.init_from_scratch=true loads none: set one of them to false"
+            )
+    return None
+
+
+def _online(run: Run) -> bool:
+    return run.setting("rollout", "agent", None) is not None and (
+        child(child(child(run.cfg, "rollout"), "agent"), "mode") == "online"
+    )
+
+
+def online_mode_runs_by_steps(run: Run) -> str | None:
+    """rl_trainer._init_impl: online RL (rollout.agent.mode='online') has no dataset to count.
+
+    valid_dataset must not be set; total_train_steps must be, and be ≥ total_train_epochs.
+    """
+    if not _rl(run) or not _online(run):
+        return None
+    if not unset(child(run.cfg, "valid_dataset")):
+        return (
+            "valid_dataset is set, but rollout.agent.mode='online' has no validation: remove "
+            "valid_dataset (or ~valid_dataset on the command line)"
+        )
+    steps = whole_number(run.cfg, "total_train_steps", "total_train_steps")
+    epochs = whole_number(run.cfg, "total_train_epochs", "total_train_epochs") or 1
+    if steps is None:
+        return (
+            f"rollout.agent.mode='online' needs total_train_steps (each epoch runs "
+            f"total_train_steps // total_train_epochs steps): set total_train_steps, e.g. "
+            f"total_train_steps={100 * epochs}"
+        )
+    if steps < epochs:
+        return (
+            f"total_train_steps={steps} is less than total_train_epochs={epochs}, so an epoch "
+            f"of rollout.agent.mode='online' would have {steps} // {epochs} = 0 steps: raise "
+            f"total_train_steps to at least {epochs}"
+        )
+    return None
+
+
 _RL = "areal/trainer/rl_trainer.py"
 
 #: Every rule, in the order the reference meets them: its loader (``__post_init__``), then
@@ -359,6 +424,16 @@ RULES: tuple[Rule, ...] = (
         "_version is v1 or v2",
         "areal/api/cli_args.py TrainEngineConfig/InferenceEngineConfig.__post_init__",
         versions_are_known,
+    ),
+    Rule(
+        "actor.enable_delta_weight_update needs ppo_n_minibatches 1",
+        "areal/api/cli_args.py PPOActorConfig.__post_init__",
+        delta_update_needs_one_minibatch,
+    ),
+    Rule(
+        "fsdp.memory_efficient_load cannot init_from_scratch",
+        "areal/api/cli_args.py TrainEngineConfig.__post_init__",
+        memory_efficient_load_needs_weights,
     ),
     Rule(
         "offload (colocated actor↔rollout, any engine's offload) needs enable_offload",
@@ -383,6 +458,11 @@ RULES: tuple[Rule, ...] = (
         megatron_lora_cannot_update_sglang,
     ),
     Rule("actor._version equals rollout._version", f"{_RL} _validate_cfg", versions_match),
+    Rule(
+        "online RL: no valid_dataset, total_train_steps ≥ total_train_epochs",
+        f"{_RL} _init_impl",
+        online_mode_runs_by_steps,
+    ),
     Rule(
         "train_dataset.batch_size splits over the actor's data-parallel ranks",
         "areal/utils/dataloader.py create_dataloader; areal/utils/seqpack.py "

@@ -42,6 +42,36 @@ REFUSED: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
         "actor._version='v3': must be 'v1' or 'v2'",
         cfg(actor={"backend": "fsdp:d4", "_version": "v2"}),
     ),
+    (  # areal/api/cli_args.py PPOActorConfig.__post_init__ (ppo_n_minibatches defaults to 4)
+        "actor.enable_delta_weight_update needs ppo_n_minibatches 1",
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={"backend": "megatron:d8", "enable_delta_weight_update": True},
+        ),
+        "actor.enable_delta_weight_update=true needs actor.ppo_n_minibatches=1 (one optimizer "
+        "step between weight updates), got 4: set actor.ppo_n_minibatches=1",
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={
+                "backend": "megatron:d8",
+                "enable_delta_weight_update": True,
+                "ppo_n_minibatches": 1,
+            },
+        ),
+    ),
+    (  # areal/api/cli_args.py TrainEngineConfig.__post_init__
+        "fsdp.memory_efficient_load cannot init_from_scratch",
+        cfg(
+            actor={
+                "backend": "fsdp:d8",
+                "init_from_scratch": True,
+                "fsdp": {"memory_efficient_load": True},
+            }
+        ),
+        "actor.fsdp.memory_efficient_load=true loads pretrained weights, but "
+        "actor.init_from_scratch=true loads none: set one of them to false",
+        cfg(actor={"backend": "fsdp:d8", "fsdp": {"memory_efficient_load": True}}),
+    ),
     (  # areal/trainer/rl_trainer.py _validate_cfg: colocation offloads
         "offload (colocated actor↔rollout, any engine's offload) needs enable_offload",
         cfg(
@@ -145,6 +175,57 @@ REFUSED: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
         cfg(
             rollout={"backend": "sglang:d8", "_version": "v2"},
             actor={"backend": "fsdp:d8", "_version": "v2"},
+        ),
+    ),
+    (  # areal/trainer/rl_trainer.py _init_impl: online RL counts steps, not a dataset
+        "online RL: no valid_dataset, total_train_steps ≥ total_train_epochs",
+        cfg(
+            rollout={"backend": "sglang:d8", "agent": {"mode": "online"}},
+            actor={"backend": "fsdp:d8"},
+            total_train_epochs=10,
+        ),
+        "rollout.agent.mode='online' needs total_train_steps (each epoch runs "
+        "total_train_steps // total_train_epochs steps): set total_train_steps, e.g. "
+        "total_train_steps=1000",
+        cfg(
+            rollout={"backend": "sglang:d8", "agent": {"mode": "online"}},
+            actor={"backend": "fsdp:d8"},
+            total_train_epochs=10,
+            total_train_steps=1000,
+        ),
+    ),
+    (
+        "online RL: no valid_dataset, total_train_steps ≥ total_train_epochs",
+        cfg(
+            rollout={"backend": "sglang:d8", "agent": {"mode": "online"}},
+            actor={"backend": "fsdp:d8"},
+            total_train_epochs=10,
+            total_train_steps=3,
+        ),
+        "total_train_steps=3 is less than total_train_epochs=10, so an epoch of "
+        "rollout.agent.mode='online' would have 3 // 10 = 0 steps: raise total_train_steps to "
+        "at least 10",
+        cfg(
+            rollout={"backend": "sglang:d8", "agent": {"mode": "inline"}},
+            actor={"backend": "fsdp:d8"},
+            total_train_epochs=10,
+            total_train_steps=3,
+        ),
+    ),
+    (
+        "online RL: no valid_dataset, total_train_steps ≥ total_train_epochs",
+        cfg(
+            rollout={"backend": "sglang:d8", "agent": {"mode": "online"}},
+            actor={"backend": "fsdp:d8"},
+            total_train_steps=10,
+            valid_dataset={"batch_size": 8},
+        ),
+        "valid_dataset is set, but rollout.agent.mode='online' has no validation: remove "
+        "valid_dataset (or ~valid_dataset on the command line)",
+        cfg(
+            rollout={"backend": "sglang:d8", "agent": {"mode": "online"}},
+            actor={"backend": "fsdp:d8"},
+            total_train_steps=10,
         ),
     ),
     (  # areal/utils/dataloader.py; areal/utils/seqpack.py balanced_greedy_partition
