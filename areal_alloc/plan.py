@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from areal_alloc._config import child, is_mapping, keys, number, setting_int, shown, unset
+from areal_alloc._config import child, is_mapping, keys, setting_float, setting_int, shown, unset
 from areal_alloc.errors import AllocationError, AllocationValidationError
 from areal_alloc.limits import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES, grouped
 from areal_alloc.model import ModelAllocation
@@ -371,10 +371,15 @@ def _read_engines(cfg: object) -> tuple[list[EnginePlan], list[str]]:
     return engines, warnings
 
 
+#: Bound of actor.kl_ctl either side of 0 (the reference's default is 0.1).
+MAX_KL_CTL = 1_000_000.0
+
+
 def _apply_run_rules(cfg: object, engines: list[EnginePlan]) -> list[EnginePlan]:
     """Engines the run will not create, and implicit colocation, as the reference does."""
     actor = child(cfg, "actor")
-    kl_ctl = number(child(actor, "kl_ctl")) if actor is not None else None
+    # any finite coefficient the reference runs; ≤ 0 creates no reference model
+    kl_ctl = setting_float(actor, "kl_ctl", "actor.kl_ctl", minimum=-MAX_KL_CTL, maximum=MAX_KL_CTL)
     mode = child(actor, "weight_update_mode") if actor is not None else None
     version = child(actor, "_version") if actor is not None else None
     keys = {e.key for e in engines}
