@@ -2,9 +2,13 @@
 
 Global GPU ``g`` is GPU ``g % n_gpus_per_node`` of node ``g // n_gpus_per_node``.
 An inference instance never straddles nodes unless its size is a whole multiple
-of the node size (it then starts on a node boundary); a training engine takes
-the next GPUs in rank order. A tensor-parallel group that crosses nodes is
-flagged in the warnings.
+of the node size (it then starts on a node boundary); one smaller than a node that
+does not divide it leaves the node's last GPUs free, ``n_gpus_per_node // size``
+instances a node, as the reference places servers (areal/infra/launcher/sglang_server.py
+``run``, areal/infra/scheduler/ray.py ``_build_node_plan``, AReaL cbff54d6; a server
+wider than a node and not whole nodes is refused before placement, by
+``areal_alloc.experiment.rules``). A training engine takes the next GPUs in rank
+order. A tensor-parallel group that crosses nodes is flagged in the warnings.
 
 A placement is kept as runs of consecutive GPUs, never as one entry per GPU, so
 that a cluster of a million GPUs is placed in the same few steps as one node.
