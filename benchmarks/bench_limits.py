@@ -1,0 +1,110 @@
+"""Every command at the documented limits (areal_alloc/limits.py), against the ≤ 1 s promise.
+
+Run: python benchmarks/bench_limits.py [--rounds N]
+
+Each case runs the installed ``areal-alloc`` as a subprocess (start-up included, as a
+user meets it), ``--rounds`` times (default 2); the table shows the median wall-clock
+seconds, the target and the peak resident memory of the slowest round. A case that
+refuses its input counts too: the promise is an answer or one clear line within 1 s.
+Figures are medians of few runs on a shared, noisy machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TARGET = 1.0  # seconds, README: "every input gets an answer in under a second"
+
+MOE = ["--model", "Qwen3-30B-A3B", "--gpu", "H100-80GB"]
+
+
+def _yaml_with_unrelated_keys(folder: Path, keys: int) -> Path:
+    path = folder / f"keys_{keys}.yaml"
+    lines = [
+        "cluster: {n_nodes: 2, n_gpus_per_node: 8}",
+        "actor: {backend: 'fsdp:d8'}",
+        "rollout: {backend: 'sglang:d2t4'}",
+        "extra:",
+    ]
+    lines += [f"  key_{i}: {i}" for i in range(keys)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _cases(folder: Path) -> list[tuple[str, list[str]]]:
+    return [
+        ("suggest MoE, 4,096 GPUs", ["suggest", *MOE, "--gpus", "4096"]),
+        ("suggest MoE, 1,048,576 GPUs", ["suggest", *MOE, "--gpus", "1048576"]),
+        ("suggest MoE, 1,048,576 GPUs --sync", ["suggest", *MOE, "--gpus", "1048576", "--sync"]),
+        (
+            "layouts megatron 720720 --rank --hybrid --top 3",
+            ["layouts", "megatron", "720720", "--rank", "--hybrid", "--top", "3", *MOE],
+        ),
+        ("layouts vllm 16 --gpus-per-node 8", ["layouts", "vllm", "16", "--gpus-per-node", "8"]),
+        (
+            "explain d1048576 --groups 1048576",
+            ["explain", "megatron:d1048576", "--groups", "1048576"],
+        ),
+        (
+            "explain d1048576 --groups 1048576 --json",
+            ["explain", "megatron:d1048576", "--groups", "1048576", "--json"],
+        ),
+        (
+            "check: YAML of 20,000 unrelated keys",
+            ["check", str(_yaml_with_unrelated_keys(folder, 20_000))],
+        ),
+        (
+            "sweep of 2,000 jobs (1,000 invalid: none launched)",
+            ["-m", "actor.backend=fsdp:d8,fsdp:d4p2", "actor.kl_ctl=range(0,1000)"],
+        ),
+    ]
+
+
+def _run(command: list[str], cwd: Path) -> tuple[float, int, int, int]:
+    """Seconds, peak RSS (KB), exit code and bytes of output of one run."""
+    start = time.perf_counter()
+    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert process.stdout is not None
+    size = 0
+    while chunk := process.stdout.read(1 << 16):
+        size += len(chunk)
+    _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.perf_counter() - start
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return seconds, usage.ru_maxrss, process.returncode, size
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    ns = parser.parse_args()
+    executable = shutil.which("areal-alloc")
+    if executable is None:
+        print("areal-alloc is not installed (pip install -e .)", file=sys.stderr)
+        return 1
+    print(f"every command at the documented limits (median of {ns.rounds}, subprocesses)")
+    print(f"  {'case':<52} {'seconds':>8}  {'target':>7}  {'peak RSS':>9}  {'output':>9}  exit")
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        for label, args in _cases(folder):
+            runs = [_run([executable, *args], folder) for _ in range(ns.rounds)]
+            seconds = statistics.median(r[0] for r in runs)
+            rss = max(r[1] for r in runs)
+            verdict = "ok" if seconds <= TARGET else "MISSED"
+            print(
+                f"  {label:<52} {seconds:8.2f}  ≤ {TARGET:g} s  {rss / 1024:6.0f} MB  "
+                f"{runs[-1][3] / 1024:6.0f} KB  {runs[-1][2]:>4}  {verdict}"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
