@@ -2,9 +2,10 @@
 a code block is run here and must print what the README says.
 
 A line ``…`` in the README stands for any lines; a line ending in `` …`` for any
-rest of that line. Examples that need a file the README only describes
-(``exp.yaml``, an experiment of the reference) or that change the user's state
-(``calibrate``) are listed with the reason and not run.
+rest of that line. An example exits 0 unless a ``$ echo $?`` line after its output shows
+its exit code; an example the README shows without output fails. Examples that need a
+file the README only describes (``exp.yaml``, an experiment of the reference) or that
+change the user's state (``calibrate``) are listed with the reason and not run.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import shlex
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -41,21 +43,35 @@ def _blocks() -> list[list[str]]:
     return blocks
 
 
-def examples() -> list[tuple[str, list[str]]]:
-    """``(command, expected lines)`` for every ``$ areal-alloc`` line in a code block."""
-    found: list[tuple[str, list[str]]] = []
+class Example(NamedTuple):
+    command: str
+    expected: list[str]  # the lines the README shows
+    exit_code: int  # a ``$ echo $?`` line after the output, else 0
+
+
+def examples() -> list[Example]:
+    """Every ``$ areal-alloc`` line in a code block, with the lines shown after it and the
+    exit code a following ``$ echo $?`` line shows."""
+    found: list[Example] = []
     for block in _blocks():
         command: str | None = None
         lines: list[str] = []
+        status: int | None = None  # index in ``found`` whose exit code the next line gives
         for line in block:
+            if status is not None:
+                found[status] = found[status]._replace(exit_code=int(line.strip()))
+                status = None
+                continue
             if line.startswith("$ "):
                 if command is not None:
-                    found.append((command, lines))
+                    found.append(Example(command, lines, 0))
+                    if line.strip() == "$ echo $?":
+                        status = len(found) - 1
                 command, lines = (line[2:], []) if line.startswith("$ areal-alloc") else (None, [])
             elif command is not None:
                 lines.append(line.rstrip())
         if command is not None:
-            found.append((command, lines))
+            found.append(Example(command, lines, 0))
     return found
 
 
@@ -98,20 +114,30 @@ EXAMPLES = examples()
 
 
 def test_the_readme_has_examples_to_check() -> None:
-    runnable = [command for command, _ in EXAMPLES if _skip_reason(command) is None]
+    runnable = [e.command for e in EXAMPLES if _skip_reason(e.command) is None]
     assert len(runnable) >= 12
 
 
-@pytest.mark.parametrize(("command", "expected"), EXAMPLES, ids=[c for c, _ in EXAMPLES])
+@pytest.mark.parametrize("example", EXAMPLES, ids=[e.command for e in EXAMPLES])
 def test_readme_example_prints_what_the_readme_shows(
-    command: str, expected: list[str], cli: Cli, tmp_path: Path
+    example: Example, cli: Cli, tmp_path: Path
 ) -> None:
-    reason = _skip_reason(command)
+    reason = _skip_reason(example.command)
     if reason is not None:
         pytest.skip(reason)
+    # an example with no output would match anything: the README must show what it prints
+    assert [line for line in example.expected if line.strip()], (
+        f"the README shows no output for `{example.command}`"
+    )
     (tmp_path / "tests").symlink_to(ROOT / "tests")  # paths in examples are repo-relative
-    args = shlex.split(command, comments=True)[1:]
+    args = shlex.split(example.command, comments=True)[1:]
     done = cli(*args, cwd=tmp_path)
     # as a terminal shows them: the hook's and the parser's messages come first
     actual = [line.rstrip() for line in (done.stderr + done.stdout).splitlines()]
-    assert _matches(expected, actual), "\n".join(["README:", *expected, "actual:", *actual])
+    assert _matches(example.expected, actual), "\n".join(
+        ["README:", *example.expected, "actual:", *actual]
+    )
+    assert done.returncode == example.exit_code, (
+        f"exit code {done.returncode}, the README shows {example.exit_code}"
+        + ("" if example.exit_code else " (no `$ echo $?` line after the output)")
+    )

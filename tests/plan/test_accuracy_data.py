@@ -1,0 +1,98 @@
+"""The data file of published measurements (``benchmarks/measurements.json``) and the
+benchmark that reads it (``benchmarks/accuracy.py``).
+
+The file's schema is ``benchmarks/MEASUREMENTS.md``: every row names a source the file
+describes, quotes the line its figure is read from, and gives the figure with a unit the
+schema lists; the benchmark answers every row, with an estimate or the reason it has none,
+and the README shows its summary.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks import accuracy
+from benchmarks.measured import KINDS, compare_all, load, rows, summary
+
+DATA = load()
+ROWS = rows(DATA)
+README = Path(__file__).parents[2] / "README.md"
+
+
+def test_the_kinds_are_the_schemas() -> None:
+    assert set(DATA["schema"]["kinds"]) == set(KINDS)
+
+
+def test_row_ids_are_unique() -> None:
+    ids = [row["id"] for row in ROWS]
+    assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[row["id"] for row in ROWS])
+def test_every_row_has_a_source_a_quote_and_a_unit(row: dict[str, Any]) -> None:
+    assert row["kind"] in DATA["schema"]["kinds"]
+    assert row["source"] in DATA["sources"]
+    assert isinstance(row["quote"], str)
+    assert row["quote"].strip()
+    measured = row["measured"]
+    assert measured["unit"] in DATA["schema"]["units"]
+    assert isinstance(measured["value"], (int, float))
+    assert measured["value"] > 0
+    if measured["unit"] == "blocks":
+        assert row["tokens_per_block"] > 0
+    assert row["inputs"]["model"]
+    assert row["inputs"]["gpu"]
+
+
+@pytest.mark.parametrize("name", sorted(DATA["sources"]))
+def test_every_source_says_where_it_is(name: str) -> None:
+    source = DATA["sources"][name]
+    assert source.get("repo") or source.get("paper")
+    assert source.get("path") or source.get("url_or_table")
+    # a repository snapshot is read at a commit; a thread is named by its address
+    assert source.get("commit") or str(source.get("url_or_table", "")).startswith("http")
+
+
+@pytest.mark.parametrize("name", sorted(DATA["models"]))
+def test_every_model_has_a_source_and_a_quote(name: str) -> None:
+    model = DATA["models"][name]
+    assert model["source"]
+    assert model["quote"]
+    assert model["config"]["hidden_size"] > 0
+
+
+def test_the_benchmark_answers_every_row(capsys: pytest.CaptureFixture[str]) -> None:
+    assert accuracy.main(["--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    answered = {row["id"]: row for row in printed["rows"]}
+    assert list(answered) == [row["id"] for row in ROWS]
+    for row in answered.values():  # an estimate with its error, or the reason there is none
+        if row["compared"]:
+            assert row["estimate"] > 0, row
+            assert row["error"] is not None, row
+        else:
+            assert row["reason"], row
+    assert [s["kind"] for s in printed["summary"]] == [k for k in KINDS if rows(DATA, k)]
+
+
+def test_one_kind_is_its_rows_only(capsys: pytest.CaptureFixture[str]) -> None:
+    assert accuracy.main(["--json", "--kind", "kv_tokens"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert [row["id"] for row in printed["rows"]] == [r["id"] for r in rows(DATA, "kv_tokens")]
+
+
+def test_the_text_lists_every_row_and_the_goals(capsys: pytest.CaptureFixture[str]) -> None:
+    assert accuracy.main([]) == 0
+    out = capsys.readouterr().out
+    for row in ROWS:
+        assert row["id"] in out
+    assert "median ≤ 25%, worst ≤ 50%" in out  # the RL-step goal of issue 17
+
+
+def test_the_readme_shows_the_accuracy_table() -> None:
+    table = accuracy.markdown(summary(compare_all(DATA)))
+    assert table in README.read_text(encoding="utf-8"), table
