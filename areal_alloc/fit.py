@@ -16,8 +16,13 @@ its defaults:
   ``gradient_checkpointing`` with ``megatron.recompute_granularity``,
   ``megatron.ddp.use_distributed_optimizer``,
   ``megatron.use_precision_aware_optimizer``,
-  ``megatron.virtual_pipeline_parallel_size``, ``mb_spec.max_tokens_per_mb``,
-  ``fsdp.offload_params``, ``offload`` (colocated with an inference engine);
+  ``megatron.virtual_pipeline_parallel_size``, ``mb_spec.max_tokens_per_mb``
+  (unset: the whole local batch, ``mb_spec.n_mbs`` micro-batches, from
+  ``train_dataset`` and ``gconfig``), ``fsdp.offload_params``,
+  ``fsdp.memory_efficient_load``, ``use_lora`` / ``lora_rank`` /
+  ``target_modules``, ``is_critic``, and ``offload`` with the reference's own
+  offloading of colocated engines (:func:`_offloaded_while`); the defaults are
+  ``areal_alloc.defaults``;
 - inference: ``sglang.mem_fraction_static`` / ``vllm.gpu_memory_utilization``,
   ``sglang.context_length`` / ``vllm.max_model_len``, ``kv_cache_dtype``,
   ``dtype``, ``rollout.max_concurrent_rollouts``.
@@ -27,13 +32,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from areal_alloc._config import child, is_mapping, number, shown, unset, whole_number
+from areal_alloc import defaults
+from areal_alloc._config import child, is_mapping, setting_float, shown, unset, whole_number
+from areal_alloc._config import section as subsection
 from areal_alloc.architecture import Architecture
-from areal_alloc.catalogue import find_gpu, find_model
+from areal_alloc.catalogue import find_model
 from areal_alloc.errors import AllocationError, AllocationValidationError, reading
 from areal_alloc.memory import (
     GIB,
@@ -46,8 +53,16 @@ from areal_alloc.memory import (
     training_memory,
 )
 from areal_alloc.model import ModelAllocation
+from areal_alloc.settings import (
+    MAX_GPU_MEMORY_GIB,
+    ON_MEMORY,
+    Resolved,
+    Settings,
+    gpu_from_text,
+)
 
 __all__ = [
+    "MAX_GPU_MEMORY_GIB",
     "ON_MEMORY",
     "Fit",
     "GPUSpec",
@@ -56,12 +71,6 @@ __all__ = [
     "memory_problems",
     "resolve_gpu",
 ]
-
-ON_MEMORY = ("fail", "warn", "off")
-
-#: The reference's defaults for the tokens one micro-batch carries when
-#: ``mb_spec.max_tokens_per_mb`` is unset: its rollout context length.
-DEFAULT_TOKENS = 32768
 
 
 class EngineLike(Protocol):
@@ -91,47 +100,11 @@ class Fit:
     #: the model each engine runs, and a training engine's settings (None elsewhere)
     models: tuple[Architecture | None, ...] = ()
     training: tuple[TrainingSettings | None, ...] = ()
+    #: why an active engine has no estimate: the key read and what was not found
+    not_estimated: tuple[str | None, ...] = ()
 
 
 # --- reading ------------------------------------------------------------------------
-
-
-def _gpu(cfg: object) -> tuple[GPUSpec | None, int | None]:
-    cluster = child(cfg, "cluster")
-    if not is_mapping(cluster):
-        return None, None
-    reserve = None
-    if child(cluster, "memory_reserve_gib") is not None:
-        value = number(child(cluster, "memory_reserve_gib"))
-        if value is None or not 0 <= value <= 1024:
-            raise AllocationValidationError(
-                f"cluster.memory_reserve_gib={shown(child(cluster, 'memory_reserve_gib'))}: "
-                f"must be a number of GiB from 0 to 1024"
-            )
-        reserve = int(value * GIB)
-    raw = child(cluster, "gpu_memory_gib")
-    if raw is not None:
-        gib = number(raw)
-        if gib is None or not 0 < gib <= 65536:
-            raise AllocationValidationError(
-                f"cluster.gpu_memory_gib={shown(raw)}: must be a number of GiB above 0, "
-                f"e.g. cluster.gpu_memory_gib=80"
-            )
-        name = child(cluster, "gpu")
-        label = f"{name} ({gib:g} GiB)" if isinstance(name, str) and name else f"{gib:g} GiB GPU"
-        return GPUSpec(label, int(gib * GIB)), reserve
-    name = child(cluster, "gpu")
-    if name is None or name == "":
-        return None, reserve
-    if not isinstance(name, str):
-        raise AllocationValidationError(
-            f"cluster.gpu={shown(name)}: must be a GPU name such as 'H100-80GB'"
-        )
-    try:
-        gpu = find_gpu(name)
-    except AllocationError as error:
-        raise AllocationValidationError(f"cluster.gpu={name!r}: {error.message}") from None
-    return GPUSpec(gpu.name, gpu.memory_bytes), reserve
 
 
 def _model_from(value: object, key: str) -> tuple[Architecture | None, str | None]:
@@ -150,8 +123,8 @@ def _model_from(value: object, key: str) -> tuple[Architecture | None, str | Non
             pass
     return (
         None,
-        f"{key}={value!r}: not found here (no local config.json, hub cache or catalogue "
-        f"entry); its memory is not estimated",
+        f"{key}={shown(value)}: not found here (no local config.json, hub cache or "
+        f"catalogue entry)",
     )
 
 
@@ -253,18 +226,22 @@ def _text(node: object, key: str, default: str) -> str:
 
 
 def _training_settings(
-    section: object, path: str, key: str, reserve: int | None, notes: list[str]
+    section: object,
+    path: str,
+    key: str,
+    reserve: int | None,
+    notes: list[str],
+    cfg: object = None,
+    allocation: ModelAllocation | None = None,
 ) -> TrainingSettings:
-    optimizer_node = child(section, "optimizer")
+    optimizer_node = subsection(section, "optimizer", f"{path}.optimizer")
     if unset(optimizer_node):  # absent, or a strict schema's all-null section
         optimizer: str | None = "adam" if key in ("actor", "critic") else None
         if key in ("actor", "critic"):
             notes.append(f"{path}.optimizer unset: assumed adam (the run trains {key})")
-    elif is_mapping(optimizer_node):
-        optimizer = _text(optimizer_node, "type", "adam")
     else:
-        optimizer = None
-    megatron = child(section, "megatron")
+        optimizer = _text(optimizer_node, "type", "adam")
+    megatron = subsection(section, "megatron", f"{path}.megatron")
     checkpointing = _flag(
         section, "gradient_checkpointing", False, f"{path}.gradient_checkpointing"
     )
@@ -272,67 +249,151 @@ def _training_settings(
     if checkpointing:
         granularity = _text(megatron, "recompute_granularity", "full")
         recompute = "selective" if granularity == "selective" else "full"
-    tokens = whole_number(
-        child(section, "mb_spec"), "max_tokens_per_mb", f"{path}.mb_spec.max_tokens_per_mb"
-    )
+    mb_spec = subsection(section, "mb_spec", f"{path}.mb_spec")
+    tokens = whole_number(mb_spec, "max_tokens_per_mb", f"{path}.mb_spec.max_tokens_per_mb")
+    micro_batches: int | None = None
     if tokens is None:
-        tokens = DEFAULT_TOKENS
-        notes.append(
-            f"{path}.mb_spec.max_tokens_per_mb unset: activations budgeted for "
-            f"{DEFAULT_TOKENS:,} tokens per micro-batch"
-        )
-    ddp = child(megatron, "ddp")
+        dp = allocation.parallel.dp_size if allocation is not None else 1
+        tokens, micro_batches, note = _whole_local_batch(cfg, mb_spec, path, dp)
+        notes.append(note)
+    lora_rank, lora_targets = _lora(section, path, notes)
+    critic = _flag(section, "is_critic", False, f"{path}.is_critic")
+    efficient_load = _flag(
+        subsection(section, "fsdp", f"{path}.fsdp"),
+        "memory_efficient_load",
+        False,
+        f"{path}.fsdp.memory_efficient_load",
+    )
+    ddp = subsection(megatron, "ddp", f"{path}.megatron.ddp")
+    # read here, outside the try below: their errors name their own keys
+    distributed = _flag(
+        ddp, "use_distributed_optimizer", True, f"{path}.megatron.ddp.use_distributed_optimizer"
+    )
+    precision_aware = _flag(
+        megatron,
+        "use_precision_aware_optimizer",
+        False,
+        f"{path}.megatron.use_precision_aware_optimizer",
+    )
+    virtual_pipeline = whole_number(
+        megatron,
+        "virtual_pipeline_parallel_size",
+        f"{path}.megatron.virtual_pipeline_parallel_size",
+    )
+    offload = _flag(
+        subsection(section, "fsdp", f"{path}.fsdp"),
+        "offload_params",
+        False,
+        f"{path}.fsdp.offload_params",
+    )
     try:
         return TrainingSettings(
-            dtype=_text(section, "dtype", "bfloat16"),
+            dtype=_text(section, "dtype", defaults.DTYPE),
             optimizer=optimizer,
-            optimizer_dtype=_text(section, "optimizer_dtype", "float32"),
-            distributed_optimizer=_flag(
-                ddp,
-                "use_distributed_optimizer",
-                True,
-                f"{path}.megatron.ddp.use_distributed_optimizer",
-            ),
-            precision_aware_optimizer=_flag(
-                megatron,
-                "use_precision_aware_optimizer",
-                False,
-                f"{path}.megatron.use_precision_aware_optimizer",
-            ),
+            optimizer_dtype=_text(section, "optimizer_dtype", defaults.OPTIMIZER_DTYPE),
+            distributed_optimizer=distributed,
+            precision_aware_optimizer=precision_aware,
             recompute=recompute,
             tokens_per_micro_batch=tokens,
-            virtual_pipeline=whole_number(
-                megatron,
-                "virtual_pipeline_parallel_size",
-                f"{path}.megatron.virtual_pipeline_parallel_size",
-            )
-            or 1,
-            offload_params=_flag(
-                child(section, "fsdp"), "offload_params", False, f"{path}.fsdp.offload_params"
-            ),
+            micro_batches=micro_batches,
+            virtual_pipeline=virtual_pipeline or 1,
+            offload_params=offload,
             reserve_bytes=4 * GIB if reserve is None else reserve,
+            lora_rank=lora_rank,
+            lora_targets=lora_targets,
+            critic=critic,
+            memory_efficient_load=efficient_load,
         )
     except AllocationError as error:
         raise AllocationValidationError(f"{path}: {error.message}") from None
 
 
+def _whole_local_batch(cfg: object, mb_spec: object, path: str, dp: int) -> tuple[int, int, str]:
+    """Tokens of one micro-batch when ``mb_spec.max_tokens_per_mb`` is unset.
+
+    The reference then caps a micro-batch at DEFAULT_MAX_TOKENS_PER_MB = 10**12
+    tokens and packs by count, at least ``mb_spec.n_mbs`` (default 1) groups
+    (areal/utils/data.py split_padded_tensor_dict_into_mb_list and
+    allocate_balanced_mbs, lines 697-721 and 467-474, reference commit cbff54d6):
+    each data-parallel rank's whole share of the step is one micro-batch. That
+    share: train_dataset.batch_size × gconfig.n_samples sequences over d, each at
+    most train_dataset.max_length + gconfig.max_new_tokens tokens.
+    """
+    dataset = subsection(cfg, "train_dataset", "train_dataset")
+    batch = whole_number(dataset, "batch_size", "train_dataset.batch_size")
+    gconfig = subsection(cfg, "gconfig", "gconfig")
+    samples = whole_number(gconfig, "n_samples", "gconfig.n_samples")
+    new_tokens = whole_number(gconfig, "max_new_tokens", "gconfig.max_new_tokens")
+    prompt = whole_number(dataset, "max_length", "train_dataset.max_length")
+    count = whole_number(mb_spec, "n_mbs", f"{path}.mb_spec.n_mbs")
+    batch = defaults.TRAIN_BATCH if batch is None else batch
+    samples = defaults.SAMPLES if samples is None else samples
+    new_tokens = defaults.NEW_TOKENS if new_tokens is None else new_tokens
+    prompt_text = (
+        f"train_dataset.max_length {prompt:,}"
+        if prompt is not None
+        else f"a {defaults.PROMPT_TOKENS:,}-token prompt (train_dataset.max_length unset)"
+    )
+    prompt = defaults.PROMPT_TOKENS if prompt is None else prompt
+    n_mbs = max(1, defaults.MICRO_BATCHES if count is None else count)
+    sequences = math.ceil(batch * samples / dp)
+    length = prompt + new_tokens
+    tokens = max(1, math.ceil(sequences * length / n_mbs))
+    split = f" / mb_spec.n_mbs {n_mbs}" if n_mbs > 1 else ""
+    note = (
+        f"{path}.mb_spec.max_tokens_per_mb unset: the reference packs each data-parallel rank's "
+        f"whole batch into {n_mbs} micro-batch{'es' if n_mbs > 1 else ''} (areal/utils/data.py): "
+        f"train_dataset.batch_size {batch:,} × gconfig.n_samples {samples:,} / d{dp} = "
+        f"{sequences:,} sequence{'s' if sequences != 1 else ''} × ({prompt_text} + "
+        f"gconfig.max_new_tokens {new_tokens:,}){split} = {tokens:,} tokens per micro-batch"
+    )
+    return tokens, n_mbs, note
+
+
+def _lora(section: object, path: str, notes: list[str]) -> tuple[int | None, tuple[str, ...]]:
+    """LoRA's rank and targets when ``use_lora`` (areal/api/cli_args.py TrainEngineConfig
+    use_lora / lora_rank / target_modules, lines 1374-1385, reference commit cbff54d6)."""
+    if not _flag(section, "use_lora", False, f"{path}.use_lora"):
+        return None, ()
+    rank = whole_number(section, "lora_rank", f"{path}.lora_rank")
+    raw = child(section, "target_modules")
+    if raw is None or raw == "":
+        targets: tuple[str, ...] = ()
+    elif isinstance(raw, str):
+        targets = (raw,)
+    elif isinstance(raw, (list, tuple)) or (hasattr(raw, "__iter__") and not is_mapping(raw)):
+        targets = tuple(str(item) for item in raw)
+    else:
+        raise AllocationValidationError(
+            f"{path}.target_modules={shown(raw)}: must be a list of module names, e.g. "
+            f"[q_proj, v_proj], or empty for all-linear"
+        )
+    from areal_alloc.memory import LORA_TARGETS
+
+    known = set(LORA_TARGETS) | {"all-linear"}
+    unknown = [t for t in targets if t not in known]
+    if unknown:
+        notes.append(
+            f"{path}.target_modules: {', '.join(map(repr, unknown))} not counted (areal-alloc "
+            f"counts {', '.join(LORA_TARGETS)} or all-linear)"
+        )
+    return (defaults.LORA_RANK if rank is None else rank), targets
+
+
 def _inference_settings(cfg: object, engine: EngineLike, reserve: int | None) -> InferenceSettings:
     backend = engine.allocation.backend
-    server = child(cfg, backend)
+    server = subsection(cfg, backend, backend)
     section = _section(cfg, engine.backend_key.rsplit(".", 1)[0])
     if backend == "vllm":
         fraction_key, length_key = "gpu_memory_utilization", "max_model_len"
     else:
         fraction_key, length_key = "mem_fraction_static", "context_length"
-    fraction = (
-        number(child(server, fraction_key)) if child(server, fraction_key) is not None else 0.9
+    fraction = setting_float(
+        server, fraction_key, f"{backend}.{fraction_key}", minimum=0, maximum=1, above=True
     )
     if fraction is None:
-        raise AllocationValidationError(
-            f"{backend}.{fraction_key}={shown(child(server, fraction_key))}: must be a "
-            f"number in (0, 1]"
-        )
-    length = whole_number(server, length_key, f"{backend}.{length_key}") or 32768
+        fraction = defaults.MEMORY_FRACTION
+    length = whole_number(server, length_key, f"{backend}.{length_key}") or defaults.CONTEXT_LENGTH
     concurrency = whole_number(
         section,
         "max_concurrent_rollouts",
@@ -359,17 +420,8 @@ def _inference_settings(cfg: object, engine: EngineLike, reserve: int | None) ->
 
 def resolve_gpu(text: str) -> GPUSpec:
     """A catalogue GPU name (``H100-80GB``) or a memory size in GiB (``80``, ``80GiB``)."""
-    raw = text.strip()
-    digits = raw.lower().removesuffix("gib").removesuffix("gb").strip()
-    gib = number(digits) if digits and len(digits) < 20 else None
-    if gib is not None:
-        if not 0 < gib <= 65536:
-            raise AllocationValidationError(
-                f"GPU memory {raw!r}: must be above 0 and at most 65536 GiB"
-            )
-        return GPUSpec(f"{gib:g} GiB GPU", int(gib * GIB))
-    gpu = find_gpu(raw)
-    return GPUSpec(gpu.name, gpu.memory_bytes)
+    chosen = gpu_from_text(text)
+    return GPUSpec(chosen.name, chosen.capacity)
 
 
 def estimate_allocation(
@@ -397,19 +449,32 @@ def estimate_allocation(
         )
 
 
-def estimate_memory(cfg: object, engines: Sequence[EngineLike]) -> Fit:
-    """Each engine's memory per GPU, colocated engines added to their target's GPUs."""
-    gpu, reserve = _gpu(cfg)
+def estimate_memory(
+    cfg: object, engines: Sequence[EngineLike], settings: Resolved | None = None
+) -> Fit:
+    """Each engine's memory per GPU, colocated engines added to their target's GPUs.
+
+    The GPU and the reserve come from ``settings`` (``areal_alloc.settings``; by
+    default the config's own ``cluster`` keys only).
+    """
+    if settings is None:
+        settings = Settings().resolve(cfg)
+    chosen = settings.gpu
+    gpu = GPUSpec(chosen.name, chosen.capacity) if chosen is not None else None
+    reserve = settings.memory_reserve.value if settings.memory_reserve is not None else None
     capacity = gpu.capacity if gpu else None
     notes: list[str] = []
     estimates: list[MemoryEstimate | None] = []
     models: list[Architecture | None] = []
     trainings: list[TrainingSettings | None] = []
+    missing: list[str | None] = []
     for engine in engines:
         arch, note = _model(cfg, engine) if engine.active else (None, None)
         models.append(arch)
         trainings.append(None)
-        if note:
+        # a model named but not found: said beside the engine, never only in the notes
+        missing.append(note if arch is None and note else None)
+        if note and arch is not None:
             notes.append(note)
         if arch is None:
             estimates.append(None)
@@ -422,13 +487,22 @@ def estimate_memory(cfg: object, engines: Sequence[EngineLike]) -> Fit:
                 estimate_allocation(allocation, arch, capacity, None, serve, engine.key)
             )
         else:
-            train = _training_settings(_section(cfg, path), path, engine.key, reserve, notes)
+            train = _training_settings(
+                _section(cfg, path), path, engine.key, reserve, notes, cfg, allocation
+            )
             trainings[-1] = train
             estimates.append(
                 estimate_allocation(allocation, arch, capacity, train, None, engine.key)
             )
     estimates = _add_colocated(cfg, engines, estimates, notes)
-    return Fit(tuple(estimates), gpu, tuple(dict.fromkeys(notes)), tuple(models), tuple(trainings))
+    return Fit(
+        tuple(estimates),
+        gpu,
+        tuple(dict.fromkeys(notes)),
+        tuple(models),
+        tuple(trainings),
+        tuple(missing),
+    )
 
 
 def _add_colocated(
@@ -437,75 +511,175 @@ def _add_colocated(
     estimates: list[MemoryEstimate | None],
     notes: list[str],
 ) -> list[MemoryEstimate | None]:
-    """Colocated engines add up on their shared GPUs.
+    """Engines on the same GPUs add up, unless the other one is offloaded meanwhile.
 
-    A training engine colocated onto another leaves its weights and states there.
-    An inference engine sharing a training engine's GPUs claims its memory
-    fraction up front; unless the training engine sets ``offload: true`` (the
-    reference then moves it off the GPU while the other runs), the training
-    engine must fit in what is left.
+    While an engine runs, every engine sharing its GPUs either stays resident
+    (a training engine: its weights, gradients and optimizer states; an inference
+    server: the memory fraction it claimed) or is offloaded by the reference's
+    trainer (:func:`_offloaded_while`). Each engine is checked with what stays.
     """
     index = {e.key: i for i, e in enumerate(engines)}
-    out = list(estimates)
-    for engine, estimate in zip(engines, estimates, strict=True):
+    groups: dict[str, list[int]] = {}
+    for i, engine in enumerate(engines):
         strategy = engine.allocation.scheduling_strategy
-        if estimate is None or not strategy.is_colocated or strategy.target not in index:
+        root = strategy.target if strategy.is_colocated and strategy.target in index else engine.key
+        groups.setdefault(root or engine.key, []).append(i)
+    out = list(estimates)
+    for members in groups.values():
+        if len(members) < 2:
             continue
-        target_i = index[strategy.target or ""]
-        target = out[target_i]
-        if target is None:
-            continue
-        if engine.allocation.is_inference or engines[target_i].allocation.is_inference:
-            out = _share_with_inference(cfg, engines, out, index[engine.key], target_i, notes)
-            continue
-        resident = (
-            estimate.term("weights") + estimate.term("gradients") + estimate.term("optimizer")
-        )
-        out[target_i] = target.with_term(
-            Term(
-                "colocated",
-                resident,
-                f"{engine.key}'s weights and states stay on these GPUs "
-                f"({engine.key}.scheduling_strategy.target={strategy.target})",
-            )
-        )
+        for runner in members:
+            estimate = estimates[runner]
+            if estimate is None:
+                continue
+            training: list[Term] = []  # beside its training phase
+            loading: list[Term] = []  # beside its load phase
+            for other in members:
+                there = estimates[other]
+                if other == runner or there is None:
+                    continue
+                why = _offloaded_while(cfg, engines, runner, other)
+                if why is not None:
+                    notes.append(
+                        f"{engines[runner].key} and {engines[other].key} share GPUs; {why}, so "
+                        f"{engines[runner].key} is checked without it"
+                    )
+                    continue
+                for phase, held, what in (
+                    (training, there.resident, "weights and states"),
+                    (loading, there.at_load, "loaded weights"),
+                ):
+                    term = _resident_term(engines, runner, other, there, held, what)
+                    if term is not None:
+                        phase.append(term)
+            out[runner] = _beside(estimate, training, loading)
     return out
 
 
-def _share_with_inference(
-    cfg: object,
+def _beside(estimate: MemoryEstimate, training: list[Term], loading: list[Term]) -> MemoryEstimate:
+    """``estimate`` with what colocated engines keep beside it, in its peak phase.
+
+    An estimate whose peak is FSDP's load phase keeps its training phase too: with
+    the other engines' states beside it, training may become the peak again.
+    """
+    if not estimate.training_terms:
+        return replace(estimate, terms=(*estimate.terms, *training))
+    train = sum(t.bytes for t in (*estimate.training_terms, *training))
+    load = sum(t.bytes for t in (*estimate.terms, *loading))
+    if load > train:
+        return replace(estimate, terms=(*estimate.terms, *loading))
+    kept = tuple(a for a in estimate.assumptions if " peaks while loading" not in a)
+    return replace(
+        estimate,
+        terms=(*estimate.training_terms, *training),
+        training_terms=(),
+        assumptions=kept,
+    )
+
+
+def _resident_term(
     engines: Sequence[EngineLike],
-    estimates: list[MemoryEstimate | None],
-    a: int,
-    b: int,
-    notes: list[str],
-) -> list[MemoryEstimate | None]:
-    serve_i, train_i = (a, b) if engines[a].allocation.is_inference else (b, a)
-    serving, training = estimates[serve_i], estimates[train_i]
-    if serving is None or training is None or serving.kv_cache is None:
-        return estimates
-    train_key = engines[train_i].backend_key.rsplit(".", 1)[0]
-    server = engines[serve_i].allocation.backend
-    if _flag(_section(cfg, train_key), "offload", False, f"{train_key}.offload"):
-        notes.append(
-            f"{engines[serve_i].key} shares {engines[train_i].key}'s GPUs; {train_key}.offload="
-            f"true moves {engines[train_i].key} off the GPU while {server} runs, so each is "
-            f"checked alone"
-        )
-        return estimates
-    fraction = serving.claimed_fraction
-    claimed = serving.total if fraction is not None else serving.term("weights")
-    what = f"{fraction:g} of each GPU" if fraction is not None else "its weights (no GPU named)"
-    out = list(estimates)
-    out[train_i] = training.with_term(
-        Term(
+    runner: int,
+    other: int,
+    there: MemoryEstimate,
+    held: int,
+    what: str,
+) -> Term | None:
+    """What ``other`` keeps on the GPUs ``runner`` runs on: ``held`` bytes, or a server's claim."""
+    engine, key = engines[other], engines[other].key
+    path = engine.backend_key.rsplit(".", 1)[0]
+    if there.kv_cache is not None:
+        fraction = there.claimed_fraction
+        claimed = int(fraction * there.capacity) if fraction and there.capacity else None
+        if claimed is None:
+            claimed = there.term("weights")
+        what = f"{fraction:g} of each GPU" if fraction is not None else "its weights (no GPU named)"
+        server = engine.allocation.backend
+        return Term(
             "colocated",
             claimed,
-            f"{engines[serve_i].key} ({server}) keeps {what} while both are resident; set "
-            f"{train_key}.offload=true or lower the {server} memory fraction",
+            f"{key} ({server}) keeps {what} while both are resident; offload one of them "
+            f"({_offload_key(engines, runner)}=true) or lower the {server} memory fraction",
         )
+    if not held:
+        return None
+    return Term(
+        "colocated",
+        held,
+        f"{key}'s {what} stay on these GPUs while {engines[runner].key} runs "
+        f"({path}.offload=false)",
     )
-    return out
+
+
+def _offload_key(engines: Sequence[EngineLike], i: int) -> str:
+    engine = engines[i]
+    if engine.key == "teacher":
+        return "teacher.offload"
+    return f"{engine.backend_key.rsplit('.', 1)[0]}.offload"
+
+
+def _offloaded_while(
+    cfg: object, engines: Sequence[EngineLike], runner: int, other: int
+) -> str | None:
+    """Why ``other`` is off the GPU while ``runner`` runs, or None when it stays.
+
+    The reference's trainer (areal/trainer/rl_trainer.py, reference commit
+    cbff54d6): ``_should_offload_rollout`` when actor and rollout are colocated
+    either way (lines 155, 502-507), ``_should_offload_actor =
+    _should_offload_rollout or actor.offload`` (156-158), critic, ref and teacher
+    by their own ``offload`` (159-165); v1 awex colocation hands the GPUs over
+    itself, rollout off while the actor trains and the actor off while it serves
+    (169-171, 766-779). In a step (lines 686-856): the rollout is onloaded only to
+    generate; ref and teacher only around their forward pass; the critic from its
+    values until after its own update, so it stays while the actor trains; the
+    actor is onloaded after ref and teacher and stays through the critic's update.
+    """
+    keys = [e.key for e in engines]
+    by_key = dict(zip(keys, engines, strict=True))
+    run, off = engines[runner].key, engines[other].key
+    actor = child(cfg, "actor")
+    awex = child(actor, "weight_update_mode") == "awex" and child(actor, "_version") in (
+        None,
+        "v1",
+    )
+
+    def colocated(a: str, b: str) -> bool:
+        ea, eb = by_key.get(a), by_key.get(b)
+        if ea is None or eb is None:
+            return False
+        sa, sb = ea.allocation.scheduling_strategy, eb.allocation.scheduling_strategy
+        return (sa.is_colocated and sa.target == b) or (sb.is_colocated and sb.target == a)
+
+    actor_rollout = colocated("actor", "rollout")
+
+    def flag(key: str) -> bool:
+        path = _offload_key(engines, keys.index(key))
+        section = _section(cfg, path.rsplit(".", 1)[0])
+        return _flag(section, "offload", False, path)
+
+    if off == "rollout" and (actor_rollout or awex) and "actor" in keys:
+        return (
+            "the rollout is offloaded outside generation (actor.weight_update_mode=awex hands "
+            "the GPUs over)"
+            if awex and not actor_rollout
+            else "the reference offloads a rollout colocated with the actor outside generation"
+        )
+    if off == "actor" and run != "critic":
+        if awex:
+            return "actor.weight_update_mode=awex offloads the actor while the rollout serves"
+        if actor_rollout:
+            return "the reference offloads an actor colocated with the rollout between its phases"
+        if flag("actor"):
+            return "actor.offload=true moves the actor off the GPU between its phases"
+    if off == "critic" and run == "rollout" and flag("critic"):
+        return "critic.offload=true moves the critic off the GPU during generation"
+    if off in ("ref", "teacher") and flag(off):
+        return f"{_offload_key(engines, other)}=true onloads {off} only for its forward pass"
+    return None
+
+
+def _colocated_text(estimate: MemoryEstimate) -> str:
+    return "; ".join(t.formula for t in estimate.terms if t.name == "colocated")
 
 
 _FIXES = {
@@ -538,7 +712,15 @@ def memory_problems(engines: Sequence[EngineLike], fit: Fit) -> tuple[list[str],
             length_key = (
                 "vllm.max_model_len" if estimate.backend == "vllm" else "sglang.context_length"
             )
-            if tokens < kv.sequence_length:
+            if estimate.term("colocated") and estimate.total > gpu.capacity:
+                errors.append(
+                    f"{where}: {estimate.backend} claims {estimate.claimed_fraction:g} of each "
+                    f"GPU while {readable_bytes(estimate.term('colocated'))} stay resident "
+                    f"beside it: {readable_bytes(estimate.total)} per GPU, over the "
+                    f"{readable_bytes(gpu.capacity)} of a {gpu.name} "
+                    f"({_colocated_text(estimate)})"
+                )
+            elif tokens < kv.sequence_length:
                 errors.append(
                     f"{where}: the KV cache holds {tokens:,} tokens per instance on {gpu.name}, "
                     f"fewer than one {kv.sequence_length:,}-token sequence ({length_key}): "
@@ -555,10 +737,17 @@ def memory_problems(engines: Sequence[EngineLike], fit: Fit) -> tuple[list[str],
             continue
         if estimate.total > gpu.capacity:
             largest = estimate.largest
+            path = engine.backend_key.rsplit(".", 1)[0]
+            fix = _FIXES.get(largest.name, "raise t or p")
+            if largest.name == "load":
+                # more GPUs do not help: every rank loads the whole model
+                fix = (
+                    f"set {path}.fsdp.memory_efficient_load=true (rank 0 then loads on the CPU "
+                    f"and broadcasts after sharding)"
+                )
             errors.append(
                 f"{where}: needs about {readable_bytes(estimate.total)} per GPU, over the "
                 f"{readable_bytes(gpu.capacity)} of a {gpu.name}; largest term {largest.name} "
-                f"{readable_bytes(largest.bytes)} ({largest.formula}); "
-                f"{_FIXES.get(largest.name, 'raise t or p')}"
+                f"{readable_bytes(largest.bytes)} ({largest.formula}); {fix}"
             )
     return errors, warnings

@@ -25,7 +25,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from areal_alloc import calibration
+from areal_alloc import calibration, defaults
 from areal_alloc._config import child, number, whole_number
 from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import GPU, find_gpu
@@ -43,8 +43,8 @@ from areal_alloc.throughput import (
 
 __all__ = ["EnginePace", "Pace", "estimate_pace"]
 
-DEFAULT_PROMPT = 1024
-DEFAULT_NEW_TOKENS = 16384  # GenerationHyperparameters.max_new_tokens
+DEFAULT_PROMPT = defaults.PROMPT_TOKENS
+DEFAULT_NEW_TOKENS = defaults.NEW_TOKENS  # GenerationHyperparameters.max_new_tokens
 
 
 @dataclass(frozen=True, slots=True)

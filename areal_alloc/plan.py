@@ -57,6 +57,8 @@ class EnginePlan:
     note: str | None = None
     #: memory per GPU, when the config names the model (see ``areal_alloc.fit``)
     memory: MemoryEstimate | None = None
+    #: why there is no estimate: the key read and the model it names was not found
+    not_estimated: str | None = None
 
     @property
     def gpus(self) -> int:
@@ -134,6 +136,7 @@ class Plan:
                     },
                     "active": e.active,
                     "note": e.note,
+                    "not_estimated": e.not_estimated,
                     **_memory_dict(e.memory),
                 }
                 for e in self.engines
@@ -519,10 +522,21 @@ def _with_memory(
     fit = estimate_memory(cfg, engines)
     errors, warnings = memory_problems(engines, fit)
     if errors and on_memory == "fail":
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise AllocationValidationError(errors[0] + more)
-    warnings = [*errors, *warnings]
-    engines = [replace(e, memory=m) for e, m in zip(engines, fit.estimates, strict=True)]
+        if len(errors) == 1:
+            raise AllocationValidationError(errors[0])
+        # every engine that does not fit, on one line
+        listed = " ".join(f"({n}) {error}" for n, error in enumerate(errors, 1))
+        raise AllocationValidationError(f"{len(errors)} engines do not fit: {listed}")
+    missing = fit.not_estimated or (None,) * len(engines)
+    # an engine whose model is not found is said, not left out silently
+    not_estimated = [
+        f"{e.key} not estimated: {why}" for e, why in zip(engines, missing, strict=True) if why
+    ]
+    warnings = [*errors, *warnings, *not_estimated]
+    engines = [
+        replace(e, memory=m, not_estimated=why)
+        for e, m, why in zip(engines, fit.estimates, missing, strict=True)
+    ]
     gpu = fit.gpu
     pace = estimate_pace(cfg, engines, fit.estimates, fit.models, per_node, fit.training)
     return (

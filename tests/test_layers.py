@@ -109,6 +109,7 @@ LAYERS = [
     # vocabulary: imports nothing of ours
     "areal_alloc.errors",
     "areal_alloc.limits",
+    "areal_alloc.defaults",
     "areal_alloc.numbers",
     "areal_alloc.vocab",
     "areal_alloc.kinds",

@@ -27,7 +27,7 @@ from areal_alloc.cli.estimates import (
     speed_flags,
     suggest_command,
 )
-from areal_alloc.cli.render import render_memory, render_plan, table
+from areal_alloc.cli.render import not_estimated_lines, render_memory, render_plan, table
 from areal_alloc.compose import compose_file, read_launch_args, script_args
 from areal_alloc.errors import AllocationError, AllocationValidationError, shown
 from areal_alloc.format import layout_parts
@@ -359,6 +359,10 @@ def check(args: list[str]) -> int:
             if len(results) > 1:
                 print()
             print(render_plan(plan, title=path))
+        elif ns.quiet:  # an engine left unchecked is said even when quiet
+            for line in not_estimated_lines(plan):
+                where = "" if len(files) == 1 else f"{path}: "
+                print(f"areal-alloc check: {where}{line}", file=sys.stderr)
     if ns.json:
         single = len(files) == 1 and len(results) == 1 and not failed
         print(json.dumps(results[0]["plan"] if single else results, indent=1))
@@ -405,6 +409,9 @@ def preflight(args: list[str]) -> int:
     if not ns.quiet:
         print(render_plan(plan, title=f"{launch.config}"), file=sys.stderr)
         print(f"areal-alloc preflight: ok; running {' '.join(command)[:200]}", file=sys.stderr)
+    else:  # an engine left unchecked is said even when quiet
+        for line in not_estimated_lines(plan):
+            print(f"areal-alloc preflight: {line}", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     try:

@@ -9,7 +9,14 @@ from areal_alloc.format import describe_dims
 from areal_alloc.memory import MemoryEstimate, readable_bytes
 from areal_alloc.plan import Plan
 
-__all__ = ["describe_dims", "render_memory", "render_plan", "symbols", "table"]
+__all__ = [
+    "describe_dims",
+    "not_estimated_lines",
+    "render_memory",
+    "render_plan",
+    "symbols",
+    "table",
+]
 
 FREE = "·"
 
@@ -79,8 +86,13 @@ def render_plan(plan: Plan, title: str = "allocation plan") -> str:
     return "\n".join(lines)
 
 
+def not_estimated_lines(plan: Plan) -> list[str]:
+    """One line per engine whose model was named but not found (printed even when quiet)."""
+    return [f"{e.key} not estimated: {e.not_estimated}" for e in plan.engines if e.not_estimated]
+
+
 def _memory_table(plan: Plan) -> list[str]:
-    engines = [e for e in plan.engines if e.memory is not None]
+    engines = [e for e in plan.engines if e.memory is not None or e.not_estimated]
     if not engines:
         return []
     gpu = f"{plan.gpu}, {readable_bytes(plan.gpu_memory)}" if plan.gpu_memory else "no GPU named"
@@ -88,6 +100,8 @@ def _memory_table(plan: Plan) -> list[str]:
     for e in plan.engines:
         m = e.memory
         if m is None:
+            if e.not_estimated:
+                rows.append([e.key, "not estimated", "-", "(model not found: see warning)", ""])
             continue
         fits = {True: "yes", False: "NO", None: "-"}[m.fits]
         kv = ""

@@ -104,15 +104,17 @@ def test_overrides_and_experiments(
             "use megatron or archon for p\n    fsdp:d4p2\n           ^\n",
         ),
         (
-            ["rollout.backend=sglang:d2t3"],
-            "areal-alloc: rollout.backend='sglang:d2t3': one sglang instance spans t3·p1 = 3 "
-            "GPUs, which neither divides nor is a multiple of cluster.n_gpus_per_node=8, so "
-            "instances would straddle nodes\n",
+            ["rollout.backend=sglang:d1t12", "cluster.n_nodes=3"],
+            "areal-alloc: rollout.backend='sglang:d1t12': one sglang instance spans t12·p1 = 12 "
+            "GPUs, more than cluster.n_gpus_per_node=8 and not whole nodes (12 % 8 = 4); a "
+            "server wider than a node takes whole nodes: use 8 or 16 GPUs per instance\n",
         ),
         (
             ["+allocation_mode=vllm:d2t4+megatron:d2p2t1"],
-            "areal-alloc: allocation_mode='vllm:d2t4+megatron:d2p2t1' is deprecated and no "
-            "longer read; remove it and give each engine its own backend field: "
+            "areal-alloc: allocation_mode='vllm:d2t4+megatron:d2p2t1' is deprecated: the "
+            "single-controller scheduler ignores it and only the legacy SPMD launchers "
+            "(areal.infra.launcher.local, ray, slurm) still read it; remove it and give each "
+            "engine its own backend field: "
             "++rollout.backend=vllm:d2t4 ++actor.backend=megatron:d2p2\n",
         ),
     ],

@@ -380,7 +380,11 @@ def test_a_kv_cache_that_cannot_hold_one_sequence_is_refused() -> None:
     )
     with pytest.raises(AllocationValidationError) as caught:
         plan_config(cfg)
-    assert str(caught.value).startswith("rollout.backend='sglang:d8': the KV cache holds 0")
+    # the 72B actor on d1p2t4 does not fit either: a refusal names every engine
+    assert str(caught.value).startswith(
+        "2 engines do not fit: (1) rollout.backend='sglang:d8': the KV cache holds 0"
+    )
+    assert " (2) actor.backend='megatron:d1p2t4': needs about " in str(caught.value)
 
 
 def test_fewer_sequences_than_the_concurrency_warns() -> None:
@@ -397,7 +401,9 @@ def test_colocated_ref_adds_its_weights_to_the_actors_gpus() -> None:
     assert alone is not None
     assert shared is not None
     assert plan["ref"].memory is not None
-    assert shared.term("colocated") == plan["ref"].memory.term("weights") > 0
+    # what ref keeps between its passes: its weights (its own peak is loading the
+    # whole model, fsdp.memory_efficient_load=false)
+    assert shared.term("colocated") == plan["ref"].memory.resident > 0
     assert shared.total == alone.total + shared.term("colocated")
 
 
@@ -408,7 +414,11 @@ def test_a_cluster_path_is_read_by_its_name_and_said_so() -> None:
     )
     unknown = plan_config(_cfg(actor__path="/storage/models/secret-model"))
     assert unknown["actor"].memory is None
-    assert any("its memory is not estimated" in a for a in unknown.assumptions)
+    assert unknown["actor"].not_estimated == (
+        "actor.path='/storage/models/secret-model': not found here (no local config.json, "
+        "hub cache or catalogue entry)"
+    )
+    assert f"actor not estimated: {unknown['actor'].not_estimated}" in unknown.warnings
 
 
 @pytest.mark.parametrize(
@@ -529,11 +539,38 @@ def test_any_memory_settings_plan_or_name_the_key(gpu: Any, tokens: Any, fractio
     )
 
 
-def test_an_inference_engine_on_training_gpus_claims_its_fraction_unless_offloaded() -> None:
+def test_a_rollout_colocated_with_the_actor_is_offloaded_by_the_reference() -> None:
+    # areal/trainer/rl_trainer.py (cbff54d6) lines 155-158: actor and rollout colocated
+    # offload both (_should_offload_rollout, _should_offload_actor), so each is alone
     cfg = _cfg(
         cluster__n_nodes=1,
+        enable_offload=True,
+        actor__weight_update_mode="disk",
         rollout__backend="sglang:d8",
         rollout__scheduling_strategy={"type": "colocation", "target": "actor"},
+        sglang={"mem_fraction_static": 0.9},
+    )
+    plan = plan_config(cfg)
+    assert plan["actor"].memory is not None
+    assert plan["actor"].memory.term("colocated") == 0
+    assert (
+        "actor and rollout share GPUs; the reference offloads a rollout colocated with the "
+        "actor outside generation, so actor is checked without it"
+    ) in plan.assumptions
+
+
+def test_an_inference_engine_on_training_gpus_claims_its_fraction_unless_offloaded() -> None:
+    # a critic colocated with the rollout is not offloaded by the reference unless
+    # critic.offload: it keeps its states beside the server, the server its fraction
+    cfg = _cfg(
+        rollout__backend="sglang:d8",
+        critic={
+            "backend": "fsdp:d8",
+            "is_critic": True,
+            "gradient_checkpointing": True,
+            "mb_spec": {"max_tokens_per_mb": 16384},
+            "scheduling_strategy": {"type": "colocation", "target": "rollout"},
+        },
         sglang={"mem_fraction_static": 0.9},
     )
     with pytest.raises(AllocationValidationError) as caught:
@@ -542,15 +579,17 @@ def test_an_inference_engine_on_training_gpus_claims_its_fraction_unless_offload
         caught.value
     )
     cfg["sglang"]["mem_fraction_static"] = 0.4
-    shared = plan_config(cfg)["actor"].memory
-    assert shared is not None
-    assert shared.term("colocated") == int(0.4 * 80 * GIB)
+    shared = plan_config(cfg)
+    assert shared["critic"].memory is not None
+    assert shared["critic"].memory.term("colocated") == int(0.4 * 80 * GIB)
+    assert shared["rollout"].memory is not None
+    assert shared["rollout"].memory.term("colocated") == shared["critic"].memory.resident
     cfg["sglang"]["mem_fraction_static"] = 0.9
-    cfg["actor"]["offload"] = True
-    alone = plan_config(cfg)
-    assert alone["actor"].memory is not None
-    assert alone["actor"].memory.term("colocated") == 0
-    assert any("actor.offload=true moves actor off the GPU" in a for a in alone.assumptions)
+    cfg["critic"]["offload"] = True
+    cfg["enable_offload"] = True
+    with pytest.raises(AllocationValidationError) as caught:
+        plan_config(cfg)  # the critic stays while it trains: offload frees only generation
+    assert "critic.backend='fsdp:d8': needs about" in str(caught.value)
 
 
 def test_archon_keeps_parameters_and_adam_states_in_dtype() -> None:
