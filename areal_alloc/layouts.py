@@ -19,7 +19,7 @@ from areal_alloc.defaults import CONTEXT_LENGTH
 from areal_alloc.errors import AllocationValidationError, shown
 from areal_alloc.fit import resolve_gpu
 from areal_alloc.format import format_spec
-from areal_alloc.limits import MAX_GPUS, MAX_LAYOUTS, grouped
+from areal_alloc.limits import MAX_COUNT, MAX_GPUS, MAX_LAYOUTS, grouped
 from areal_alloc.memory import (
     RECOMPUTE,
     InferenceSettings,
@@ -30,6 +30,7 @@ from areal_alloc.memory import (
 )
 from areal_alloc.model import ModelAllocation
 from areal_alloc.model_shape import ModelShape, layout_problems
+from areal_alloc.numbers import read_int
 from areal_alloc.strategy import ParallelStrategy
 from areal_alloc.throughput import Hardware, StepEstimate, decode_step, training_step
 from areal_alloc.vocab import BACKEND_DIMS, HYBRID_BACKENDS, INFERENCE_BACKENDS
@@ -244,9 +245,7 @@ def parse_constraints(options: object) -> LayoutConstraints:
                 raise AllocationValidationError(f"{key}={shown(raw)}: must be true or false")
             values[key] = raw.lower() in ("true", "1", "yes")
         else:
-            if not (raw.isascii() and raw.isdigit()) or len(raw) > 9 or int(raw) < 1:
-                raise AllocationValidationError(f"{key}={shown(raw)}: must be an integer ≥ 1")
-            values[key] = int(raw)
+            values[key] = read_int(raw, key, minimum=1, maximum=MAX_COUNT)
     return LayoutConstraints(**values)  # type: ignore[arg-type]
 
 
@@ -312,9 +311,7 @@ def fitting_layouts(
     against e). Settings are the reference's defaults, with ``tokens`` per
     micro-batch and activation ``recompute`` as given.
     """
-    count = int(tokens) if str(tokens).strip().isdigit() and len(str(tokens)) < 12 else 0
-    if count < 1:
-        raise AllocationValidationError(f"tokens={tokens!r}: must be an integer ≥ 1")
+    count = read_int(tokens, "tokens", minimum=1, maximum=MAX_COUNT)
     if recompute not in RECOMPUTE:
         raise AllocationValidationError(
             f"recompute={recompute!r}: must be one of {', '.join(RECOMPUTE)}"

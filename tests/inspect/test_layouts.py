@@ -132,7 +132,9 @@ def test_parse_constraints(options: list[str], expected: LayoutConstraints) -> N
 CONSTRAINT_ERRORS = [
     (["max_xx=2"], "unknown layout constraint 'max_xx=2'; use key=value with key one of"),
     (["max_tp"], "unknown layout constraint 'max_tp'"),
-    (["max_tp=0"], "max_tp='0': must be an integer ≥ 1"),
+    (["max_tp=0"], "max_tp='0': must be an integer from 1 to 1,099,511,627,776"),
+    (["max_tp=٤"], "max_tp='٤': must be an integer from 1 to 1,099,511,627,776"),
+    (["max_tp=" + "9" * 5000], "max_tp=a 5000-digit number: the limit is 1,099,511,627,776"),
     (["hybrid=maybe"], "hybrid='maybe': must be true or false"),
 ]
 
