@@ -164,27 +164,18 @@ def _shape_model(node: object, key: str) -> tuple[Architecture | None, str | Non
 
 
 def _model(cfg: object, engine: EngineLike) -> tuple[Architecture | None, str | None]:
+    # which model an engine runs has one home, shared with the shape checks
+    from areal_alloc.experiment.models import model_sources
+
     section_key = engine.backend_key.rsplit(".", 1)[0]
-    section = _section(cfg, section_key)
-    for node, key in ((section, section_key), (child(cfg, engine.key), engine.key)):
-        found = _shape_model(child(node, "model_shape"), f"{key}.model_shape")
-        if found[0] is not None:
-            return found
-        path = child(node, "path")
-        if isinstance(path, str) and path:
-            return _model_from(path, f"{key}.path")
-    if engine.allocation.is_inference and engine.key == "rollout":
-        for key, path in (
-            ("sglang.model_path", child(child(cfg, "sglang"), "model_path")),
-            ("vllm.model", child(child(cfg, "vllm"), "model")),
-        ):
-            if isinstance(path, str) and path:
-                return _model_from(path, key)
-    if engine.key != "teacher":
-        path = child(child(cfg, "actor"), "path")
-        if isinstance(path, str) and path:
-            return _model_from(path, "actor.path")
-    return _shape_model(child(cfg, "model_shape"), "model_shape")
+    for source in model_sources(cfg, engine.key, section_key, engine.allocation.backend):
+        if source.kind == "model_shape":
+            found = _shape_model(source.value, source.key)
+            if found[0] is not None:
+                return found
+            continue  # a shape for the layout checks only
+        return _model_from(str(source.value), source.key)
+    return None, None
 
 
 def _section(cfg: object, dotted: str) -> Any:
