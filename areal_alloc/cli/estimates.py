@@ -17,6 +17,7 @@ from areal_alloc.catalogue import GPU, find_gpu, find_model
 from areal_alloc.cli.args import command_parser, count, positive
 from areal_alloc.cli.render import table
 from areal_alloc.compose import compose_file
+from areal_alloc.defaults import CONTEXT_LENGTH, MEMORY_FRACTION
 from areal_alloc.errors import AllocationError, AllocationValidationError
 from areal_alloc.fit import GPUSpec, estimate_allocation, resolve_gpu
 from areal_alloc.layouts import LayoutConstraints, layout_memory, ranked_layouts
@@ -67,7 +68,7 @@ def memory_flags(parser: argparse.ArgumentParser) -> None:
         type=count,
         default=None,
         metavar="N",
-        help="tokens per micro-batch (mb_spec.max_tokens_per_mb; default 32768)",
+        help=f"tokens per micro-batch (mb_spec.max_tokens_per_mb; default {CONTEXT_LENGTH})",
     )
     parser.add_argument(
         "--recompute",
@@ -82,18 +83,32 @@ def memory_flags(parser: argparse.ArgumentParser) -> None:
         help="optimizer.type; none: forward only (a ref or a teacher)",
     )
     parser.add_argument(
+        "--lora-rank",
+        type=count,
+        default=None,
+        metavar="R",
+        help="use_lora with lora_rank R (all-linear): only the adapters train",
+    )
+    parser.add_argument(
+        "--memory-efficient-load",
+        action="store_true",
+        help="FSDP fsdp.memory_efficient_load: true (default false: every rank first builds "
+        "the whole model in optimizer_dtype on its GPU)",
+    )
+    parser.add_argument(
         "--context-length",
         type=count,
-        default=32768,
+        default=CONTEXT_LENGTH,
         metavar="N",
-        help="inference: sglang.context_length / vllm.max_model_len (default 32768)",
+        help=f"inference: sglang.context_length / vllm.max_model_len (default {CONTEXT_LENGTH})",
     )
     parser.add_argument(
         "--mem-fraction",
         type=float,
-        default=0.9,
+        default=MEMORY_FRACTION,
         metavar="F",
-        help="inference: sglang.mem_fraction_static / vllm.gpu_memory_utilization (0.9)",
+        help=f"inference: sglang.mem_fraction_static / vllm.gpu_memory_utilization "
+        f"({MEMORY_FRACTION})",
     )
 
 
@@ -102,7 +117,9 @@ def settings_from_flags(ns: argparse.Namespace) -> tuple[TrainingSettings, Infer
         optimizer=None if ns.optimizer == "none" else ns.optimizer,
         optimizer_dtype="bfloat16" if ns.optimizer == "adam_bf16" else "float32",
         recompute=ns.recompute,
-        tokens_per_micro_batch=ns.tokens or 32768,
+        tokens_per_micro_batch=ns.tokens or CONTEXT_LENGTH,
+        lora_rank=getattr(ns, "lora_rank", None),
+        memory_efficient_load=getattr(ns, "memory_efficient_load", False),
     )
     inference = InferenceSettings(memory_fraction=ns.mem_fraction, context_length=ns.context_length)
     return training, inference
@@ -211,7 +228,7 @@ def ranking(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
     training, inference = settings_from_flags(ns)
     inference_backend = ns.backend in INFERENCE_BACKENDS
     sequence = ns.seq_len or (
-        ns.context_length if inference_backend else min(ns.tokens or 32768, 32768)
+        ns.context_length if inference_backend else min(ns.tokens or CONTEXT_LENGTH, CONTEXT_LENGTH)
     )
     ranked = ranked_layouts(
         ns.backend,
@@ -409,7 +426,7 @@ def calibrate(args: list[str]) -> int:
             raise AllocationValidationError(
                 f"{alloc.spec} is a training layout: give --step-seconds"
             )
-        sequence = ns.seq_len or min(training.tokens_per_micro_batch, 32768)
+        sequence = ns.seq_len or min(training.tokens_per_micro_batch, CONTEXT_LENGTH)
         estimate = training_step(
             alloc.backend,
             arch,
@@ -532,7 +549,7 @@ def suggest_command(args: list[str]) -> int:
         help="training tokens per micro-batch (default 16384)",
     )
     parser.add_argument("--recompute", choices=RECOMPUTE, default="full")
-    parser.add_argument("--context-length", type=count, default=32768, metavar="N")
+    parser.add_argument("--context-length", type=count, default=CONTEXT_LENGTH, metavar="N")
     parser.add_argument("--top", type=positive, default=3, metavar="K")
     parser.add_argument("--json", action="store_true")
     parser.add_argument(

@@ -276,7 +276,10 @@ def test_check_an_existing_experiment_file(tmp_path: Path, cli: Cli, data: Path)
         (["explain", "fsdp:d4p2"], "areal-alloc explain: FSDP backend only supports"),
         (["migrate", "sglang:d4+"], "areal-alloc migrate: unexpected end of input"),
         (["layouts", "fdsp", "8"], "areal-alloc layouts: unknown backend 'fdsp'; did you mean"),
-        (["check", "missing.yaml"], "areal-alloc check: missing.yaml: no such file"),
+        (
+            ["check", "missing.yaml"],
+            "areal-alloc check: experiment file 'missing.yaml' does not exist",
+        ),
     ],
 )
 def test_command_errors(tmp_path: Path, args: list[str], stderr: str, cli: Cli) -> None:
