@@ -14,6 +14,8 @@ __all__ = [
     "MAX_LAYOUTS",
     "MAX_LENGTH",
     "MAX_NODES",
+    "MAX_RANKED",
+    "MAX_SEARCHED",
     "grouped",
     "readable",
 ]
@@ -32,6 +34,12 @@ MAX_GPUS_PER_NODE = 1024
 MAX_COUNT = 1 << 40
 #: Layouts one search lists before it asks for tighter constraints.
 MAX_LAYOUTS = 50_000
+#: Layouts ``layouts --rank`` estimates one by one (memory and speed of each, about
+#: 60 µs apiece) before it asks for ``--top K`` or tighter constraints.
+MAX_RANKED = 5_000
+#: Layouts ``layouts --rank --top K`` searches at most (a bounded search: most are
+#: passed over unestimated, but each is still listed and checked against the model).
+MAX_SEARCHED = 20_000
 
 
 def grouped(number: int) -> str:

@@ -20,7 +20,14 @@ from areal_alloc.compose import compose_file
 from areal_alloc.defaults import CONTEXT_LENGTH, MEMORY_FRACTION
 from areal_alloc.errors import AllocationError, AllocationValidationError
 from areal_alloc.fit import GPUSpec, estimate_allocation, resolve_gpu
-from areal_alloc.layouts import LayoutConstraints, layout_memory, ranked_layouts
+from areal_alloc.layouts import (
+    LayoutConstraints,
+    TooManyLayouts,
+    fastest_layouts,
+    layout_memory,
+    ranked_layouts,
+)
+from areal_alloc.limits import MAX_RANKED, MAX_SEARCHED
 from areal_alloc.memory import (
     RECOMPUTE,
     InferenceSettings,
@@ -230,18 +237,44 @@ def ranking(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
     sequence = ns.seq_len or (
         ns.context_length if inference_backend else min(ns.tokens or CONTEXT_LENGTH, CONTEXT_LENGTH)
     )
-    ranked = ranked_layouts(
-        ns.backend,
-        ns.gpus,
-        constraints,
-        arch,
-        gpu.capacity,
-        hardware,
-        tokens_per_step=ns.tokens_per_step,
-        sequence_length=sequence,
-        training=training,
-        inference=inference,
-    )
+    if ns.top:  # the K fastest by a bounded search, over at most MAX_SEARCHED layouts
+        found = fastest_layouts(
+            ns.backend,
+            ns.gpus,
+            constraints,
+            arch,
+            gpu.capacity,
+            hardware,
+            top=ns.top,
+            tokens_per_step=ns.tokens_per_step,
+            sequence_length=sequence,
+            training=training,
+            inference=inference,
+            limit=MAX_SEARCHED,
+        )
+        if found.cut:
+            raise TooManyLayouts(
+                f"more than {MAX_SEARCHED:,} {ns.backend} layouts of {ns.gpus:,} GPUs to search "
+                f"(the limit of --rank --top); narrow the search with --max-tp, --max-pp, "
+                f"--max-cp, --max-ep or --gpus-per-node"
+            )
+        ranked = list(found.layouts)
+        searched = f"the {len(ranked)} fastest that fit of {found.searched:,} layouts"
+    else:  # every layout, estimated one by one: at most MAX_RANKED
+        ranked = ranked_layouts(
+            ns.backend,
+            ns.gpus,
+            constraints,
+            arch,
+            gpu.capacity,
+            hardware,
+            tokens_per_step=ns.tokens_per_step,
+            sequence_length=sequence,
+            training=training,
+            inference=inference,
+            limit=MAX_RANKED,
+        )
+        searched = f"{len(ranked)} of {len(ranked)} layouts that fit"
     if not ranked:
         raise AllocationError(
             f"no {ns.backend} layout of {ns.gpus} GPUs fits {ns.model} on {gpu.name}; see "
@@ -274,7 +307,7 @@ def ranking(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
         else f"{ns.tokens_per_step:,} tokens per step, {training.tokens_per_micro_batch:,} "
         f"per micro-batch, sequences of {sequence:,}"
     )
-    print(f"# {len(shown)} of {len(ranked)} layouts that fit, fastest first: {what}")
+    print(f"# {searched}, fastest first: {what}")
     _footer(ns, shown[0].speed.assumptions)
     return 0
 
