@@ -329,7 +329,7 @@ def _legacy_check(cfg: object) -> None:
         ) from None
     notes = f" ({'; '.join(migration.notes)})" if migration.notes else ""
     raise AllocationValidationError(
-        f"allocation_mode={value!r} {NOT_READ}; remove it and give each engine its own "
+        f"allocation_mode={shown(value)} {NOT_READ}; remove it and give each engine its own "
         f"backend field: {' '.join(migration.overrides)}{notes}"
     )
 
@@ -423,18 +423,18 @@ def _check_scheduling(engines: list[EnginePlan]) -> None:
         target = by_key.get(strategy.target or "")
         if target is None:
             raise AllocationValidationError(
-                f"{path}={strategy.target!r}: no such engine; configured engines: "
+                f"{path}={shown(strategy.target)}: no such engine; configured engines: "
                 f"{', '.join(e.key for e in engines if e.key != engine.key)}"
             )
         if not target.active:
             raise AllocationValidationError(
-                f"{path}={strategy.target!r}: {target.key} is inactive ({target.note}), "
+                f"{path}={shown(strategy.target)}: {target.key} is inactive ({target.note}), "
                 f"so there are no GPUs to share"
             )
         if target.allocation.scheduling_strategy.is_colocated:
             raise AllocationValidationError(
-                f"{path}={strategy.target!r}: {target.key} is itself colocated onto "
-                f"{target.allocation.scheduling_strategy.target!r}; colocate onto an engine "
+                f"{path}={shown(strategy.target)}: {target.key} is itself colocated onto "
+                f"{shown(target.allocation.scheduling_strategy.target)}; colocate onto an engine "
                 f"with its own GPUs"
             )
         problem = colocation_size_problem(

@@ -33,7 +33,7 @@ def show_plan(cfg: DictConfig) -> None:
     elif output == "text":
         print(render_plan(plan))
     else:
-        raise SystemExit(f"areal-alloc: output={output!r}: must be 'text' or 'json'")
+        raise SystemExit(f"areal-alloc: output={shown(output)}: must be 'text' or 'json'")
 
 
 @hydra.main(config_path=CONFIG_PATH, config_name="config", version_base="1.3")

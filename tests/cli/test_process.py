@@ -199,6 +199,31 @@ def test_a_100_kb_backend_is_quoted_cut(
     )
 
 
+LONG = "z" * 20_000
+CUT = f"'{'z' * 59}…' (20,000 characters)"
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (
+            [
+                "+actor.scheduling_strategy.type=colocation",
+                f"+actor.scheduling_strategy.target={LONG}",
+            ],
+            f"areal-alloc: actor.scheduling_strategy.target={CUT}: no such engine; configured "
+            "engines: rollout, ref",
+        ),
+        ([f"output={LONG}"], f"areal-alloc: output={CUT}: must be 'text' or 'json'"),
+    ],
+)
+def test_long_values_in_the_app_are_quoted_cut(
+    argv: list[str], line: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["areal-alloc"])
+    assert run(argv, capsys) == (1, "", line + "\n")
+
+
 SELF = "its value refers to itself (through an interpolation or resolver)"
 
 
