@@ -18,7 +18,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
 
-from benchmarks.measured import KINDS, Compared, Summary, compare_all, load, summary
+from benchmarks.measured import (
+    KINDS,
+    RL_STEP_RULE,
+    Compared,
+    Summary,
+    compare_all,
+    load,
+    summary,
+)
 
 
 def _number(value: float) -> str:
@@ -68,6 +76,8 @@ def text(results: list[Compared], summaries: list[Summary]) -> str:
         )
     out = _table(rows)
     notes = [f"  {r.id}: {r.note}" for r in compared if r.note]
+    if any(r.kind == "rl_step" for r in compared):
+        notes.append(f"  {RL_STEP_RULE}")
     if notes:
         out += ["", "assumed:", *notes]
     if skipped:

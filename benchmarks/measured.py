@@ -32,15 +32,16 @@ from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import GPU, find_gpu, find_model
 from areal_alloc.errors import AllocationError
 from areal_alloc.fit import estimate_allocation, resolve_gpu
-from areal_alloc.memory import InferenceSettings, TrainingSettings
+from areal_alloc.memory import InferenceSettings, MemoryEstimate, TrainingSettings
 from areal_alloc.model import ModelAllocation
-from areal_alloc.settings import Settings
+from areal_alloc.settings import NAMES, Settings
 from areal_alloc.throughput import Hardware, decode_step, training_step
 
 __all__ = [
     "DATA",
     "GOALS",
     "KINDS",
+    "RL_STEP_RULE",
     "Compared",
     "Goal",
     "NotCompared",
@@ -230,10 +231,24 @@ def _capacity(data: Mapping[str, Any], name: str) -> int | None:
 # --- what the estimate does not model ------------------------------------------------
 
 
-def _unmodelled(inputs: Mapping[str, Any]) -> str | None:
+#: Inference kinds: fp8 weights with a bf16 KV cache are expressible there (the dtypes).
+_INFERENCE = ("kv_tokens", "kv_memory", "decode_tps")
+
+
+def _fp8_weights(inputs: Mapping[str, Any]) -> bool:
+    """An FP8 checkpoint served with a bf16 KV cache (``fp8 weights, auto KV dtype (bf16)``)."""
     precision = str(inputs.get("precision") or "")
-    if "float8" in precision or "fp8" in precision:
-        return f"precision {precision!r}: float8 is not modelled"
+    return precision.startswith("fp8 weights") and "(bf16)" in precision
+
+
+def _unmodelled(inputs: Mapping[str, Any], kind: str) -> str | None:
+    """Every feature of the run the estimate does not model, or None."""
+    found = []
+    precision = str(inputs.get("precision") or "")
+    if ("float8" in precision or "fp8" in precision) and not (
+        kind in _INFERENCE and _fp8_weights(inputs)
+    ):
+        found.append(f"precision {precision!r}: float8 is not modelled")
     features = (
         ("async_tp", True, "asynchronous tensor parallelism (collectives overlapped)"),
         ("optimizer_in_backward", True, "the optimizer step inside the backward pass"),
@@ -242,11 +257,15 @@ def _unmodelled(inputs: Mapping[str, Any]) -> str | None:
     )
     for key, value, what in features:
         if inputs.get(key) == value:
-            return f"{what} is not modelled ({key}={value})"
+            found.append(f"{what} ({key}={value})")
+    if inputs.get("extra_flags"):
+        found.append(f"the engine's extra flags {inputs['extra_flags']!r}")
     loss = str(inputs.get("loss") or "")
     if "chunked" in loss:
-        return f"loss {loss!r}: chunked cross-entropy is not modelled"
-    return None
+        found.append(f"chunked cross-entropy (loss {loss!r})")
+    if not found:
+        return None
+    return "not modelled: " + "; ".join(found)
 
 
 _RECOMPUTE = {
@@ -366,7 +385,7 @@ def _train_tps(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float, 
 
 def _inference(
     data: Mapping[str, Any], inputs: Mapping[str, Any]
-) -> tuple[ModelAllocation, Architecture, Any]:
+) -> tuple[ModelAllocation, Architecture, MemoryEstimate]:
     engine = _engine(str(inputs.get("backend")))
     alloc = _allocation(inputs, engine)
     arch = _row_model(data, inputs)
@@ -380,10 +399,21 @@ def _inference(
         dtype="float16" if precision.startswith("fp16") else "bfloat16",
         memory_fraction=float(fraction),
     )
+    if _fp8_weights(inputs):  # every weight taken as fp8 (the checkpoint keeps a few in bf16)
+        settings = replace(settings, dtype="fp8", kv_cache_dtype="bfloat16")
     if inputs.get("max_model_len"):
         settings = replace(settings, context_length=int(inputs["max_model_len"]))
     estimate = estimate_allocation(alloc, arch, _capacity(data, inputs["gpu"]), None, settings)
     return alloc, arch, estimate
+
+
+def _kv_note(inputs: Mapping[str, Any]) -> str:
+    notes = []
+    if inputs.get("memory_fraction") is None:
+        notes.append(f"memory fraction not stated: vLLM's default {VLLM_DEFAULT_FRACTION}")
+    if _fp8_weights(inputs):
+        notes.append("every weight taken as fp8, the KV cache bf16")
+    return "; ".join(notes)
 
 
 def _kv_tokens(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float, str]:
@@ -391,12 +421,12 @@ def _kv_tokens(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float, 
     kv = estimate.kv_cache
     if kv is None or kv.tokens is None:
         raise NotCompared("the estimate gives no KV tokens")
-    return float(kv.tokens), ""
+    return float(kv.tokens), _kv_note(row["inputs"])
 
 
 def _kv_memory(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float, str]:
     _, _, estimate = _inference(data, row["inputs"])
-    return estimate.term("kv_cache") / GIB, ""
+    return estimate.term("kv_cache") / GIB, _kv_note(row["inputs"])
 
 
 def _decode_tps(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float, str]:
@@ -421,8 +451,6 @@ def _rl_config(data: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, 
     rollout, train = inputs.get("rollout"), inputs.get("train")
     if not rollout or not train:
         raise NotCompared("the rollout and training layouts are not published")
-    if inputs.get("mode") == "colocated":
-        raise NotCompared("colocated (time-shared) rollout and training is not modelled")
     per_node = int(inputs.get("gpus_per_node") or 8)
     gpus = int(inputs["gpus"])
     r_engine = _engine(rollout["backend"])
@@ -440,6 +468,12 @@ def _rl_config(data: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, 
         "rollout": {
             "backend": backend_string(r_engine, rollout["layout"]),
             "max_head_offpolicyness": inputs.get("max_offpolicyness"),
+            # colocated: rollout and training time-share the same GPUs
+            **(
+                {"scheduling_strategy": {"type": "colocation", "target": "actor"}}
+                if inputs.get("mode") == "colocated"
+                else {}
+            ),
         },
         r_engine: {fraction_key: rollout.get("memory_fraction")},
         "actor": {
@@ -456,6 +490,10 @@ def _rl_config(data: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, 
             "max_new_tokens": int(inputs["max_new_tokens"]),
         },
     }
+    if inputs.get("mode") == "colocated":
+        cfg["enable_offload"] = True  # the reference's switch for time-sharing the GPUs
+        # the reference's colocated weight update (NeMo RL refits in place)
+        cfg["actor"]["weight_update_mode"] = "disk"
     if train.get("reference_model"):
         cfg["actor"]["kl_ctl"] = 0.1
         cfg["ref"] = {
@@ -479,6 +517,9 @@ def _rl_step(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float, st
         "hbm_tbps": gpu.hbm_tbps,
         "nvlink_gbps": gpu.nvlink_gbps,
     }
+    if "mean_gen_len" in NAMES and inputs.get("mean_sequence_len_published"):
+        # NeMo RL's "G-Average Seq len", where the package takes a mean generation length
+        flags["mean_gen_len"] = int(inputs["mean_sequence_len_published"])
     settings = Settings.from_sources(flags=flags, environ={}, detect=False)
     try:
         plan = plan_config(cfg, on_memory="warn", settings=settings)
@@ -495,11 +536,15 @@ def _rl_step(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float, st
             if asynchronous
             else (pace.generate_seconds + pace.train_seconds)
         )
-        note = ", ".join(
-            n for n in (note, "step = max(generation, training) if asynchronous, else the sum") if n
-        )
     return float(step), note
 
+
+#: How a step is taken from the plan's pace until the pace gives its own step.
+RL_STEP_RULE = (
+    "rl_step: the plan's step in the config's mode where its pace gives one, else "
+    "max(generation, training) for an asynchronous run and their sum for a synchronous or "
+    "colocated one"
+)
 
 _ADAPTERS = {
     "train_memory": _train_memory,
@@ -550,7 +595,7 @@ def compare(data: Mapping[str, Any], row: Mapping[str, Any]) -> Compared:
     """Our estimate of one row, or the reason there is none."""
     measured, unit = _measured(row)
     base = Compared(row["id"], row["kind"], _short(row["inputs"]), measured, unit)
-    reason = _unmodelled(row["inputs"])
+    reason = _unmodelled(row["inputs"], row["kind"])
     if reason is not None:
         return replace(base, reason=reason)
     try:
