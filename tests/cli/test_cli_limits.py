@@ -82,7 +82,8 @@ HUGE = "99999999999999999999"
         ),
         (
             ["layouts", "megatron", HUGE],
-            "areal-alloc layouts: argument gpus: 99999999999999999999: the limit is 1,048,576\n",
+            "areal-alloc layouts: argument gpus: 99999999999999999999: the limit is 1,048,576 "
+            "(see areal-alloc layouts --help)\n",
         ),
         (
             ["cluster.n_nodes=100000000"],
@@ -95,16 +96,17 @@ HUGE = "99999999999999999999"
         (  # token counts have their own, larger limit (2**40): 2M-token steps are common
             ["layouts", "megatron", "16", "--rank", "--tokens-per-step", HUGE],
             "areal-alloc layouts: argument --tokens-per-step: 99999999999999999999: the limit "
-            "is 1,099,511,627,776\n",
+            "is 1,099,511,627,776 (see areal-alloc layouts --help)\n",
         ),
         (
             ["suggest", "--model", "Qwen3-8B", "--gpus", "16", "--gen-len", "1099511627777"],
             "areal-alloc suggest: argument --gen-len: 1099511627777: the limit is "
-            "1,099,511,627,776\n",
+            "1,099,511,627,776 (see areal-alloc suggest --help)\n",
         ),
         (
             ["layouts", "sglang", "8", "--max-tp", "0"],
-            "areal-alloc layouts: argument --max-tp: 0: must be an integer from 1 to 1,048,576\n",
+            "areal-alloc layouts: argument --max-tp: 0: must be an integer from 1 to 1,048,576 "
+            "(see areal-alloc layouts --help)\n",
         ),
     ],
 )
