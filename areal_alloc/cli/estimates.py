@@ -11,10 +11,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from areal_alloc import calibration
-from areal_alloc._config import child
+from areal_alloc._config import child, section, whole_number
 from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import GPU, find_gpu, find_model
-from areal_alloc.cli.args import command_parser, count, positive
+from areal_alloc.cli.args import command_parser, count, fraction, positive, speed
 from areal_alloc.cli.render import table
 from areal_alloc.compose import compose_file
 from areal_alloc.defaults import CONTEXT_LENGTH, MEMORY_FRACTION
@@ -27,7 +27,7 @@ from areal_alloc.layouts import (
     layout_memory,
     ranked_layouts,
 )
-from areal_alloc.limits import MAX_RANKED, MAX_SEARCHED
+from areal_alloc.limits import MAX_COUNT, MAX_RANKED, MAX_SEARCHED
 from areal_alloc.memory import (
     RECOMPUTE,
     InferenceSettings,
@@ -111,7 +111,7 @@ def memory_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--mem-fraction",
-        type=float,
+        type=fraction,
         default=MEMORY_FRACTION,
         metavar="F",
         help=f"inference: sglang.mem_fraction_static / vllm.gpu_memory_utilization "
@@ -181,7 +181,8 @@ def speed_flags(parser: argparse.ArgumentParser) -> None:
         ("--compute-efficiency", "fraction of peak compute reached (default 0.5, assumed)"),
         ("--comm-efficiency", "fraction of link bandwidth reached (default 0.7, assumed)"),
     ):
-        parser.add_argument(flag, type=float, default=None, metavar="X", help=text)
+        kind = fraction if flag.endswith("efficiency") else speed
+        parser.add_argument(flag, type=kind, default=None, metavar="X", help=text)
 
 
 def hardware_from_flags(ns: argparse.Namespace, arch: Architecture | None = None) -> Hardware:
@@ -499,9 +500,8 @@ def _suggest_from_config(ns: argparse.Namespace) -> tuple[bool, bool]:
     plan = plan_config(cfg, on_memory="off")
     cluster = child(cfg, "cluster")
 
-    def whole(section: str, key: str) -> int | None:
-        value = child(child(cfg, section), key)
-        return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+    def whole(part: str, key: str) -> int | None:  # as check reads it: one reader
+        return whole_number(section(cfg, part, part), key, f"{part}.{key}")
 
     if ns.model is None:
         path = child(child(cfg, "actor"), "path")
@@ -519,6 +519,11 @@ def _suggest_from_config(ns: argparse.Namespace) -> tuple[bool, bool]:
     if ns.batch is None:
         batch, samples = whole("train_dataset", "batch_size"), whole("gconfig", "n_samples")
         ns.batch = batch * (samples or 1) if batch else None
+        if ns.batch is not None and ns.batch > MAX_COUNT:
+            raise AllocationValidationError(
+                f"train_dataset.batch_size={batch:,} × gconfig.n_samples={samples:,} = "
+                f"{ns.batch:,} sequences per step: the limit is {MAX_COUNT:,}"
+            )
     if ns.prompt_len is None:
         ns.prompt_len = whole("train_dataset", "max_length")
     if ns.gen_len is None:
@@ -590,15 +595,15 @@ def suggest_command(args: list[str]) -> int:
         action="store_true",
         help="the finalists' overrides, one job per line, for a short real run each",
     )
-    for flag in (
-        "--peak-tflops",
-        "--hbm-tbps",
-        "--nvlink-gbps",
-        "--inter-node-gbps",
-        "--compute-efficiency",
-        "--comm-efficiency",
+    for flag, kind in (
+        ("--peak-tflops", speed),
+        ("--hbm-tbps", speed),
+        ("--nvlink-gbps", speed),
+        ("--inter-node-gbps", speed),
+        ("--compute-efficiency", fraction),
+        ("--comm-efficiency", fraction),
     ):
-        parser.add_argument(flag, type=float, default=None, metavar="X")
+        parser.add_argument(flag, type=kind, default=None, metavar="X")
     ns = parser.parse_args(args)
     ref, critic = not ns.no_ref, ns.critic
     if ns.config:
