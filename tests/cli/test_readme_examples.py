@@ -114,8 +114,10 @@ EXAMPLES = examples()
 
 
 def test_the_readme_has_examples_to_check() -> None:
-    runnable = [e.command for e in EXAMPLES if _skip_reason(e.command) is None]
+    runnable = [e for e in EXAMPLES if _skip_reason(e.command) is None]
     assert len(runnable) >= 12
+    # the exit codes the README declares are read (``$ echo $?`` after an example)
+    assert any(e.exit_code == 1 for e in runnable)
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[e.command for e in EXAMPLES])
