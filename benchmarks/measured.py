@@ -248,7 +248,7 @@ def _unmodelled(inputs: Mapping[str, Any], kind: str) -> str | None:
     if ("float8" in precision or "fp8" in precision) and not (
         kind in _INFERENCE and _fp8_weights(inputs)
     ):
-        found.append(f"precision {precision!r}: float8 is not modelled")
+        found.append(f"float8 precision ({precision!r})")
     features = (
         ("async_tp", True, "asynchronous tensor parallelism (collectives overlapped)"),
         ("optimizer_in_backward", True, "the optimizer step inside the backward pass"),
