@@ -123,7 +123,20 @@ class Proposal:
             "balance": self.balance,
             "advice": self.advice,
             "overrides": self.overrides(),
+            "training_search_cut": self.training_search_cut,
         }
+
+    @property
+    def search_note(self) -> str | None:
+        """What the search of this proposal's training layouts left out, if anything."""
+        if not self.training_search_cut:
+            return None
+        backend = self.actor.spec.partition(":")[0]
+        return (
+            f"training on {self.train_gpus:,} GPUs: only the first {SPLIT_LAYOUTS:,} "
+            f"{backend} layouts were searched (most data parallelism first); "
+            f"`areal-alloc layouts {backend} {self.train_gpus} --rank --top 3` searches more"
+        )
 
 
 def _splits(gpus: int, per_node: int) -> list[int]:

@@ -679,5 +679,7 @@ def suggest_command(args: list[str]) -> int:
         print("   " + " ".join(p.overrides()))
         print("   " + p.yaml().rstrip().replace("\n", "\n   "))
     print()
+    for note in dict.fromkeys(p.search_note for p in proposals if p.search_note):
+        print(f"# searched: {note}")
     _footer(ns, proposals[0].actor.speed.assumptions)
     return 0
