@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from areal_alloc.errors import AllocationError, clipped, reading_of, shown
 from areal_alloc.plan import plan_config
+from areal_alloc.settings import Settings
 
 __all__ = ["SKIPPING_SWEEPER", "ValidateAllocations"]
 
@@ -61,47 +62,66 @@ def _internal(error: Exception, config_name: object = None) -> str:
     )
 
 
-def _drop_unset_allocation_mode(config: DictConfig) -> None:
-    """Remove the ``allocation_mode: ???`` our hook config declared, when nothing set it.
-
-    The run's config is copied for the task right after ``on_run_start``, so the
-    task never sees the placeholder.
-    """
-    if "allocation_mode" in config and OmegaConf.is_missing(config, "allocation_mode"):
-        with read_write(config), open_dict(config):
-            del config["allocation_mode"]
-
-
 class ValidateAllocations(Callback):
     """Validate every engine's allocation at compose time, for runs and whole sweeps.
 
     ``on_invalid``: ``fail`` (default) stops the run, or the whole sweep when any
     job is invalid; ``skip`` launches the valid jobs of a sweep and lists the
     skipped ones. ``on_memory``: an engine predicted over its GPU memory (or a
-    KV cache that cannot hold one sequence) makes the run invalid (``fail``),
-    is printed as a warning (``warn``), or is not estimated (``off``).
+    KV cache that cannot hold one sequence) makes the run invalid (``fail``, the
+    default), is printed as a warning (``warn``), or is not estimated (``off``).
+
+    ``gpu`` (a catalogue name or GiB), ``peak_tflops``, ``hbm_tbps``, ``nvlink_gbps``,
+    ``inter_node_gbps``, ``compute_efficiency``, ``comm_efficiency``,
+    ``memory_reserve_gib`` and ``on_memory`` are areal-alloc's settings
+    (``areal_alloc.settings``): given here they win over the environment
+    (``AREAL_ALLOC_GPU`` …), nvidia-smi and the config's ``cluster`` keys, and
+    they stay under ``hydra.``, out of the task's config.
     """
 
     def __init__(
-        self, on_invalid: str = "fail", verbose: bool = False, on_memory: str = "fail"
+        self,
+        on_invalid: str = "fail",
+        verbose: bool = False,
+        on_memory: str | None = None,
+        gpu: str | float | None = None,
+        peak_tflops: float | str | None = None,
+        hbm_tbps: float | str | None = None,
+        nvlink_gbps: float | str | None = None,
+        inter_node_gbps: float | str | None = None,
+        compute_efficiency: float | str | None = None,
+        comm_efficiency: float | str | None = None,
+        memory_reserve_gib: float | str | None = None,
     ) -> None:
         if on_invalid not in ("fail", "skip"):
             raise SystemExit(
                 f"{PREFIX}hydra.callbacks.areal_alloc.on_invalid={on_invalid!r}: "
                 f"must be 'fail' or 'skip'"
             )
-        if on_memory not in ("fail", "warn", "off"):
+        if on_memory not in (None, "fail", "warn", "off"):
             raise SystemExit(
                 f"{PREFIX}hydra.callbacks.areal_alloc.on_memory={on_memory!r}: "
                 f"must be 'fail', 'warn' or 'off'"
             )
         self.on_invalid = on_invalid
-        self.on_memory = on_memory
         self.verbose = verbose
+        self.settings = Settings.from_sources(
+            hook={
+                "on_memory": on_memory,
+                "gpu": gpu,
+                "peak_tflops": peak_tflops,
+                "hbm_tbps": hbm_tbps,
+                "nvlink_gbps": nvlink_gbps,
+                "inter_node_gbps": inter_node_gbps,
+                "compute_efficiency": compute_efficiency,
+                "comm_efficiency": comm_efficiency,
+                "memory_reserve_gib": memory_reserve_gib,
+            }
+        )
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
-            plan = plan_config(config, self.on_memory)
+            plan = plan_config(config, settings=self.settings)
         except AllocationError as error:
             raise SystemExit(f"{PREFIX}{error}") from None
         except KeyboardInterrupt:
@@ -113,7 +133,6 @@ class ValidateAllocations(Callback):
             ) from None
         except Exception as error:  # Hydra would turn it into a warning and run anyway
             raise SystemExit(_internal(error, kwargs.get("config_name"))) from None
-        _drop_unset_allocation_mode(config)
         for line in plan.warnings:
             print(f"{PREFIX}warning: {line}", file=sys.stderr)
         for line in plan.assumptions:
@@ -144,7 +163,7 @@ class ValidateAllocations(Callback):
             )
             return
         try:
-            checks = check_sweep(config, self.on_memory)
+            checks = check_sweep(config, settings=self.settings)
         except AllocationError as error:  # the base config itself is broken
             raise SystemExit(f"{PREFIX}{error}") from None
         bad = [c for c in checks if not c.ok]

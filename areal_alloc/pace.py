@@ -4,10 +4,10 @@ Read from the keys the reference writes (areal/api/cli_args.py, with its
 defaults): sequences per step = ``train_dataset.batch_size`` ×
 ``gconfig.n_samples``; each generates up to ``gconfig.max_new_tokens`` (16,384)
 after a prompt of ``train_dataset.max_length`` (unset: 1,024 tokens assumed, and
-said). The GPU's speeds come from ``cluster.gpu`` (or ``cluster.peak_tflops`` and
-``cluster.hbm_tbps``), the node size from ``cluster.n_gpus_per_node``, the network
-and efficiencies from ``cluster.inter_node_gbps``, ``cluster.compute_efficiency``,
-``cluster.comm_efficiency`` or a kept calibration.
+said). The GPU's speeds, the network and the efficiencies come from
+``areal_alloc.settings`` (``--gpu``, ``AREAL_ALLOC_GPU``, nvidia-smi, … and last
+``cluster.gpu``, ``cluster.peak_tflops`` …) or a kept calibration; the node size
+from ``cluster.n_gpus_per_node``.
 
 - rollout: decode steps of every instance, at the batch its KV cache holds;
 - actor, critic: one optimizer step over every token of the step;
@@ -26,12 +26,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from areal_alloc import calibration, defaults
-from areal_alloc._config import child, number, section, whole_number
+from areal_alloc._config import child, whole_number
 from areal_alloc.architecture import Architecture
-from areal_alloc.catalogue import GPU, find_gpu
 from areal_alloc.errors import AllocationError, AllocationValidationError
 from areal_alloc.fit import EngineLike
 from areal_alloc.memory import MemoryEstimate, TrainingSettings
+from areal_alloc.settings import Resolved, Settings
 from areal_alloc.throughput import (
     Hardware,
     StepEstimate,
@@ -97,48 +97,34 @@ class Pace:
         }
 
 
-def _count(cfg: object, part: str, key: str, default: int | None) -> int | None:
-    found = whole_number(section(cfg, part, part), key, f"{part}.{key}")
+def _count(cfg: object, section: str, key: str, default: int | None) -> int | None:
+    found = whole_number(child(cfg, section), key, f"{section}.{key}")
     return default if found is None else found
 
 
-def _hardware(cfg: object, arch: Architecture, per_node: int) -> Hardware | None:
-    cluster = child(cfg, "cluster")
-    name = child(cluster, "gpu")
-    gpu: GPU | None = None
-    if isinstance(name, str) and name:
-        try:
-            gpu = find_gpu(name)
-        except AllocationError:
-            gpu = None
-    peak, hbm = number(child(cluster, "peak_tflops")), number(child(cluster, "hbm_tbps"))
-    if peak is not None or hbm is not None:
-        base = gpu or GPU(str(name or "GPU"), 0, "cluster")
-        gpu = GPU(
-            base.name,
-            base.memory_gib,
-            base.source,
-            peak or base.bf16_tflops,
-            hbm or base.hbm_tbps,
-            number(child(cluster, "nvlink_gbps")) or base.nvlink_gbps,
-        )
+def _hardware(settings: Resolved, arch: Architecture, per_node: int) -> Hardware | None:
+    """The GPU's speeds (``areal_alloc.settings``: a flag, the hook, the environment,
+    nvidia-smi or the config's ``cluster`` keys), else None; efficiencies from the
+    settings, else a kept calibration."""
+    gpu = settings.speeds
     if gpu is None or gpu.bf16_tflops is None or gpu.hbm_tbps is None:
         return None
     stored = calibration.load(arch, gpu.name)
-    compute = number(child(cluster, "compute_efficiency"))
+    compute = settings.value("compute_efficiency")
     if compute is None and stored is not None:
         compute = stored.compute_efficiency
     try:
         return Hardware.from_gpu(
             gpu,
             per_node,
-            inter_node_gbps=number(child(cluster, "inter_node_gbps")),
+            inter_node_gbps=settings.value("inter_node_gbps"),
             compute_efficiency=compute,
-            comm_efficiency=number(child(cluster, "comm_efficiency")),
+            comm_efficiency=settings.value("comm_efficiency"),
             hbm_efficiency=stored.hbm_efficiency if stored else None,
         )
     except AllocationError as error:
-        raise AllocationValidationError(f"cluster: {error.message}") from None
+        where = settings.sources("gpu", "peak_tflops", "hbm_tbps") or "cluster"
+        raise AllocationValidationError(f"{where}: {error.message}") from None
 
 
 def estimate_pace(
@@ -148,12 +134,18 @@ def estimate_pace(
     models: Sequence[Architecture | None],
     per_node: int,
     settings: Sequence[TrainingSettings | None],
+    machine: Resolved | None = None,
 ) -> Pace | None:
-    """Each engine's seconds per RL step; None without a GPU whose speeds are known."""
+    """Each engine's seconds per RL step; None without a GPU whose speeds are known.
+
+    ``machine``: the GPU, speeds and efficiencies (``areal_alloc.settings``; by default
+    the config's ``cluster`` keys only)."""
     arch = next((m for m in models if m is not None), None)
     if arch is None or per_node < 1:
         return None
-    hardware = _hardware(cfg, arch, per_node)
+    if machine is None:
+        machine = Settings().resolve(cfg)
+    hardware = _hardware(machine, arch, per_node)
     if hardware is None:
         return None
     batch = _count(cfg, "train_dataset", "batch_size", 1) or 1

@@ -19,6 +19,7 @@ from areal_alloc.errors import AllocationError, AllocationValidationError
 from areal_alloc.limits import MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES, grouped
 from areal_alloc.model import ModelAllocation
 from areal_alloc.placement import Placement, place
+from areal_alloc.settings import ON_MEMORY, Resolved, Settings, Sourced
 from areal_alloc.strategy import SchedulingStrategy, SchedulingStrategyType
 from areal_alloc.vocab import (
     ENGINE_ORDER,
@@ -86,6 +87,16 @@ class Plan:
     gpu_memory: int | None = None
     #: Each engine's estimated time per RL step and the balance (GPU speeds known).
     pace: Pace | None = None
+    #: Where the GPU came from: ``--gpu``, ``hydra.callbacks.areal_alloc.gpu``,
+    #: ``AREAL_ALLOC_GPU``, ``nvidia-smi`` or ``cluster.gpu`` (``areal_alloc.settings``).
+    gpu_source: str | None = None
+
+    @property
+    def gpu_origin(self) -> str | None:
+        """``detected by nvidia-smi``, ``from --gpu``; None without a GPU."""
+        if self.gpu_source is None:
+            return None
+        return Sourced(self.gpu, self.gpu_source).origin
 
     @property
     def cpu_only(self) -> bool:
@@ -117,6 +128,8 @@ class Plan:
                 "cpu_only": self.cpu_only,
                 "gpu": self.gpu,
                 "gpu_memory": self.gpu_memory,
+                "gpu_source": self.gpu_source,
+                "gpu_origin": self.gpu_origin,
             },
             "total_gpus": self.total_gpus,
             "engines": [
@@ -509,7 +522,7 @@ def _cluster(cfg: object) -> tuple[int, int, list[str]]:
 
 
 def _with_memory(
-    cfg: object, engines: list[EnginePlan], on_memory: str, per_node: int
+    cfg: object, engines: list[EnginePlan], on_memory: str, per_node: int, machine: Resolved
 ) -> tuple[list[EnginePlan], list[str], list[str], str | None, int | None, Pace | None]:
     """Each engine's memory estimate; refuses (``fail``) or warns of what does not fit.
 
@@ -519,14 +532,19 @@ def _with_memory(
     from areal_alloc.fit import estimate_memory, memory_problems
     from areal_alloc.pace import estimate_pace
 
-    fit = estimate_memory(cfg, engines)
+    fit = estimate_memory(cfg, engines, machine)
     errors, warnings = memory_problems(engines, fit)
+    chosen = machine.gpu
+    # a GPU the config does not name: the refusal says where it came from
+    where = "" if chosen is None or chosen.source.startswith("cluster.") else chosen.described
     if errors and on_memory == "fail":
         if len(errors) == 1:
-            raise AllocationValidationError(errors[0])
+            raise AllocationValidationError(errors[0] + (f" (GPU: {where})" if where else ""))
         # every engine that does not fit, on one line
         listed = " ".join(f"({n}) {error}" for n, error in enumerate(errors, 1))
-        raise AllocationValidationError(f"{len(errors)} engines do not fit: {listed}")
+        raise AllocationValidationError(
+            f"{len(errors)} engines do not fit{f' a {where}' if where else ''}: {listed}"
+        )
     missing = fit.not_estimated or (None,) * len(engines)
     # an engine whose model is not found is said, not left out silently
     not_estimated = [
@@ -538,7 +556,7 @@ def _with_memory(
         for e, m, why in zip(engines, fit.estimates, missing, strict=True)
     ]
     gpu = fit.gpu
-    pace = estimate_pace(cfg, engines, fit.estimates, fit.models, per_node, fit.training)
+    pace = estimate_pace(cfg, engines, fit.estimates, fit.models, per_node, fit.training, machine)
     return (
         engines,
         warnings,
@@ -549,17 +567,27 @@ def _with_memory(
     )
 
 
-def plan_config(cfg: object, on_memory: str = "fail") -> Plan:
+def plan_config(
+    cfg: object, on_memory: str | None = None, settings: Settings | None = None
+) -> Plan:
     """Read, check and place every engine of a composed config (``areal_alloc.validate``).
 
     ``cfg`` is a DictConfig from ``hydra.compose`` or ``OmegaConf.load``, a plain
     mapping, or the dataclass object the reference's ``load_expr_config`` returns.
     Raises an :class:`AllocationError` whose message names the key. When the
-    config names the model (and ``cluster.gpu``), each engine's memory per GPU is
+    config names the model (and a GPU is known), each engine's memory per GPU is
     estimated; ``on_memory`` says what an engine over its GPU memory does:
     ``fail`` (raise), ``warn`` (a plan warning) or ``off`` (not estimated).
+
+    ``settings`` (``areal_alloc.settings``): the GPU, speeds, efficiencies, reserve
+    and ``on_memory`` given outside the experiment (flags, the hook's parameters,
+    the environment, nvidia-smi); by default only the config's own ``cluster``
+    keys. An explicit ``on_memory`` wins over the settings' one.
     """
-    if on_memory not in ("fail", "warn", "off"):
+    settings = settings if settings is not None else Settings()
+    if on_memory is None:
+        on_memory = settings.on_memory().value
+    if on_memory not in ON_MEMORY:
         raise AllocationValidationError(f"on_memory={on_memory!r}: must be 'fail', 'warn' or 'off'")
     if not is_mapping(cfg):
         raise AllocationValidationError(
@@ -575,11 +603,14 @@ def plan_config(cfg: object, on_memory: str = "fail") -> Plan:
     warnings.extend(_check_startup(cfg, engines, per_node))
     gpu: str | None = None
     gpu_memory: int | None = None
+    gpu_source: str | None = None
     pace: Pace | None = None
     if on_memory != "off" and _names_a_model(cfg):
+        machine = settings.resolve(cfg)
         engines, memory_warnings, memory_notes, gpu, gpu_memory, pace = _with_memory(
-            cfg, engines, on_memory, per_node
+            cfg, engines, on_memory, per_node, machine
         )
+        gpu_source = machine.gpu.source if machine.gpu is not None else None
         warnings.extend(memory_warnings)
         assumptions.extend(memory_notes)
     placements, placement_warnings = place(engines, n_nodes, per_node)
@@ -593,6 +624,7 @@ def plan_config(cfg: object, on_memory: str = "fail") -> Plan:
         gpu,
         gpu_memory,
         pace,
+        gpu_source,
     )
 
 

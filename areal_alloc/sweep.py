@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from areal_alloc.errors import AllocationError, AllocationValidationError
 from areal_alloc.plan import Plan, plan_config
+from areal_alloc.settings import Settings
 
 __all__ = ["JobCheck", "check_sweep", "sweep_jobs"]
 
@@ -93,10 +94,13 @@ def _apply(cfg: DictConfig, overrides: Sequence[Any]) -> None:
     ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
 
 
-def check_sweep(config: DictConfig, on_memory: str = "fail") -> list[JobCheck]:
+def check_sweep(
+    config: DictConfig, on_memory: str | None = None, settings: Settings | None = None
+) -> list[JobCheck]:
     """Validate every job of the sweep described by a multirun ``config``.
 
-    ``on_memory``: ``fail`` rejects a job whose engines do not fit their GPU memory.
+    ``on_memory``: ``fail`` rejects a job whose engines do not fit their GPU memory;
+    ``settings``: the GPU and the rest given outside the config (``plan_config``).
     """
     jobs = sweep_jobs(config)
     choices = set(config.hydra.runtime.choices.keys()) if "runtime" in config.hydra else set()
@@ -121,7 +125,7 @@ def check_sweep(config: DictConfig, on_memory: str = "fail") -> list[JobCheck]:
                 except Exception as error:  # Hydra's own override error, as the job would get
                     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
                     raise AllocationValidationError(" ".join(lines)) from None
-            plan = plan_config(cfg, on_memory)
+            plan = plan_config(cfg, on_memory, settings)
         except AllocationError as error:
             results.append(JobCheck(index, _shown(job), tuple(job), error=error))
             continue

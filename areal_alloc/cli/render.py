@@ -96,6 +96,8 @@ def _memory_table(plan: Plan) -> list[str]:
     if not engines:
         return []
     gpu = f"{plan.gpu}, {readable_bytes(plan.gpu_memory)}" if plan.gpu_memory else "no GPU named"
+    if plan.gpu_memory and plan.gpu_origin:
+        gpu += f", {plan.gpu_origin}"  # from --gpu, detected by nvidia-smi, from cluster.gpu
     rows = [["engine", "per GPU", "fits", "largest term", "KV cache per instance"]]
     for e in plan.engines:
         m = e.memory
@@ -143,6 +145,8 @@ def _pace_lines(plan: Plan) -> list[str]:
         f"{pace.generate_seconds + pace.train_seconds:.3g} s synchronous"
     )
     lines.append(f"  {pace.advice}")
+    if pace.calibration:
+        lines.append(f"  calibrated: {pace.calibration}")
     return lines
 
 

@@ -95,12 +95,18 @@ MIGRATION = (
 )
 
 
-@pytest.mark.parametrize(
-    "overrides", [["allocation_mode=sglang:d4+fsdp:d4"], ["+allocation_mode=sglang:d4+fsdp:d4"]]
-)
-def test_legacy_allocation_mode_on_the_command_line(tmp_path: Path, overrides: list[str]) -> None:
-    run = run_app(tmp_path, *overrides)
+def test_legacy_allocation_mode_on_the_command_line(tmp_path: Path) -> None:
+    run = run_app(tmp_path, "+allocation_mode=sglang:d4+fsdp:d4")
     assert (run.code, run.err, run.markers) == (1, MIGRATION, [])
+
+
+def test_bare_allocation_mode_gets_hydras_own_hint(tmp_path: Path) -> None:
+    # the hook declares no allocation_mode (no key of ours reaches the task), so
+    # without + Hydra refuses the override itself and says to use +
+    run = run_app(tmp_path, "allocation_mode=sglang:d4+fsdp:d4")
+    assert run.code == 1
+    assert run.markers == []
+    assert "To append to your config use +allocation_mode=sglang:d4+fsdp:d4" in run.err
 
 
 def test_legacy_allocation_mode_in_yaml(tmp_path: Path) -> None:

@@ -1,0 +1,123 @@
+"""The reference's own config schema, loaded from its published wheel without its dependencies.
+
+``pip download --no-deps areal==1.0.4`` gives the wheel; ``.ci/run`` keeps it in
+``.cache/reference/`` (``AREAL_ALLOC_REFERENCE_WHEEL`` names another copy). Nothing
+of the reference is committed here: its ``areal/api/cli_args.py`` is read from the
+wheel and run against small stand-ins for the few modules it imports (uvloop,
+``areal.utils`` logging / name_resolve / pkg_version, and ``transformers`` for the
+attention check), so its dataclasses, defaults and ``__post_init__`` checks are the
+reference's own. Its own stdlib-only files (``areal/utils/constants.py``,
+``areal/engine/fsdp_utils/attn_impl.py``) are run as they are; ``seqpack.py`` needs
+numba, so its packing names are read from its source.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import logging
+import os
+import sys
+import types
+import zipfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).parents[3]
+WHEEL_NAME = "areal-1.0.4-py3-none-any.whl"
+#: the wheel ``pip download --no-deps areal==1.0.4`` fetched from PyPI (2026-12-01)
+WHEEL_SHA256 = "7d7cfab10d9ec0990d9263290a9472366827783b9ad5fce22f56a1add416bdd9"
+REQUIRE_ENV = "AREAL_ALLOC_REQUIRE_REFERENCE"
+WHEEL_ENV = "AREAL_ALLOC_REFERENCE_WHEEL"
+
+
+def wheel_path() -> Path:
+    given = os.environ.get(WHEEL_ENV)
+    return Path(given) if given else ROOT / ".cache" / "reference" / WHEEL_NAME
+
+
+def check_wheel(path: Path) -> str | None:
+    """Why the wheel cannot be used (absent, or not the published file), else None."""
+    if not path.is_file():
+        return f"{path} is absent (`pip download --no-deps areal==1.0.4 -d {path.parent}`)"
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest != WHEEL_SHA256:
+        return f"{path} has sha256 {digest}, not the published {WHEEL_SHA256}"
+    return None
+
+
+def _module(name: str, **attributes: Any) -> types.ModuleType:
+    module = types.ModuleType(name)
+    module.__dict__.update(attributes)
+    if "." not in name or not attributes:
+        module.__path__ = []  # a package
+    sys.modules[name] = module
+    parent, _, child = name.rpartition(".")
+    if parent:
+        setattr(sys.modules[parent], child, module)
+    return module
+
+
+def _run(name: str, source: str, filename: str) -> types.ModuleType:
+    module = types.ModuleType(name)
+    module.__file__ = filename
+    sys.modules[name] = module
+    parent, _, child = name.rpartition(".")
+    setattr(sys.modules[parent], child, module)
+    exec(compile(source, filename, "exec"), module.__dict__)
+    return module
+
+
+def _string_constants(source: str, prefix: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+            for target in node.targets:
+                if isinstance(target, ast.Name) and target.id.startswith(prefix):
+                    found[target.id] = str(node.value.value)
+    return found
+
+
+def load_cli_args(path: Path) -> types.ModuleType:
+    """``areal.api.cli_args`` from the wheel at ``path``, run against stand-ins."""
+    with zipfile.ZipFile(path) as wheel:
+
+        def read(member: str) -> str:
+            return wheel.read(member).decode("utf-8")
+
+        cli_args = read("areal/api/cli_args.py")
+        constants = read("areal/utils/constants.py")
+        attn_impl = read("areal/engine/fsdp_utils/attn_impl.py")
+        seqpack = read("areal/utils/seqpack.py")
+    _module("uvloop", install=lambda: None)
+    _module("transformers")
+    _module("transformers.integrations")
+    _module("transformers.integrations.hub_kernels", is_kernel=lambda name: False)
+    for package in ("areal", "areal.api", "areal.engine", "areal.engine.fsdp_utils"):
+        _module(package)
+    _module("areal.utils")
+    _module("areal.utils.logging", getLogger=logging.getLogger)
+    _module("areal.utils.name_resolve", reconfigure=lambda *args, **kwargs: None)
+    _module(
+        "areal.utils.pkg_version",
+        is_available=lambda name: False,
+        is_version_greater_or_equal=lambda name, version: True,
+    )
+    names = _string_constants(seqpack, "PACKING_ALGORITHM_")
+    _module("areal.utils.seqpack", PACKING_ALGORITHMS=set(names.values()), **names)
+    _run("areal.utils.constants", constants, f"{path}/areal/utils/constants.py")
+    _run(
+        "areal.engine.fsdp_utils.attn_impl",
+        attn_impl,
+        f"{path}/areal/engine/fsdp_utils/attn_impl.py",
+    )
+    return _run("areal.api.cli_args", cli_args, f"{path}/areal/api/cli_args.py")
+
+
+def load_as_the_reference(cfg: Any, config_cls: type) -> Any:
+    """What ``load_expr_config`` does with a composed config (``to_structured_cfg`` then
+    ``OmegaConf.to_object``, areal/api/cli_args.py of the wheel)."""
+    from omegaconf import OmegaConf
+
+    merged = OmegaConf.merge(OmegaConf.structured(config_cls), cfg)
+    return OmegaConf.to_object(merged)
