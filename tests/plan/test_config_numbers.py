@@ -8,12 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from areal_alloc import validate
 from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import MODELS
-from areal_alloc.errors import AllocationValidationError
+from areal_alloc.errors import AllocationError, AllocationValidationError
 from areal_alloc.model_shape import ModelShape
 from areal_alloc.plan import plan_config
 
@@ -262,3 +264,50 @@ def test_a_bad_model_shape_value_is_one_line(data: dict[str, Any], message: str)
 def test_a_model_shape_number_written_as_a_string_converts() -> None:
     assert ModelShape.from_mapping({"num_layers": "28"}).num_layers == 28
     assert ModelShape(num_layers="28").num_layers == 28  # type: ignore[arg-type]
+
+
+# --- any value of any numeric setting: a plan or one line ------------------------------
+
+NUMERIC_KEYS = [
+    "actor__kl_ctl",
+    "actor__mb_spec__max_tokens_per_mb",
+    "actor__megatron__virtual_pipeline_parallel_size",
+    "gconfig__n_samples",
+    "gconfig__max_new_tokens",
+    "train_dataset__batch_size",
+    "train_dataset__max_length",
+    "sglang__mem_fraction_static",
+    "sglang__context_length",
+    "rollout__max_concurrent_rollouts",
+    "cluster__n_nodes",
+    "cluster__n_gpus_per_node",
+    "cluster__gpu_memory_gib",
+    "cluster__memory_reserve_gib",
+    "cluster__peak_tflops",
+    "cluster__inter_node_gbps",
+    "cluster__compute_efficiency",
+    "actor__mb_spec",
+    "gconfig",
+]
+
+VALUES = st.one_of(
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=-(10**5000), max_value=10**5000),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=50),
+    st.text(alphabet="0123456789+-._eEinfa ", max_size=120),
+    st.from_regex(r"\A[0-9]{1,5000}\Z"),
+    st.lists(st.integers(), max_size=2),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(NUMERIC_KEYS), VALUES)
+def test_any_value_of_a_numeric_setting_plans_or_is_one_line(key: str, value: object) -> None:
+    try:
+        plan_config(_cfg(**{key: value}), on_memory="warn")
+    except AllocationError as error:
+        text = str(error)
+        assert "\n" not in text
+        assert len(text) < 1000
