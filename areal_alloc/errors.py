@@ -12,6 +12,7 @@ an over-long value (and states its length), so no message grows with its input.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
@@ -23,6 +24,7 @@ __all__ = [
     "AllocationValidationError",
     "InvalidAllocationModeError",
     "clipped",
+    "digits",
     "reading",
     "reading_of",
     "render_caret",
@@ -46,6 +48,19 @@ def clipped(text: str, limit: int = SHOWN) -> str:
     return f"{text[: max(limit - 1, 1)]}… ({len(text):,} characters)"
 
 
+def digits(number: int) -> int:
+    """How many decimal digits ``number`` has, without ``str()`` (refused past 4,300 digits)."""
+    n = abs(number)
+    if n < 10:
+        return 1
+    count = int(math.log10(n)) + 1  # a float: off by one near powers of ten, checked below
+    if n < 10 ** (count - 1):
+        count -= 1
+    elif n >= 10**count:
+        count += 1
+    return count
+
+
 def shown(value: object, limit: int = SHOWN) -> str:
     """A value as a message quotes it: its ``repr``, cut when long with its length stated.
 
@@ -53,10 +68,7 @@ def shown(value: object, limit: int = SHOWN) -> str:
     ``"'fsdp:d4444…' (100,000 characters)"``; a 400-digit integer → ``'a 400-digit number'``.
     """
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**24:
-        try:
-            return f"a {len(str(abs(value))):,}-digit number"
-        except ValueError:  # beyond Python's int-to-str limit
-            return "a number of more than 4,300 digits"
+        return f"a {digits(value)}-digit number"
     if isinstance(value, str):
         if len(value) <= limit:
             return repr(value)

@@ -7,6 +7,8 @@ bound, instead of a hang, a ``MemoryError`` or an ``OverflowError``.
 
 from __future__ import annotations
 
+from areal_alloc.errors import shown
+
 __all__ = [
     "MAX_COUNT",
     "MAX_GPUS",
@@ -48,6 +50,6 @@ def grouped(number: int) -> str:
 
 
 def readable(number: int) -> str:
-    """A size for a message: grouped digits, or its digit count when absurdly long."""
-    text = str(number)
-    return grouped(number) if len(text) <= 24 else f"a {len(text)}-digit number"
+    """A size for a message: grouped digits, or its digit count when absurdly long
+    (:func:`areal_alloc.errors.shown`, which also counts past Python's 4,300-digit limit)."""
+    return grouped(number) if abs(number) < 10**24 else shown(number)

@@ -19,7 +19,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from areal_alloc.cli import EXIT_INTERRUPTED, main
-from areal_alloc.errors import WINDOW, clipped, render_caret, shown
+from areal_alloc.errors import WINDOW, clipped, digits, render_caret, shown
+from areal_alloc.limits import readable
 
 EXPERIMENT = (
     "cluster:\n  n_nodes: 1\n  n_gpus_per_node: 8\nactor:\n  backend: fsdp:d8\n"
@@ -301,6 +302,25 @@ def test_resolver_errors_quote_long_arguments_cut(value: str, message: str) -> N
 )
 def test_shown(value: object, text: str) -> None:
     assert shown(value) == text
+
+
+@given(st.integers(min_value=-(10**5000), max_value=10**5000))
+def test_digits_counts_past_pythons_str_limit(number: int) -> None:
+    old = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        assert digits(number) == len(str(abs(number)))
+    finally:
+        sys.set_int_max_str_digits(old)
+
+
+@pytest.mark.parametrize(
+    ("number", "text"),
+    [(1_048_576, "1,048,576"), (10**24 - 1, f"{10**24 - 1:,}"), (10**24, "a 25-digit number")],
+)
+def test_readable(number: int, text: str) -> None:
+    assert readable(number) == text
+    assert readable(10**10_000) == "a 10001-digit number"  # str() would refuse it
 
 
 def test_clipped() -> None:
