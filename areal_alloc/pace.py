@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from areal_alloc import calibration, defaults
-from areal_alloc._config import child, whole_number
+from areal_alloc._config import section, whole_number
 from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationError, AllocationValidationError
 from areal_alloc.fit import EngineLike
@@ -97,8 +97,8 @@ class Pace:
         }
 
 
-def _count(cfg: object, section: str, key: str, default: int | None) -> int | None:
-    found = whole_number(child(cfg, section), key, f"{section}.{key}")
+def _count(cfg: object, part: str, key: str, default: int | None) -> int | None:
+    found = whole_number(section(cfg, part, part), key, f"{part}.{key}")
     return default if found is None else found
 
 
