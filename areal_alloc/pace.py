@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from areal_alloc import calibration, defaults
 from areal_alloc._config import section, whole_number
@@ -71,6 +71,8 @@ class Pace:
     train_seconds: float
     sequences: int
     assumptions: tuple[str, ...]
+    #: The stored calibration the estimates start from, with how to turn it off, or "".
+    calibration: str = ""
 
     @property
     def balance(self) -> float | None:
@@ -94,6 +96,7 @@ class Pace:
             "balance": self.balance,
             "advice": self.advice,
             "assumptions": list(self.assumptions),
+            "calibration": self.calibration or None,
         }
 
 
@@ -111,10 +114,11 @@ def _hardware(settings: Resolved, arch: Architecture, per_node: int) -> Hardware
         return None
     stored = calibration.load(arch, gpu.name)
     compute = settings.value("compute_efficiency")
+    used = "" if stored is None else calibration.describe(stored, use_compute=compute is None)
     if compute is None and stored is not None:
         compute = stored.compute_efficiency
     try:
-        return Hardware.from_gpu(
+        hardware = Hardware.from_gpu(
             gpu,
             per_node,
             inter_node_gbps=settings.value("inter_node_gbps"),
@@ -122,6 +126,9 @@ def _hardware(settings: Resolved, arch: Architecture, per_node: int) -> Hardware
             comm_efficiency=settings.value("comm_efficiency"),
             hbm_efficiency=stored.hbm_efficiency if stored else None,
         )
+        if used:  # a stored calibration is named wherever it changes the pace
+            hardware = replace(hardware, calibration=f"{used} ({calibration.OFF_ANYWHERE})")
+        return hardware
     except AllocationError as error:
         where = settings.sources("gpu", "peak_tflops", "hbm_tbps") or "cluster"
         raise AllocationValidationError(f"{where}: {error.message}") from None
@@ -241,7 +248,14 @@ def estimate_pace(
     if not paces:
         return None
     assumptions.append("training-side engines run one after another, as the reference calls them")
-    return Pace(tuple(paces), generate, train, sequences, tuple(dict.fromkeys(assumptions)))
+    return Pace(
+        tuple(paces),
+        generate,
+        train,
+        sequences,
+        tuple(dict.fromkeys(assumptions)),
+        hardware.calibration,
+    )
 
 
 def hardware_assumptions(hardware: Hardware) -> tuple[str, ...]:
