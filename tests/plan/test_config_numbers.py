@@ -311,3 +311,46 @@ def test_any_value_of_a_numeric_setting_plans_or_is_one_line(key: str, value: ob
         text = str(error)
         assert "\n" not in text
         assert len(text) < 1000
+
+
+CONFIG_KEYS = [
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+    "num_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "n_shared_experts",
+    "shared_expert_intermediate_size",
+    "first_k_dense_replace",
+    "kv_lora_rank",
+    "tie_word_embeddings",
+    "attention_bias",
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.sampled_from([QWEN3, MOE, DEEPSEEK]),
+    st.sampled_from(CONFIG_KEYS),
+    st.one_of(VALUES, st.none(), st.integers(min_value=0, max_value=1 << 41)),
+)
+def test_any_config_json_value_estimates_or_is_one_line(
+    base: dict[str, Any], key: str, value: object
+) -> None:
+    from areal_alloc.fit import estimate_allocation
+    from areal_alloc.memory import GIB
+    from areal_alloc.model import ModelAllocation
+
+    try:
+        arch = Architecture.from_mapping({**base, key: value}, source="config.json")
+        for spec in ("sglang:d1t2", "fsdp:d2", "megatron:d1p2"):
+            estimate_allocation(ModelAllocation.from_str(spec), arch, 80 * GIB)
+    except AllocationError as error:
+        text = str(error)
+        assert "\n" not in text
+        assert len(text) < 1000
