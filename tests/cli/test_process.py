@@ -416,6 +416,7 @@ def interrupted(code: str, args: list[str], cwd: Path, env: dict[str, str] | Non
     ("module", "name", "args"),
     [
         ("areal_alloc.cli.commands", "compose_file", ["check", "{file}"]),
+        ("hydra", "compose", ["check", "{file}"]),  # inside Hydra's composition of the file
         ("areal_alloc.cli.commands", "compose_file", ["preflight", "--", "x.py", "--config", "f"]),
         ("areal_alloc.cli.commands", "memory_estimate", ["explain", "fsdp:d4"]),
         ("areal_alloc.cli.app", "show_plan", []),  # inside Hydra's run of our app

@@ -62,6 +62,8 @@ def environment(tmp_path: Path) -> dict[str, str]:
     [
         ("areal_alloc.hydra_hook", "plan_config", []),  # a run: on_run_start
         ("areal_alloc.sweep", "plan_config", ["-m", "actor.backend=fsdp:d8,fsdp:d4t2"]),
+        # composing a sweep job (its overrides applied to the base config)
+        ("areal_alloc.sweep", "_apply", ["-m", "actor.backend=fsdp:d8,fsdp:d4t2"]),
     ],
 )
 def test_sigint_in_the_hook_ends_with_one_line_and_130(
