@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import re
 
-from areal_alloc.errors import AllocationValidationError
+from areal_alloc.errors import AllocationValidationError, digits, shown
 from areal_alloc.limits import MAX_COUNT, grouped
 
 __all__ = [
@@ -53,24 +53,11 @@ _FLOAT = re.compile(rf"[+-]?(?:{_DIGITS}(?:\.(?:{_DIGITS})?)?|\.{_DIGITS})(?:[eE
 _NOT_FINITE = re.compile(r"[+-]?(?:inf|infinity|nan)", re.IGNORECASE)
 
 
-def _digit_count(number: int) -> int:
-    """Decimal digits of ``abs(number)``, without ``str()`` (limited to 4,300 digits)."""
-    number = abs(number)
-    if number < 10**_SHOWN_DIGITS:
-        return len(str(number))
-    digits = int(math.log10(number)) + 1  # log10 of an int is exact enough; fix the edge
-    if 10 ** (digits - 1) > number:
-        digits -= 1
-    elif 10**digits <= number:
-        digits += 1
-    return digits
-
-
 def _shown_int(number: int) -> str:
     if abs(number) < 10**_SHOWN_DIGITS:
         return grouped(number)
     sign = "negative " if number < 0 else ""
-    return f"a {sign}{_digit_count(number)}-digit number"
+    return f"a {sign}{digits(number)}-digit number"
 
 
 def quote(value: object) -> str:
@@ -86,11 +73,8 @@ def quote(value: object) -> str:
         if _INTEGER.fullmatch(text) and len(text.lstrip("+-")) > _SHOWN_DIGITS:
             sign = "negative " if text.startswith("-") else ""
             return f"a {sign}{len(text.lstrip('+-').replace('_', ''))}-digit number"
-        if len(value) > 40:
-            return f"{value[:30]!r}… ({len(value):,} characters)"
-        return repr(value)
-    text = repr(value) if isinstance(value, (list, tuple, dict)) else type(value).__name__
-    return text if len(text) <= 40 else f"{text[:30]}… ({len(text):,} characters)"
+        return shown(value)
+    return shown(value) if isinstance(value, (list, tuple, dict)) else type(value).__name__
 
 
 def _number(bound: float) -> str:
