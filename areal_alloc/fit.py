@@ -529,6 +529,13 @@ def _add_colocated(
                 there = estimates[other]
                 if other == runner or there is None:
                     continue
+                # every training engine loads before any offloading starts
+                if there.kv_cache is None and _loaded_before(
+                    engines[other].key, engines[runner].key
+                ):
+                    term = _resident_term(engines, runner, other, there, there.at_load, "weights")
+                    if term is not None:
+                        loading.append(term)
                 why = _offloaded_while(cfg, engines, runner, other)
                 if why is not None:
                     notes.append(
@@ -536,15 +543,26 @@ def _add_colocated(
                         f"{engines[runner].key} is checked without it"
                     )
                     continue
-                for phase, held, what in (
-                    (training, there.resident, "weights and states"),
-                    (loading, there.at_load, "loaded weights"),
-                ):
-                    term = _resident_term(engines, runner, other, there, held, what)
-                    if term is not None:
-                        phase.append(term)
+                term = _resident_term(
+                    engines, runner, other, there, there.resident, "weights and states"
+                )
+                if term is not None:
+                    training.append(term)
             out[runner] = _beside(estimate, training, loading)
     return out
+
+
+#: The order the reference's trainer loads its training engines, all before any
+#: inference server starts (areal/trainer/rl_trainer.py lines 311-327, the actor
+#: offloaded at 333-335, then _init_rollout at 356; reference commit cbff54d6).
+LOAD_ORDER = ("actor", "critic", "ref", "teacher")
+
+
+def _loaded_before(other: str, runner: str) -> bool:
+    """Whether ``other`` is already on the GPUs while ``runner`` loads its model."""
+    if other not in LOAD_ORDER or runner not in LOAD_ORDER:
+        return False
+    return LOAD_ORDER.index(other) < LOAD_ORDER.index(runner)
 
 
 def _beside(estimate: MemoryEstimate, training: list[Term], loading: list[Term]) -> MemoryEstimate:

@@ -8,21 +8,36 @@ import sys
 
 import hydra
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from areal_alloc.cli.render import render_plan
 from areal_alloc.errors import AllocationError, clipped, shown
 from areal_alloc.plan import plan_config
+from areal_alloc.settings import Settings
 
 __all__ = ["hydra_error_line", "run_app"]
 
 CONFIG_PATH = "pkg://areal_alloc.conf.app"
 
 
+def _hook_settings() -> Settings | None:
+    """The hook's own parameters (``hydra.callbacks.areal_alloc.on_memory=off``, ``gpu`` …),
+    so the app prints the plan the hook checked."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    hook = HydraConfig.get().callbacks.get("areal_alloc")
+    params = OmegaConf.to_container(hook) if isinstance(hook, DictConfig) else None
+    if not isinstance(params, dict):
+        return None
+    return Settings.from_sources(hook={str(k): v for k, v in params.items()})
+
+
 def show_plan(cfg: DictConfig) -> None:
     try:
-        plan = plan_config(cfg)
+        plan = plan_config(cfg, settings=_hook_settings())
     except AllocationError as error:  # the hook normally stops this earlier
         raise SystemExit(f"areal-alloc: {error}") from None
     output = cfg.get("output", "text")

@@ -302,11 +302,16 @@ def _critic(**extra: Any) -> dict[str, Any]:
             "ref",
             "actor",
         ),
-        # actor.offload: off while ref runs
+        # actor.offload: off while ref runs (ref's own load phase aside: it loads while
+        # the actor is still on the GPUs, see the next test)
         (
             _shared(
                 actor={"offload": True},
-                ref={"backend": "fsdp:d8", "scheduling_strategy": _COLOCATE},
+                ref={
+                    "backend": "fsdp:d8",
+                    "scheduling_strategy": _COLOCATE,
+                    "fsdp": {"memory_efficient_load": True},
+                },
             ),
             "ref",
             None,
@@ -329,6 +334,27 @@ def test_offload_as_the_reference_schedules_it(
         other = plan[carries].memory
         assert other is not None
         assert memory.term("colocated") == other.resident > 0
+
+
+def test_an_engine_loads_beside_the_engines_loaded_before_it() -> None:
+    # areal/trainer/rl_trainer.py lines 311-335: actor, critic, ref, teacher load in
+    # this order, all before the actor is offloaded and before any server starts. The
+    # ref's peak is its load phase (Qwen2.5-7B in float32 on every GPU, 28.4 GiB),
+    # beside the actor's sharded weights (FSDP: no gradient or AdamW state yet).
+    plan = plan_config(
+        _shared(
+            actor={"offload": True},
+            ref={"backend": "fsdp:d8", "scheduling_strategy": _COLOCATE},
+        )
+    )
+    ref, actor = plan["ref"].memory, plan["actor"].memory
+    assert ref is not None
+    assert actor is not None
+    assert ref.term("load") == TOTAL * 4
+    assert ref.term("colocated") == actor.at_load == TOTAL // 8 * 4 + GATHERED * 2
+    # the actor's peak is training (8,192 tokens), beside the ref's weights
+    assert actor.term("load") == 0
+    assert actor.term("colocated") == ref.resident == TOTAL // 8 * 4 + GATHERED * 2
 
 
 def test_a_7b_actor_colocated_with_sglang_on_8_h20_fits_without_actor_offload() -> None:
@@ -427,3 +453,22 @@ def test_the_defaults_table_cites_the_reference() -> None:
     for row in REFERENCE_DEFAULTS:
         assert row.source.startswith("areal/api/cli_args.py@cbff54d6 "), row
 
+
+def test_the_app_follows_the_hooks_on_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the built-in grpo_2x8 experiment does not fit a 24 GiB GPU (its FSDP load phase)
+    monkeypatch.chdir(tmp_path)
+    # the hook's GPU, and the experiment's own key (read last, by the hook and the app alike)
+    gpu = ["hydra.callbacks.areal_alloc.gpu=RTX-4090", "+cluster.gpu=RTX-4090"]
+    assert main(gpu) == 1
+    _, err = capsys.readouterr()
+    assert err.startswith(
+        "areal-alloc: 2 engines do not fit a RTX-4090, from hydra.callbacks.areal_alloc.gpu: "
+        "(1) actor.backend='fsdp:d4t2'"
+    )
+    assert main([*gpu, "hydra.callbacks.areal_alloc.on_memory=off"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("allocation plan: 2 nodes × 8 GPUs = 16 GPUs")
+    assert "memory per GPU" not in out
+    assert "do not fit" not in err
