@@ -199,21 +199,3 @@ def _unset_key(node: object, key: str) -> bool:
     if key != "backend" and _missing(node, key):
         return True
     return unset(child(node, key), key)
-
-
-def number(value: object) -> float | None:  # pragma: no cover - being replaced
-    """Deprecated, kept only until its last call sites move to :func:`setting_float`
-    (it reads booleans as numbers and ignores what it cannot read)."""
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float)):
-        try:
-            return float(value)
-        except OverflowError:
-            return None
-    if isinstance(value, str) and len(value) <= 100:
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
