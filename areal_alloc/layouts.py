@@ -134,6 +134,31 @@ def iter_strategies(
     after examining :data:`MAX_CANDIDATES` candidates, so that any GPU count
     answers quickly.
     """
+    for family in _iter_families(backend, gpus, constraints):
+        yield from family.strategies()
+
+
+@dataclass(frozen=True, slots=True)
+class _Family:
+    """The valid layouts that share d, c, p and t, as their (e, etp) pairs in listing order."""
+
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    members: tuple[tuple[int, int], ...]
+
+    def strategy(self, member: tuple[int, int]) -> ParallelStrategy:
+        return ParallelStrategy(self.tp, self.pp, self.dp, self.cp, *member)
+
+    def strategies(self) -> Iterator[ParallelStrategy]:
+        return (self.strategy(member) for member in self.members)
+
+
+def _iter_families(
+    backend: str, gpus: int, constraints: LayoutConstraints | None
+) -> Iterator[_Family]:
+    """:func:`iter_strategies` a family at a time, its members not yet built."""
     if backend not in BACKEND_DIMS:
         ModelAllocation(backend, None, ParallelStrategy())  # raises the unknown-backend error
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
@@ -149,6 +174,9 @@ def iter_strategies(
     inference = backend in INFERENCE_BACKENDS
     node = c.gpus_per_node
     with_experts = "e" in allowed and bool(c.experts or c.hybrid or c.num_experts or c.max_ep)
+    # Past the rules of t, p and c (checked once per family), the shape rules left are
+    # those of e and etp alone (model_shape.layout_problems): answered once per pair.
+    pair_fits: dict[tuple[int, int], bool] = {}
     examined = 0
     for dp in reversed(_divisors(gpus)):
         if not (_within(dp, c.max_dp) and dp >= c.min_dp):
@@ -172,6 +200,7 @@ def iter_strategies(
                 family_fits = shape is None or not layout_problems(
                     backend, ParallelStrategy(tp, pp, dp, cp), shape
                 )
+                members: list[tuple[int, int]] = []
                 for ep in _divisors(gpus // pp) if with_experts else (1,):
                     if not _within(ep, c.max_ep):
                         continue
@@ -195,14 +224,15 @@ def iter_strategies(
                             )
                         if not family_fits:
                             continue
-                        parallel = ParallelStrategy(tp, pp, dp, cp, ep, etp)
-                        if (
-                            ep > 1
-                            and shape is not None
-                            and layout_problems(backend, parallel, shape)
-                        ):
-                            continue
-                        yield parallel
+                        if ep > 1 and shape is not None:
+                            if (ep, etp) not in pair_fits:
+                                parallel = ParallelStrategy(tp, pp, dp, cp, ep, etp)
+                                pair_fits[ep, etp] = not layout_problems(backend, parallel, shape)
+                            if not pair_fits[ep, etp]:
+                                continue
+                        members.append((ep, etp))
+                if members:
+                    yield _Family(tp, pp, dp, cp, tuple(members))
 
 
 def enumerate_layouts(
@@ -459,10 +489,6 @@ class FastestLayouts:
 _EXPERT_TERMS = ("expert all-to-all",)
 
 
-def _family(parallel: ParallelStrategy) -> tuple[int, int, int, int]:
-    return parallel.dp_size, parallel.cp_size, parallel.pp_size, parallel.tp_size
-
-
 def fastest_layouts(
     backend: str,
     gpus: int,
@@ -498,14 +524,22 @@ def fastest_layouts(
         return FastestLayouts((), 0, False)
     training = training or TrainingSettings()
     inference = inference or InferenceSettings()
-    strategies: Iterable[ParallelStrategy] = iter_strategies(
-        backend, gpus, _shaped(constraints, arch)
-    )
-    if keep is not None:
-        strategies = filter(keep, strategies)
-    found = list(itertools.islice(strategies, limit + 1))
-    cut = len(found) > limit
-    found = found[:limit]
+    # the families, cut to the first ``limit`` valid layouts, members built only when kept
+    families: list[tuple[_Family, list[ParallelStrategy] | None]] = []
+    searched, cut = 0, False
+    for family in _iter_families(backend, gpus, _shaped(constraints, arch)):
+        built = None if keep is None else [p for p in family.strategies() if keep(p)]
+        size = len(family.members) if built is None else len(built)
+        if searched + size > limit:
+            cut = True
+            take = limit - searched
+            if take:
+                families.append((family, (built or list(family.strategies()))[:take]))
+                searched += take
+            break
+        if size:
+            families.append((family, built))
+            searched += size
     best: list[tuple[float, int, RankedLayout]] = []  # (-tokens/s, listing index, layout)
 
     def enter(
@@ -522,13 +556,19 @@ def fastest_layouts(
         """True when a step of at least ``seconds`` cannot enter the ``top``."""
         return len(best) == top and seconds >= best[-1][2].speed.seconds
 
+    def members(family: _Family, built: list[ParallelStrategy] | None) -> list[ParallelStrategy]:
+        return list(family.strategies()) if built is None else built
+
     if backend in INFERENCE_BACKENDS:
-        for index, parallel in enumerate(found):
-            memory = _memory(backend, parallel, arch, capacity, training, inference)
-            if memory.fits is not False:
-                speed = _decode_speed(arch, parallel, hardware, memory, gpus, sequence_length)
-                enter(index, parallel, speed, memory)
-        return FastestLayouts(tuple(entry[2] for entry in best), len(found), cut)
+        index = 0
+        for family, built in families:
+            for parallel in members(family, built):
+                memory = _memory(backend, parallel, arch, capacity, training, inference)
+                if memory.fits is not False:
+                    speed = _decode_speed(arch, parallel, hardware, memory, gpus, sequence_length)
+                    enter(index, parallel, speed, memory)
+                index += 1
+        return FastestLayouts(tuple(entry[2] for entry in best), searched, cut)
 
     def speed_of(parallel: ParallelStrategy) -> StepEstimate:
         return _training_speed(
@@ -536,23 +576,25 @@ def fastest_layouts(
         )
 
     index = 0
-    for _, group in itertools.groupby(found, key=_family):
-        members = list(group)
+    for family, built in families:
         first = index
-        index += len(members)
-        widest = max(members, key=lambda p: p.ep_size * p.etp_size)
+        index += len(family.members) if built is None else len(built)
+        if built is None:
+            widest = family.strategy(max(family.members, key=lambda m: m[0] * m[1]))
+        else:
+            widest = max(built, key=lambda p: p.ep_size * p.etp_size)
         widest_speed = speed_of(widest)
         bound = sum(t.seconds for t in widest_speed.terms if t.name not in _EXPERT_TERMS)
         if beaten(bound):
             continue
-        for offset, parallel in enumerate(members):
-            speed = widest_speed if parallel is widest else speed_of(parallel)
+        for offset, parallel in enumerate(members(family, built)):
+            speed = widest_speed if parallel == widest else speed_of(parallel)
             if beaten(speed.seconds):
                 continue
             memory = _memory(backend, parallel, arch, capacity, training, inference)
             if memory.fits is not False:
                 enter(first + offset, parallel, speed, memory)
-    return FastestLayouts(tuple(entry[2] for entry in best), len(found), cut)
+    return FastestLayouts(tuple(entry[2] for entry in best), searched, cut)
 
 
 def replace_tokens(estimate: StepEstimate, tokens: int, gpus: int) -> StepEstimate:
