@@ -448,6 +448,19 @@ def test_a_model_not_found_is_said_even_with_quiet(
     ) in out.splitlines()
 
 
+def test_preflight_says_what_is_not_estimated_even_with_quiet(tmp_path: Path, cli: Any) -> None:
+    # a process: preflight replaces itself with the launch command (here `true`)
+    (tmp_path / "exp.yaml").write_text(
+        "actor: {backend: 'fsdp:d8', path: /cluster/models/no-such-model}\n"
+    )
+    done = cli("preflight", "--quiet", "--", "true", "--config", "exp.yaml")
+    assert (done.returncode, done.stdout) == (0, "")
+    assert done.stderr == (
+        "areal-alloc preflight: actor not estimated: actor.path='/cluster/models/no-such-model'"
+        ": not found here (no local config.json, hub cache or catalogue entry)\n"
+    )
+
+
 def test_the_defaults_table_cites_the_reference() -> None:
     assert REFERENCE_COMMIT == "cbff54d645d2cd8ee1f1c358a82f3f473588433d"
     for row in REFERENCE_DEFAULTS:
