@@ -703,7 +703,7 @@ def training_memory(
                 "reserve",
                 settings.reserve_bytes,
                 f"{readable_bytes(settings.reserve_bytes)} for the CUDA context, NCCL buffers "
-                f"and fragmentation (cluster.memory_reserve_gib)",
+                f"and fragmentation (--memory-reserve-gib)",
             )
         )
         stages.append((sum(t.bytes for t in terms), first, terms))
@@ -997,7 +997,7 @@ def inference_memory(
             "reserve",
             settings.reserve_bytes,
             f"{readable_bytes(settings.reserve_bytes)} for activations, CUDA graphs and the "
-            f"CUDA context (cluster.memory_reserve_gib)",
+            f"CUDA context (--memory-reserve-gib)",
         ),
     ]
     tokens: int | None = None

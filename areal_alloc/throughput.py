@@ -44,7 +44,7 @@ __all__ = [
     "training_step",
 ]
 
-#: Assumed, printed, overridable (cluster.inter_node_gbps): one 200 Gb/s network
+#: Assumed, printed, overridable (--inter-node-gbps, areal_alloc.settings): one 200 Gb/s network
 #: port per GPU between nodes.
 DEFAULT_INTER_NODE_GBPS = 200.0
 #: Assumed fractions of peak that real kernels reach; calibrate them from one
@@ -262,13 +262,13 @@ def training_step(
     ]
     assumptions = [
         f"{hardware.compute_efficiency:.3g} of peak compute and {hardware.comm_efficiency:.3g} of "
-        f"link bandwidth are reached (cluster.compute_efficiency, cluster.comm_efficiency)",
+        f"link bandwidth are reached (--compute-efficiency, --comm-efficiency)",
         "communication does not overlap compute (its terms add to the step)",
     ]
     if hardware.inter_node_gbps == DEFAULT_INTER_NODE_GBPS:
         assumptions.append(
             f"{DEFAULT_INTER_NODE_GBPS:g} Gb/s of network per GPU between nodes "
-            f"(cluster.inter_node_gbps)"
+            f"(--inter-node-gbps)"
         )
     if pp > 1:
         bubble = (pp - 1) / (micro_batches * virtual_pipeline) * compute
