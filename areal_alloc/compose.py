@@ -45,9 +45,15 @@ def read_launch_args(argv: Sequence[str]) -> LaunchArgs:
     args = list(argv)
     if args and args[0].endswith(".py"):
         args = args[1:]
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     parser.add_argument("--config")
-    known, rest = parser.parse_known_args(args)
+    try:
+        known, rest = parser.parse_known_args(args)
+    except argparse.ArgumentError:  # --config as the last word: argparse would print its usage
+        raise AllocationError(
+            "the launch command's --config has no FILE after it: write --config "
+            "path/to/experiment.yaml, then key=value overrides"
+        ) from None
     if not known.config:
         raise AllocationError(
             "the launch command has no --config FILE: the reference's launchers and training "

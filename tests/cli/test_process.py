@@ -132,6 +132,15 @@ def test_preflight_refuses_an_empty_command_word(
     )
 
 
+def test_preflight_refuses_a_config_flag_without_a_file(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["preflight", "--", "python3", "train.py", "--config"], capsys) == (
+        1,
+        "",
+        "areal-alloc preflight: the launch command's --config has no FILE after it: write "
+        "--config path/to/experiment.yaml, then key=value overrides\n",
+    )
+
+
 # --- Hydra's errors from our app: one line with the option and the choices ----------------
 
 APP_ERRORS = [
