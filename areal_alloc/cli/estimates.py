@@ -323,6 +323,13 @@ def _footer(ns: argparse.Namespace, assumptions: tuple[str, ...]) -> None:
         print(f"# calibrated: {ns.calibrated}")
 
 
+def _memory_fixes(ns: argparse.Namespace) -> str:
+    """What to try when nothing fits: --recompute full only when it was not given."""
+    if ns.recompute == "full":
+        return "try more GPUs or fewer --tokens (this is already with --recompute full)"
+    return "try more GPUs, --recompute full or fewer --tokens"
+
+
 def fitting(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
     """``layouts … --model M [--gpu G]``: the layouts that fit, with memory per GPU."""
     gpu = resolve_gpu(ns.gpu) if ns.gpu else None
@@ -350,8 +357,7 @@ def fitting(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
             f"none of the {len(found)} {ns.backend} layouts of {ns.gpus} GPUs fits "
             f"{ns.model} on {gpu.name if gpu else '?'}: the smallest needs "
             f"{readable_bytes(smallest.total)} per GPU (largest term {smallest.largest.name} "
-            f"{readable_bytes(smallest.largest.bytes)}); try more GPUs, --recompute full or "
-            f"fewer --tokens"
+            f"{readable_bytes(smallest.largest.bytes)}); {_memory_fixes(ns)}"
         )
     if ns.sweep:
         print(",".join(spec for spec, _ in fitting))
@@ -642,7 +648,7 @@ def suggest_command(args: list[str]) -> int:
     if not proposals:
         raise AllocationError(
             f"no split of {ns.gpus} {gpu.name} GPUs fits {ns.model}: the rollout or the "
-            f"trainer does not fit on any share; try more GPUs or --recompute full"
+            f"trainer does not fit on any share; {_memory_fixes(ns)}"
         )
     if ns.json:
         print(json.dumps([p.to_dict() for p in proposals], indent=1))
