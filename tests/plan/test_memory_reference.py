@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from areal_alloc.catalogue import find_model
 from areal_alloc.cli import main
@@ -485,3 +487,17 @@ def test_the_app_follows_the_hooks_on_memory(
     assert out.startswith("allocation plan: 2 nodes × 8 GPUs = 16 GPUs")
     assert "memory per GPU" not in out
     assert "do not fit" not in err
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    spec=st.sampled_from(["fsdp:d1", "fsdp:d4t2", "megatron:d2p2", "megatron:d2t4", "archon:d4"]),
+    rank=st.integers(min_value=1, max_value=128),
+)
+def test_lora_adds_adapters_and_trains_only_them(spec: str, rank: int) -> None:
+    full = _train(spec, memory_efficient_load=True)
+    lora = _train(spec, memory_efficient_load=True, lora_rank=rank)
+    assert lora["weights"] > full["weights"]  # the frozen base is all there, plus adapters
+    assert lora["gradients"] < full["gradients"] / 10
+    assert lora["optimizer"] < full["optimizer"] / 10
+    assert (lora["activations"], lora["logits"]) == (full["activations"], full["logits"])
