@@ -11,6 +11,7 @@ from hydra.errors import HydraException, MissingConfigException, OverrideParseEx
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from areal_alloc.cli.args import usage_error
 from areal_alloc.cli.render import render_plan
 from areal_alloc.errors import AllocationError, clipped, shown
 from areal_alloc.plan import plan_config
@@ -65,6 +66,7 @@ def run_app(argv: list[str]) -> int:
     still gives Hydra's full stack trace.
     """
     sys.argv = [sys.argv[0], *argv]
+    _check_flags(argv)
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         _hydra_app()
         return 0
@@ -85,6 +87,19 @@ def run_app(argv: list[str]) -> int:
         else:
             os.environ["HYDRA_FULL_ERROR"] = previous
     return 0
+
+
+def _check_flags(argv: list[str]) -> None:
+    """Hydra's own flags (``--cfg``, ``--info`` …), checked first: a usage error is one line.
+
+    Hydra's parser would print its usage block; ``hydra._internal.utils.get_args_parser``
+    is the parser ``@hydra.main`` itself uses (hydra-core 1.3).
+    """
+    from hydra._internal.utils import get_args_parser
+
+    parser = get_args_parser()
+    parser.error = lambda message: usage_error("areal-alloc", message)  # type: ignore[method-assign]
+    parser.parse_args(argv)
 
 
 _OVERRIDE = re.compile(

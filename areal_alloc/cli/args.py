@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from areal_alloc.errors import AllocationValidationError, clipped
 from areal_alloc.limits import MAX_COUNT, MAX_GPUS
@@ -23,14 +24,22 @@ _WORD = 80
 _LINE = 400
 
 
+def usage_error(prog: str, message: str) -> NoReturn:
+    """End a usage error of ``prog`` with one line naming its ``--help``: exit 2.
+
+    argparse quotes the offending words whole (unrecognized arguments, invalid
+    choices): each long one is cut, and the line, with their length stated.
+    """
+    words = " ".join(clipped(word, _WORD) for word in " ".join(message.split()).split(" "))
+    sys.stderr.write(f"{prog}: {clipped(words, _LINE)} (see {prog} --help)\n")
+    raise SystemExit(EXIT_USAGE)
+
+
 class CommandParser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line naming the subcommand and its --help."""
 
     def error(self, message: str) -> Any:  # argparse's own usage errors: exit 2
-        # argparse quotes the offending words whole (unrecognized arguments, invalid
-        # choices): cut each long one, and the line, stating their length
-        words = " ".join(clipped(word, _WORD) for word in " ".join(message.split()).split(" "))
-        self.exit(EXIT_USAGE, f"{self.prog}: {clipped(words, _LINE)} (see {self.prog} --help)\n")
+        usage_error(self.prog, message)
 
 
 def command_parser(name: str, description: str, epilog: str = "") -> CommandParser:

@@ -85,6 +85,24 @@ def test_usage_errors_are_one_line_and_exit_2(
     assert run(argv, capsys) == (2, "", line + "\n")
 
 
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["--nope"], "areal-alloc: unrecognized arguments: --nope (see areal-alloc --help)"),
+        (
+            ["--cfg", "nope"],
+            "areal-alloc: argument --cfg/-c: invalid choice: 'nope' (choose from 'job', "
+            "'hydra', 'all') (see areal-alloc --help)",
+        ),
+    ],
+)
+def test_hydras_own_flags_are_one_line_usage_errors(
+    argv: list[str], line: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["areal-alloc"])
+    assert run(argv, capsys) == (2, "", line + "\n")
+
+
 def test_help_still_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(["explain", "--help"], capsys)
     assert (code, err) == (0, "")
