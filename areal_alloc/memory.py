@@ -560,7 +560,11 @@ def training_memory(
     layer_bytes = dense_l * per_token[False][0] + moe_l * per_token[True][0]
     forward_only = settings.optimizer is None
     lora: _Adapters | None = None
-    if settings.lora_rank is not None and not forward_only:
+    if settings.lora_rank is not None and backend == "archon":
+        # the archon engine reads no LoRA setting (areal/experimental/engine/, reference
+        # commit cbff54d6: only fsdp_engine.py and megatron_engine.py apply use_lora)
+        assumptions.append(f"{key}: the archon engine ignores use_lora; every parameter trains")
+    elif settings.lora_rank is not None and not forward_only:
         dense_a, moe_a, exp_a, lora_text = lora_parameters(
             arch, megatron_like, settings.lora_rank, settings.lora_targets
         )
