@@ -21,6 +21,7 @@ from areal_alloc.kinds import SchedulingStrategyType
 
 __all__ = [
     "ActorConfig",
+    "AgentConfig",
     "ClusterConfig",
     "DatasetConfig",
     "DistributedDataParallelConfig",
@@ -32,6 +33,7 @@ __all__ = [
     "MicroBatchConfig",
     "ModelShapeConfig",
     "OptimizerConfig",
+    "SchedulerConfig",
     "SchedulingConfig",
     "ServerConfig",
     "TeacherConfig",
@@ -107,6 +109,21 @@ class MegatronConfig:
 @dataclass
 class FSDPConfig:
     offload_params: bool | None = None
+    memory_efficient_load: bool | None = None
+
+
+@dataclass
+class AgentConfig:
+    """``rollout.agent``: ``mode: online`` runs by steps (areal_alloc.experiment.rules)."""
+
+    mode: str | None = None
+
+
+@dataclass
+class SchedulerConfig:
+    """``scheduler.type``: ``slurm`` allocates whole nodes (areal_alloc.experiment.rules)."""
+
+    type: str | None = None
 
 
 @dataclass
@@ -127,6 +144,12 @@ class EngineConfig:
     fsdp: FSDPConfig = field(default_factory=FSDPConfig)
     offload: bool | None = None
     max_concurrent_rollouts: int | None = None
+    # read by the reference's start-up rules (areal_alloc.experiment.rules)
+    _version: str | None = None
+    use_lora: bool | None = None
+    init_from_scratch: bool | None = None
+    return_routed_experts: bool | None = None  # rollout
+    agent: AgentConfig = field(default_factory=AgentConfig)  # rollout
 
 
 @dataclass
@@ -149,7 +172,8 @@ class ActorConfig(EngineConfig):
 
     kl_ctl: float | None = None
     weight_update_mode: str | None = None
-    _version: str | None = None
+    enable_delta_weight_update: bool | None = None
+    ppo_n_minibatches: int | None = None
 
 
 @dataclass
@@ -208,7 +232,14 @@ class ExperimentConfig:
     sglang: ServerConfig = field(default_factory=ServerConfig)
     vllm: ServerConfig = field(default_factory=ServerConfig)
     train_dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    valid_dataset: DatasetConfig = field(default_factory=DatasetConfig)
     gconfig: GenerationConfig = field(default_factory=GenerationConfig)
+    # the run settings the reference's start-up rules read (areal_alloc.experiment.rules)
+    enable_offload: bool | None = None
+    total_train_epochs: int | None = None
+    total_train_steps: int | None = None
+    dynamic_bs: bool | None = None
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     # Declared so the deprecated key reaches the hook's migration message
     # instead of a generic "not in struct" error.
     allocation_mode: str | None = None

@@ -578,3 +578,32 @@ def test_the_readme_table_names_every_rules_source() -> None:
     for rule in RULES:
         for part in rule.source.split("; "):
             assert part.split()[0] in table, rule
+
+
+def test_the_strict_schema_declares_every_key_the_rules_read(tmp_path: Any) -> None:
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "strict.yaml").write_text(
+        "defaults:\n  - areal_alloc/schema\n  - _self_\n"
+        "cluster: {n_nodes: 2, n_gpus_per_node: 8}\n"
+        "enable_offload: true\ntotal_train_epochs: 2\ntotal_train_steps: 20\ndynamic_bs: false\n"
+        "scheduler: {type: local}\ntrain_dataset: {batch_size: 16}\n"
+        "gconfig: {n_samples: 4}\n"
+        "rollout:\n  backend: 'sglang:d8'\n  _version: v1\n  return_routed_experts: false\n"
+        "  agent: {mode: online}\n"
+        "  scheduling_strategy: {type: colocation, target: actor}\n"
+        "actor:\n  backend: 'fsdp:d8'\n  weight_update_mode: disk\n  use_lora: false\n"
+        "  _version: v1\n  enable_delta_weight_update: false\n  ppo_n_minibatches: 1\n"
+        "  init_from_scratch: false\n  fsdp: {memory_efficient_load: true}\n  offload: false\n"
+    )
+    with initialize_config_dir(str(conf), version_base=None):
+        cfg = compose("strict")
+        assert validate(cfg, on_memory="off").total_gpus == 8
+        # and without enable_offload the rule speaks, not the schema
+        off = compose("strict", overrides=["enable_offload=false"])
+        assert OmegaConf.select(off, "enable_offload") is False
+        with pytest.raises(AllocationValidationError, match=r"^enable_offload is false"):
+            validate(off, on_memory="off")
