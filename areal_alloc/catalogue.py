@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from areal_alloc.architecture import Architecture
-from areal_alloc.errors import AllocationValidationError
+from areal_alloc.errors import AllocationValidationError, shown
 from areal_alloc.model_shape import local_config, local_path
 
 __all__ = ["GPU", "GPUS", "MODELS", "CatalogueModel", "find_gpu", "find_model"]
@@ -422,7 +422,8 @@ def find_gpu(name: str) -> GPU:
         return GPUS[key]
     names = [g.name for g in GPUS.values()]
     raise AllocationValidationError(
-        f"unknown GPU {name!r}: {_close(name, names)}known GPUs: {', '.join(names)}; or give "
+        f"unknown GPU {shown(name)}: {_close(name, names) if len(name) <= 60 else ''}known GPUs: "
+        f"{', '.join(names)}; or give "
         f"its memory as cluster.gpu_memory_gib"
     )
 

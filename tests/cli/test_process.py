@@ -252,6 +252,26 @@ def test_long_values_in_the_app_are_quoted_cut(
     assert run(argv, capsys) == (1, "", line + "\n")
 
 
+@pytest.mark.parametrize(
+    ("argv", "start"),
+    [
+        (
+            ["layouts", "fsdp", "8", "--model", "Qwen3-8B", "--gpu", "q" * 3000],
+            f"areal-alloc layouts: unknown GPU '{'q' * 59}…' (3,000 characters): known GPUs: ",
+        ),
+        (["explain", "q" * 3000], "areal-alloc explain: allocation string is 3000 characters"),
+    ],
+)
+def test_long_values_in_commands_are_quoted_cut(
+    argv: list[str], start: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(argv, capsys)
+    assert (code, out) == (1, "")
+    assert err.startswith(start)
+    assert len(err.splitlines()) == 1
+    assert len(err) < 400
+
+
 SELF = "its value refers to itself (through an interpolation or resolver)"
 
 
