@@ -107,8 +107,18 @@ def check_sweep(
     parser = _parser()
     base = _base(config)
     results: list[JobCheck] = []
+    # A sweep repeats each value in many jobs (a 40 × 50 sweep: 2,000 jobs of 90 distinct
+    # overrides), and each override parses alone: parse each distinct one once.
+    overrides: dict[str, Any] = {}
+
+    def parse(job: Sequence[str]) -> list[Any]:
+        for text in job:
+            if text not in overrides:
+                overrides[text] = parser.parse_overrides([text])[0]
+        return [overrides[text] for text in job]
+
     for index, job in enumerate(jobs):
-        parsed = parser.parse_overrides(job)
+        parsed = parse(job)
         changes_group = any(
             o.get_key_element().lstrip("+~") in choices for o in parsed if not o.is_delete()
         )
