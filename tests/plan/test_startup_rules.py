@@ -439,6 +439,17 @@ SHAPES: list[tuple[dict[str, Any], str]] = [
         f"teacher.rollout.backend='sglang:d1t8' does not fit the model (teacher.path={QWEN_7B!r}): "
         "num_attention_heads=28 is not divisible by tensor parallel size t8: 28 % 8 = 4",
     ),
+    (  # a teacher server without a path loads sglang.model_path (_init_teacher_rollout)
+        cfg(
+            rollout={"backend": "sglang:d4"},
+            actor={"backend": "fsdp:d4", "path": "Qwen/Qwen3-0.6B"},
+            sglang={"model_path": QWEN_7B},
+            teacher={"rollout": {"backend": "sglang:d1t8"}},
+        ),
+        f"teacher.rollout.backend='sglang:d1t8' does not fit the model "
+        f"(sglang.model_path={QWEN_7B!r}): num_attention_heads=28 is not divisible by tensor "
+        "parallel size t8: 28 % 8 = 4",
+    ),
     (  # vpp from the reference's key: 20 layers cannot fill p16 × vpp2 = 32 stages
         cfg(
             actor={
@@ -477,6 +488,12 @@ SHAPES_THAT_RUN = [
     ),
     # t4 shards 28 heads and 4 KV heads
     cfg(rollout={"backend": "vllm:d2t4"}, actor={"backend": "fsdp:d2t4", "path": QWEN_7B}),
+    # a vLLM rollout serves vllm.model, never sglang.model_path
+    cfg(
+        rollout={"backend": "vllm:d1t8"},
+        actor={"backend": "fsdp:d4", "path": "Qwen/Qwen3-8B"},
+        sglang={"model_path": QWEN_7B},
+    ),
     # a model this machine does not know is not checked
     cfg(rollout={"backend": "sglang:d1t8"}, actor={"backend": "fsdp:d4", "path": "org/unknown"}),
 ]
