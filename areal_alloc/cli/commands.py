@@ -18,12 +18,16 @@ from areal_alloc._config import child
 from areal_alloc.cli.args import command_parser, positive
 from areal_alloc.cli.estimates import (
     calibrate,
+    chosen_gpu,
     fitting,
+    gpu_flags,
     gpu_named,
+    hardware_flags,
     memory_estimate,
     memory_flags,
     rank_flags,
     ranking,
+    settings_of,
     speed_flags,
     suggest_command,
 )
@@ -273,7 +277,7 @@ def layouts(args: list[str]) -> int:
         values.setdefault(name, getattr(shape, name))
     constraints = LayoutConstraints(**values)
     if ns.rank:
-        if not ns.model or not ns.gpu:
+        if not ns.model or chosen_gpu(ns) is None:  # --gpu, AREAL_ALLOC_GPU or nvidia-smi
             raise AllocationValidationError("--rank needs --model and --gpu")
         return ranking(ns, constraints)
     if not ns.model:
@@ -301,6 +305,20 @@ def _is_override(word: str) -> bool:
     return "=" in word or word.startswith(("+", "~"))
 
 
+def _setting_flags(parser: argparse.ArgumentParser) -> None:
+    """areal-alloc's own settings, which the experiment cannot hold (the reference's
+    loader refuses unknown keys): --on-memory, --gpu and the GPU's speeds."""
+    parser.add_argument(
+        "--on-memory",
+        choices=("fail", "warn", "off"),
+        default=None,
+        help="an engine predicted over its GPU memory: fail (default), warn, or off (no "
+        "estimate); default AREAL_ALLOC_ON_MEMORY",
+    )
+    gpu_flags(parser)
+    hardware_flags(parser)
+
+
 def check(args: list[str]) -> int:
     parser = command_parser(
         "check",
@@ -321,13 +339,7 @@ def check(args: list[str]) -> int:
     parser.add_argument(
         "--quiet", action="store_true", help="print only the failures, not the plans"
     )
-    parser.add_argument(
-        "--on-memory",
-        choices=("fail", "warn", "off"),
-        default="fail",
-        help="an engine predicted over its GPU memory (cluster.gpu): fail (default), warn, "
-        "or off (no estimate)",
-    )
+    _setting_flags(parser)
     parser.add_argument(
         "--skip-without-engines",
         action="store_true",
@@ -340,6 +352,7 @@ def check(args: list[str]) -> int:
     files = [*ns.config, *(item for item in ns.items if not _is_override(item))]
     if not files:
         raise AllocationError(f"no experiment file given; usage: {_CHECK_USAGE}")
+    settings = settings_of(ns)
     results: list[dict[str, Any]] = []
     failed: list[str] = []
     for path in files:
@@ -347,7 +360,7 @@ def check(args: list[str]) -> int:
             cfg = compose_file(path, overrides)
             if ns.skip_without_engines and all(child(cfg, key) is None for key in ENGINE_ORDER):
                 continue
-            plan = plan_config(cfg, ns.on_memory)
+            plan = plan_config(cfg, settings=settings)
         except AllocationError as error:
             failed.append(path)
             message = str(error) if len(files) == 1 else f"{path}: {error}"
@@ -393,6 +406,7 @@ def preflight(args: list[str]) -> int:
         "examples/math/gsm8k_rl.py --config examples/math/gsm8k_grpo.yaml",
     )
     parser.add_argument("--quiet", action="store_true", help="print nothing when the plan is fine")
+    _setting_flags(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the launch command")
     ns = parser.parse_args(args)
     command = list(ns.command)
@@ -405,7 +419,7 @@ def preflight(args: list[str]) -> int:
         )
 
     launch = read_launch_args(script_args(command))
-    plan = plan_config(compose_file(launch.config, launch.overrides))
+    plan = plan_config(compose_file(launch.config, launch.overrides), settings=settings_of(ns))
     if not ns.quiet:
         print(render_plan(plan, title=f"{launch.config}"), file=sys.stderr)
         print(f"areal-alloc preflight: ok; running {' '.join(command)[:200]}", file=sys.stderr)

@@ -13,13 +13,13 @@ from pathlib import Path
 from areal_alloc import calibration
 from areal_alloc._config import child, section, whole_number
 from areal_alloc.architecture import Architecture
-from areal_alloc.catalogue import GPU, find_gpu, find_model
-from areal_alloc.cli.args import command_parser, count, fraction, positive, speed
+from areal_alloc.catalogue import find_model
+from areal_alloc.cli.args import command_parser, count, fraction, positive, real, speed
 from areal_alloc.cli.render import table
 from areal_alloc.compose import compose_file
 from areal_alloc.defaults import CONTEXT_LENGTH, MEMORY_FRACTION
 from areal_alloc.errors import AllocationError, AllocationValidationError
-from areal_alloc.fit import GPUSpec, estimate_allocation, resolve_gpu
+from areal_alloc.fit import GPUSpec, estimate_allocation
 from areal_alloc.layouts import (
     LayoutConstraints,
     TooManyLayouts,
@@ -38,25 +38,89 @@ from areal_alloc.memory import (
 from areal_alloc.model import ModelAllocation
 from areal_alloc.model_shape import local_config
 from areal_alloc.plan import plan_config
+from areal_alloc.settings import MAX_RESERVE_GIB, NAMES, ChosenGPU, Resolved, Settings
 from areal_alloc.suggest import RunShape, suggest
 from areal_alloc.throughput import Hardware, decode_step, training_step
 from areal_alloc.vocab import INFERENCE_BACKENDS
 
 __all__ = [
     "calibrate",
+    "chosen_gpu",
     "fitting",
+    "gpu_flags",
     "gpu_named",
+    "hardware_flags",
+    "machine",
     "memory_estimate",
     "memory_flags",
     "rank_flags",
     "ranking",
+    "settings_of",
     "speed_flags",
     "suggest_command",
 ]
 
 
+def machine(ns: argparse.Namespace, cfg: object = None) -> Resolved:
+    """The GPU, its speeds, the efficiencies and the reserve (``areal_alloc.settings``):
+    the flags, then the environment (``AREAL_ALLOC_GPU`` …), then nvidia-smi, then
+    ``cfg``'s ``cluster`` keys (``suggest --config``). Kept on ``ns`` once read."""
+    found: Resolved | None = getattr(ns, "machine", None)
+    if found is None or cfg is not None:
+        found = settings_of(ns).resolve(cfg)
+        ns.machine = found
+    return found
+
+
+def settings_of(ns: argparse.Namespace) -> Settings:
+    """The settings the flags give (``--gpu``, ``--on-memory`` …), then the environment's,
+    then nvidia-smi's GPU: what ``plan_config`` takes for ``check`` and ``preflight``."""
+    return Settings.from_sources(flags={name: getattr(ns, name, None) for name in NAMES})
+
+
+def chosen_gpu(ns: argparse.Namespace) -> ChosenGPU | None:
+    return machine(ns).gpu
+
+
 def gpu_named(ns: argparse.Namespace) -> str:
-    return f" on {ns.gpu_spec.name}" if getattr(ns, "gpu_spec", None) else ""
+    """`` on H100-80GB`` (``--gpu``), `` on H800 (detected by nvidia-smi)``."""
+    chosen = chosen_gpu(ns) if getattr(ns, "model", None) else None
+    if chosen is None:
+        return ""
+    return (
+        f" on {chosen.name}" if chosen.source == "--gpu" else f" on {chosen.name} ({chosen.origin})"
+    )
+
+
+def gpu_spec(ns: argparse.Namespace) -> GPUSpec:
+    """The GPU of ``--gpu`` (a catalogue name or its memory in GiB, ``80``), else of
+    ``AREAL_ALLOC_GPU``, else the one nvidia-smi reports."""
+    chosen = chosen_gpu(ns)
+    if chosen is None:
+        raise AllocationValidationError(
+            "--gpu is needed: a catalogue GPU such as H100-80GB, or its memory in GiB "
+            "(or set AREAL_ALLOC_GPU)"
+        )
+    return GPUSpec(chosen.name, chosen.capacity)
+
+
+def gpu_flags(parser: argparse.ArgumentParser) -> None:
+    """--gpu and --memory-reserve-gib (``areal_alloc.settings``; also from the
+    environment: AREAL_ALLOC_GPU, AREAL_ALLOC_MEMORY_RESERVE_GIB)."""
+    parser.add_argument(
+        "--gpu",
+        metavar="G",
+        help="a GPU name such as H100-80GB, or its memory in GiB (80); default "
+        "AREAL_ALLOC_GPU, else the GPU nvidia-smi reports",
+    )
+    parser.add_argument(
+        "--memory-reserve-gib",
+        type=real(0, MAX_RESERVE_GIB, above=False),
+        default=None,
+        metavar="GIB",
+        help="memory kept back per GPU for the CUDA context, NCCL and fragmentation "
+        "(default 4 training, 2 inference)",
+    )
 
 
 def memory_flags(parser: argparse.ArgumentParser) -> None:
@@ -67,9 +131,7 @@ def memory_flags(parser: argparse.ArgumentParser) -> None:
         help="a local config.json (or folder), a hub id in the local Hugging Face cache, or a "
         "catalogue name such as Qwen3-8B: estimate memory per GPU",
     )
-    parser.add_argument(
-        "--gpu", metavar="G", help="a GPU name such as H100-80GB, or its memory in GiB (80)"
-    )
+    gpu_flags(parser)
     parser.add_argument(
         "--tokens",
         type=count,
@@ -120,6 +182,7 @@ def memory_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from_flags(ns: argparse.Namespace) -> tuple[TrainingSettings, InferenceSettings]:
+    reserve = machine(ns).memory_reserve
     training = TrainingSettings(
         optimizer=None if ns.optimizer == "none" else ns.optimizer,
         optimizer_dtype="bfloat16" if ns.optimizer == "adam_bf16" else "float32",
@@ -129,6 +192,9 @@ def settings_from_flags(ns: argparse.Namespace) -> tuple[TrainingSettings, Infer
         memory_efficient_load=getattr(ns, "memory_efficient_load", False),
     )
     inference = InferenceSettings(memory_fraction=ns.mem_fraction, context_length=ns.context_length)
+    if reserve is not None:
+        training = replace(training, reserve_bytes=reserve.value)
+        inference = replace(inference, reserve_bytes=reserve.value)
     return training, inference
 
 
@@ -137,8 +203,7 @@ def memory_estimate(alloc: ModelAllocation, ns: argparse.Namespace) -> MemoryEst
         raise AllocationValidationError("--gpu needs --model: which model should fit?")
     if not ns.model:
         return None
-    ns.gpu_spec = resolve_gpu(ns.gpu) if ns.gpu else None
-    gpu: GPUSpec | None = ns.gpu_spec
+    gpu = gpu_spec(ns) if chosen_gpu(ns) is not None else None
     training, inference = settings_from_flags(ns)
     return estimate_allocation(
         alloc, find_model(ns.model), gpu.capacity if gpu else None, training, inference
@@ -173,6 +238,12 @@ def speed_flags(parser: argparse.ArgumentParser) -> None:
         help="sequence length for attention (training) and context (inference); default "
         "the micro-batch tokens / --context-length",
     )
+    hardware_flags(parser)
+
+
+def hardware_flags(parser: argparse.ArgumentParser) -> None:
+    """The GPU's speeds, the network and the efficiencies (``areal_alloc.settings``;
+    also from the environment: AREAL_ALLOC_PEAK_TFLOPS …)."""
     for flag, text in (
         ("--peak-tflops", "dense BF16 TFLOP/s of a GPU not in the catalogue"),
         ("--hbm-tbps", "HBM bandwidth (TB/s) of a GPU not in the catalogue"),
@@ -189,24 +260,15 @@ def hardware_from_flags(ns: argparse.Namespace, arch: Architecture | None = None
     """The GPU's speeds (catalogue, or flags), the node size and the network; the
     efficiencies from the flags, else from a stored calibration of this model and GPU."""
     per_node = ns.gpus_per_node or 8
-    name = str(ns.gpu)
-    try:
-        gpu = find_gpu(name)
-    except AllocationError:
-        if ns.peak_tflops is None or ns.hbm_tbps is None:
-            raise AllocationValidationError(
-                f"--gpu {name!r} is not in the catalogue: give --peak-tflops and --hbm-tbps "
-                f"to estimate speed"
-            ) from None
-        gpu = GPU(name, 0, "command line", ns.peak_tflops, ns.hbm_tbps, ns.nvlink_gbps)
-    if ns.peak_tflops is not None or ns.hbm_tbps is not None or ns.nvlink_gbps is not None:
-        gpu = replace(
-            gpu,
-            bf16_tflops=ns.peak_tflops or gpu.bf16_tflops,
-            hbm_tbps=ns.hbm_tbps or gpu.hbm_tbps,
-            nvlink_gbps=ns.nvlink_gbps or gpu.nvlink_gbps,
+    found = machine(ns)
+    gpu = found.speeds
+    if gpu is None or gpu.bf16_tflops is None or gpu.hbm_tbps is None:
+        chosen = found.gpu
+        what = f"{chosen.source} {chosen.name!r}" if chosen is not None else "the GPU"
+        raise AllocationValidationError(
+            f"{what} is not in the catalogue: give --peak-tflops and --hbm-tbps to estimate speed"
         )
-    compute, hbm = ns.compute_efficiency, None
+    compute, hbm = found.value("compute_efficiency"), None
     ns.calibrated = None
     stored = calibration.load(arch, gpu.name) if arch is not None else None
     if stored is not None:
@@ -221,16 +283,16 @@ def hardware_from_flags(ns: argparse.Namespace, arch: Architecture | None = None
     return Hardware.from_gpu(
         gpu,
         per_node,
-        inter_node_gbps=ns.inter_node_gbps,
+        inter_node_gbps=found.value("inter_node_gbps"),
         compute_efficiency=compute,
-        comm_efficiency=ns.comm_efficiency,
+        comm_efficiency=found.value("comm_efficiency"),
         hbm_efficiency=hbm,
     )
 
 
 def ranking(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
     """``layouts … --rank``: the layouts that fit, fastest first, with their terms."""
-    gpu = resolve_gpu(ns.gpu)
+    gpu = gpu_spec(ns)
     arch = find_model(ns.model)
     hardware = hardware_from_flags(ns, arch)
     training, inference = settings_from_flags(ns)
@@ -279,7 +341,8 @@ def ranking(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
     if not ranked:
         raise AllocationError(
             f"no {ns.backend} layout of {ns.gpus} GPUs fits {ns.model} on {gpu.name}; see "
-            f"`areal-alloc layouts {ns.backend} {ns.gpus} --model {ns.model} --gpu {ns.gpu}`"
+            f"`areal-alloc layouts {ns.backend} {ns.gpus} --model {ns.model}"
+            + (f" --gpu {ns.gpu}`" if ns.gpu else "`")
         )
     shown = ranked[: ns.top] if ns.top else ranked
     if ns.json:
@@ -332,7 +395,7 @@ def _memory_fixes(ns: argparse.Namespace) -> str:
 
 def fitting(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
     """``layouts … --model M [--gpu G]``: the layouts that fit, with memory per GPU."""
-    gpu = resolve_gpu(ns.gpu) if ns.gpu else None
+    gpu = gpu_spec(ns) if chosen_gpu(ns) is not None else None
     training, inference = settings_from_flags(ns)
     found = list(
         layout_memory(
@@ -386,7 +449,7 @@ def fitting(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
             ]
         )
     print("\n".join(table(rows)))
-    where = f"on {gpu.name}" if gpu else "(no --gpu given: none left out)"
+    where = gpu_named(ns).strip() if gpu else "(no --gpu given: none left out)"
     print(
         f"# {len(fitting)} of {len(found)} layouts fit {ns.model} {where}; "
         f"{len(found) - len(fitting)} left out"
@@ -422,7 +485,7 @@ def calibrate(args: list[str]) -> int:
     memory_flags(parser)
     speed_flags(parser)
     ns = parser.parse_args(args)
-    if not ns.model or not ns.gpu:
+    if not ns.model or chosen_gpu(ns) is None:
         raise AllocationValidationError("calibrate needs --model and --gpu")
     alloc = ModelAllocation.from_str(ns.spec)
     arch = find_model(ns.model)
@@ -433,7 +496,7 @@ def calibrate(args: list[str]) -> int:
             raise AllocationValidationError(
                 f"{alloc.spec} is an inference layout: give --tokens-per-second"
             )
-        memory = estimate_allocation(alloc, arch, resolve_gpu(ns.gpu).capacity, training, inference)
+        memory = estimate_allocation(alloc, arch, gpu_spec(ns).capacity, training, inference)
         kv = memory.kv_cache
         context = ns.seq_len or ns.context_length
         batch = ns.batch or (max(1, min(kv.sequences or 1, 256)) if kv is not None else 1)
@@ -488,14 +551,17 @@ def calibrate(args: list[str]) -> int:
             f"efficiency {hardware.compute_efficiency:g}: fitted compute efficiency "
             f"{efficiency:.3g} (communication kept as estimated)"
         )
-    path = calibration.save(arch, resolve_gpu(ns.gpu).name, stored)
+    path = calibration.save(arch, gpu_spec(ns).name, stored)
     if path is None:
         print(
             "areal-alloc calibrate: the cache folder is not writable; nothing was kept",
             file=sys.stderr,
         )
         return 1
-    print(f"kept in {path}: layouts --rank and suggest for {ns.model} on {ns.gpu} start from it")
+    print(
+        f"kept in {path}: layouts --rank and suggest for {ns.model} on {gpu_spec(ns).name} "
+        f"start from it"
+    )
     return 0
 
 
@@ -504,7 +570,6 @@ def _suggest_from_config(ns: argparse.Namespace) -> tuple[bool, bool]:
     reference composes it; returns whether it has a ref and a critic."""
     cfg = compose_file(ns.config, list(ns.overrides))
     plan = plan_config(cfg, on_memory="off")
-    cluster = child(cfg, "cluster")
 
     def whole(part: str, key: str) -> int | None:  # as check reads it: one reader
         return whole_number(section(cfg, part, part), key, f"{part}.{key}")
@@ -517,9 +582,7 @@ def _suggest_from_config(ns: argparse.Namespace) -> tuple[bool, bool]:
             ns.model = path if local else Path(path.rstrip("/")).name or path
     if ns.gpus is None:
         ns.gpus = plan.capacity or None
-    if ns.gpu is None:
-        name = child(cluster, "gpu")
-        ns.gpu = name if isinstance(name, str) and name else None
+    machine(ns, cfg)  # the flags, the environment, nvidia-smi, then cluster.gpu & co
     if ns.gpus_per_node is None:
         ns.gpus_per_node = plan.n_gpus_per_node or None
     if ns.batch is None:
@@ -551,7 +614,7 @@ def suggest_command(args: list[str]) -> int:
         "run.",
         "examples:\n  areal-alloc suggest --model Qwen3-8B --gpus 64 --gpu H100-80GB "
         "--batch 512 --prompt-len 1024 --gen-len 8192\n"
-        "  areal-alloc suggest --config gsm8k_grpo.yaml cluster.gpu=H100-80GB",
+        "  areal-alloc suggest --config gsm8k_grpo.yaml --gpu H100-80GB",
     )
     parser.add_argument(
         "--config",
@@ -601,15 +664,7 @@ def suggest_command(args: list[str]) -> int:
         action="store_true",
         help="the finalists' overrides, one job per line, for a short real run each",
     )
-    for flag, kind in (
-        ("--peak-tflops", speed),
-        ("--hbm-tbps", speed),
-        ("--nvlink-gbps", speed),
-        ("--inter-node-gbps", speed),
-        ("--compute-efficiency", fraction),
-        ("--comm-efficiency", fraction),
-    ):
-        parser.add_argument(flag, type=kind, default=None, metavar="X")
+    hardware_flags(parser)
     ns = parser.parse_args(args)
     ref, critic = not ns.no_ref, ns.critic
     if ns.config:
@@ -617,13 +672,14 @@ def suggest_command(args: list[str]) -> int:
     elif ns.overrides:
         raise AllocationValidationError("KEY=VALUE overrides go with --config FILE")
     for flag in ("model", "gpus", "gpu"):
-        if getattr(ns, flag) is None:
+        missing = chosen_gpu(ns) is None if flag == "gpu" else getattr(ns, flag) is None
+        if missing:
             raise AllocationValidationError(
                 f"--{flag} is needed (or an experiment --config that sets it)"
             )
     arch = find_model(ns.model)
     hardware = hardware_from_flags(ns, arch)
-    gpu = resolve_gpu(ns.gpu)
+    gpu = gpu_spec(ns)
     shape = RunShape(
         batch=ns.batch or 512,
         prompt_len=ns.prompt_len or 1024,
