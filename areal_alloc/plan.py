@@ -6,7 +6,9 @@ reference reads it (``_config``). Only the fields areal-alloc owns are read and 
 engine's ``backend`` and ``scheduling_strategy``, ``cluster``, the deprecated
 ``allocation_mode``, and the few keys that decide whether an engine exists
 (``actor.kl_ctl``) or is implicitly colocated (``actor.weight_update_mode``).
-Everything else in an engine section is left alone.
+Everything else in an engine section is left alone, except what the reference's
+start-up rules and the shape checks read (``areal_alloc.experiment``: each rule
+names its source in the reference).
 """
 
 from __future__ import annotations
