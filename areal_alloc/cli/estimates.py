@@ -239,6 +239,7 @@ def speed_flags(parser: argparse.ArgumentParser) -> None:
         "the micro-batch tokens / --context-length",
     )
     hardware_flags(parser)
+    calibration_flag(parser)
 
 
 def hardware_flags(parser: argparse.ArgumentParser) -> None:
@@ -256,6 +257,14 @@ def hardware_flags(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(flag, type=kind, default=None, metavar="X", help=text)
 
 
+def calibration_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-calibration",
+        action="store_true",
+        help="leave out a stored calibration (areal-alloc calibrate --list shows them)",
+    )
+
+
 def hardware_from_flags(ns: argparse.Namespace, arch: Architecture | None = None) -> Hardware:
     """The GPU's speeds (catalogue, or flags), the node size and the network; the
     efficiencies from the flags, else from a stored calibration of this model and GPU."""
@@ -269,18 +278,16 @@ def hardware_from_flags(ns: argparse.Namespace, arch: Architecture | None = None
             f"{what} is not in the catalogue: give --peak-tflops and --hbm-tbps to estimate speed"
         )
     compute, hbm = found.value("compute_efficiency"), None
-    ns.calibrated = None
-    stored = calibration.load(arch, gpu.name) if arch is not None else None
+    stored = None
+    if arch is not None and not getattr(ns, "no_calibration", False):
+        stored = calibration.load(arch, gpu.name)
+    used = ""
     if stored is not None:
-        if compute is None and stored.compute_efficiency is not None:
+        used = calibration.describe(stored, use_compute=compute is None)
+        if compute is None:
             compute = stored.compute_efficiency
-            ns.calibrated = f"compute efficiency {compute:.3g} from {stored.compute_source}"
-        if stored.hbm_efficiency is not None:
-            hbm = stored.hbm_efficiency
-            ns.calibrated = (ns.calibrated + "; " if ns.calibrated else "") + (
-                f"HBM efficiency {hbm:.3g} from {stored.hbm_source}"
-            )
-    return Hardware.from_gpu(
+        hbm = stored.hbm_efficiency
+    hardware = Hardware.from_gpu(
         gpu,
         per_node,
         inter_node_gbps=found.value("inter_node_gbps"),
@@ -288,6 +295,8 @@ def hardware_from_flags(ns: argparse.Namespace, arch: Architecture | None = None
         comm_efficiency=found.value("comm_efficiency"),
         hbm_efficiency=hbm,
     )
+    # named in every estimate it changes (their assumptions), with how to turn it off
+    return replace(hardware, calibration=f"{used} ({calibration.OFF})") if used else hardware
 
 
 def ranking(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
@@ -379,11 +388,13 @@ def ranking(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
 def _footer(ns: argparse.Namespace, assumptions: tuple[str, ...]) -> None:
     """What an estimate assumed, and where a calibration came from."""
     for assumption in assumptions:
-        print(f"# assumed: {assumption}")
+        if not assumption.startswith("calibrated: "):
+            print(f"# assumed: {assumption}")
     if not ns.gpus_per_node:
         print("# assumed: 8 GPUs per node (--gpus-per-node)")
-    if ns.calibrated:
-        print(f"# calibrated: {ns.calibrated}")
+    for assumption in assumptions:  # a stored calibration, with how to turn it off
+        if assumption.startswith("calibrated: "):
+            print(f"# {assumption}")
 
 
 def _memory_fixes(ns: argparse.Namespace) -> str:
@@ -466,9 +477,19 @@ def calibrate(args: list[str]) -> int:
         "examples:\n  areal-alloc calibrate megatron:d4t2 --model Qwen3-8B --gpu H100-80GB "
         "--step-seconds 14.2 --tokens-per-step 1048576 --tokens 16384 --recompute full\n"
         "  areal-alloc calibrate sglang:d2t4 --model Qwen3-8B --gpu H100-80GB "
-        "--tokens-per-second 9000 --batch 128 --seq-len 8192",
+        "--tokens-per-second 9000 --batch 128 --seq-len 8192\n"
+        "  areal-alloc calibrate --list\n"
+        "  areal-alloc calibrate --forget --model Qwen3-8B --gpu H100-80GB",
     )
-    parser.add_argument("spec", help="the layout that was measured")
+    parser.add_argument("spec", nargs="?", help="the layout that was measured")
+    parser.add_argument(
+        "--list", action="store_true", help="show the stored calibrations and where they came from"
+    )
+    parser.add_argument(
+        "--forget",
+        action="store_true",
+        help="remove the stored calibrations (with --model and --gpu: only that one)",
+    )
     parser.add_argument("--step-seconds", type=float, metavar="S", help="a training step")
     parser.add_argument(
         "--tokens-per-second", type=float, metavar="X", help="generated tokens/s (inference)"
@@ -485,6 +506,13 @@ def calibrate(args: list[str]) -> int:
     memory_flags(parser)
     speed_flags(parser)
     ns = parser.parse_args(args)
+    if ns.list or ns.forget:
+        return _stored_calibrations(ns)
+    if not ns.spec:
+        raise AllocationValidationError(
+            "calibrate needs the layout that was measured (e.g. megatron:d4t2), or --list "
+            "or --forget"
+        )
     if not ns.model or chosen_gpu(ns) is None:
         raise AllocationValidationError("calibrate needs --model and --gpu")
     alloc = ModelAllocation.from_str(ns.spec)
@@ -512,8 +540,7 @@ def calibrate(args: list[str]) -> int:
         calibration.check_measured(
             ns.tokens_per_second, "--tokens-per-second", calibration.MAX_TOKENS_PER_SECOND
         )
-        per_instance = ns.tokens_per_second / instances
-        efficiency = calibration.fit_decode(per_instance, one, hardware)
+        efficiency = calibration.fit_decode(ns.tokens_per_second, one, hardware, instances)
         source = (
             f"a measured {ns.tokens_per_second:g} generated tokens/s of {alloc.spec} "
             f"(batch {batch}, context {context:,})"
@@ -551,17 +578,66 @@ def calibrate(args: list[str]) -> int:
             f"efficiency {hardware.compute_efficiency:g}: fitted compute efficiency "
             f"{efficiency:.3g} (communication kept as estimated)"
         )
-    path = calibration.save(arch, gpu_spec(ns).name, stored)
+    path = calibration.save(arch, gpu_spec(ns).name, stored, model=ns.model)
     if path is None:
         print(
-            "areal-alloc calibrate: the cache folder is not writable; nothing was kept",
+            f"areal-alloc calibrate: the cache folder {calibration.folder()} is not private to "
+            "you (yours, no group or other write bit) or not writable; nothing was kept",
             file=sys.stderr,
         )
         return 1
     print(
-        f"kept in {path}: layouts --rank and suggest for {ns.model} on {gpu_spec(ns).name} "
-        f"start from it"
+        f"kept in {path}: layouts --rank, suggest and check for {ns.model} on "
+        f"{gpu_spec(ns).name} start from it ({calibration.OFF})"
     )
+    return 0
+
+
+def _stored_calibrations(ns: argparse.Namespace) -> int:
+    """``calibrate --list`` and ``calibrate --forget [--model M --gpu G]``."""
+    if ns.list and ns.forget:
+        raise AllocationValidationError("give --list or --forget, not both")
+    if ns.spec:
+        raise AllocationValidationError(
+            f"--list and --forget take no layout (got {ns.spec!r}); --forget takes --model "
+            f"and --gpu to remove only that calibration"
+        )
+    if ns.forget:
+        if bool(ns.model) != (chosen_gpu(ns) is not None):
+            raise AllocationValidationError(
+                "calibrate --forget removes every calibration, or with both --model and --gpu "
+                "only that one"
+            )
+        if ns.model:
+            gpu = gpu_spec(ns).name
+            gone = calibration.forget(find_model(ns.model), gpu)
+            print(
+                f"removed the calibration of {ns.model} on {gpu}"
+                if gone
+                else f"no calibration of {ns.model} on {gpu} is stored"
+            )
+        else:
+            gone = calibration.forget()
+            print(f"removed {gone} stored calibration(s)" if gone else "no calibration is stored")
+        return 0
+    rows = [["model", "GPU", "compute", "HBM", "from"]]
+    for key, model, stored in calibration.entries():
+        gpu, _, shape = key.partition("|")
+        sources = [s for s in (stored.compute_source, stored.hbm_source) if s]
+        rows.append(
+            [
+                model or shape,
+                gpu,
+                f"{stored.compute_efficiency:.3g}" if stored.compute_efficiency else "-",
+                f"{stored.hbm_efficiency:.3g}" if stored.hbm_efficiency else "-",
+                "; ".join(sources),
+            ]
+        )
+    if len(rows) == 1:
+        print("no calibration is stored")
+        return 0
+    print("\n".join(table(rows)))
+    print(f"# {len(rows) - 1} stored calibration(s): {calibration.OFF}")
     return 0
 
 
@@ -665,6 +741,7 @@ def suggest_command(args: list[str]) -> int:
         help="the finalists' overrides, one job per line, for a short real run each",
     )
     hardware_flags(parser)
+    calibration_flag(parser)
     ns = parser.parse_args(args)
     ref, critic = not ns.no_ref, ns.critic
     if ns.config:
