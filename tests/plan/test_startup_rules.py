@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from areal_alloc import AllocationValidationError, validate
 from areal_alloc.experiment import REFERENCE_COMMIT
@@ -624,3 +626,40 @@ def test_the_strict_schema_declares_every_key_the_rules_read(tmp_path: Any) -> N
         assert OmegaConf.select(off, "enable_offload") is False
         with pytest.raises(AllocationValidationError, match=r"^enable_offload is false"):
             validate(off, on_memory="off")
+
+
+def _reference_split_exists(layers: int, stages: int) -> bool:
+    """Whether the reference's stage partition finds a layout (its dynamic programme).
+
+    A port of ``_compute_stage_layer_lengths`` (areal/engine/megatron_utils/pipeline_parallel.py,
+    AReaL cbff54d6) with equal layer weights: stage 1 may hold only the embedding, the last only
+    the loss, every middle stage at least one layer; no finite cost means no layout.
+    """
+    reachable = [[False] * (layers + 1) for _ in range(stages + 1)]
+    reachable[0][0] = True
+    for stage in range(1, stages + 1):
+        for end in range(layers + 1):
+            for start in range(end + 1):
+                if not reachable[stage - 1][start]:
+                    continue
+                if stage not in (1, stages) and start == end:
+                    continue
+                reachable[stage][end] = True
+    return reachable[stages][layers]
+
+
+@given(
+    layers=st.integers(min_value=1, max_value=40),
+    pp=st.integers(min_value=2, max_value=12),
+    vpp=st.integers(min_value=1, max_value=3),
+)
+def test_the_megatron_layer_rule_is_the_references_split(layers: int, pp: int, vpp: int) -> None:
+    from areal_alloc.model_shape import ModelShape, layout_problems
+    from areal_alloc.strategy import ParallelStrategy
+
+    problems = layout_problems(
+        "megatron",
+        ParallelStrategy(pipeline_parallel_size=pp),
+        ModelShape(num_layers=layers, virtual_pipeline_size=vpp),
+    )
+    assert (problems == []) == _reference_split_exists(layers, pp * vpp)
