@@ -41,7 +41,7 @@ MAX_LAYOUTS = 50_000
 MAX_RANKED = 5_000
 #: Layouts ``layouts --rank --top K`` searches at most (a bounded search: most are
 #: passed over unestimated, but each is still listed and checked against the model).
-MAX_SEARCHED = 20_000
+MAX_SEARCHED = 10_000
 
 
 def grouped(number: int) -> str:

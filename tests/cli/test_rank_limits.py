@@ -20,7 +20,7 @@ MOE = ["--model", "Qwen3-30B-A3B", "--gpu", "H100-80GB"]
         ),
         (
             ["megatron", "720720", "--rank", "--hybrid", "--top", "3", *MOE],
-            "areal-alloc layouts: more than 20,000 megatron layouts of 720,720 GPUs to search "
+            "areal-alloc layouts: more than 10,000 megatron layouts of 720,720 GPUs to search "
             "(the limit of --rank --top); narrow the search with --max-tp, --max-pp, --max-cp, "
             "--max-ep or --gpus-per-node",
         ),
