@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from areal_alloc.errors import AllocationValidationError
+from areal_alloc.errors import shown as quoted
 
 __all__ = [
     "CALIBRATION",
@@ -38,6 +39,7 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_NUMBER_CHARS",
     "MAX_YAML_NODES",
+    "SHOWN_PATH",
     "YAML",
     "Kind",
     "parse_json",
@@ -81,12 +83,13 @@ _MEMO: OrderedDict[tuple[object, ...], Any] = OrderedDict()
 _MEMO_ENTRIES = 64
 
 
+#: Characters of a path a message quotes (paths run longer than other values).
+SHOWN_PATH = 200
+
+
 def shown(path: str | os.PathLike[str]) -> str:
-    """A path quoted for a message, cut (its length stated) when it is very long."""
-    text = os.fspath(path)
-    if len(text) <= 200:
-        return repr(text)
-    return f"{text[:120]!r}… ({len(text):,} characters)"
+    """A path quoted for a message (``errors.shown``, the one rule for cutting a long value)."""
+    return quoted(os.fspath(path), SHOWN_PATH)
 
 
 def _size(size: int, limit: int) -> str:

@@ -19,7 +19,7 @@ from areal_alloc.compose import compose_file
 from areal_alloc.errors import AllocationError, AllocationValidationError
 from areal_alloc.files import CONFIG_JSON, YAML, read_json, read_yaml
 from areal_alloc.model_shape import ModelShape, read_config_json
-from tests.conftest import COMMAND, Cli
+from tests.conftest import COMMAND
 
 #: A config.json of a small dense model, as Hugging Face writes it.
 CONFIG = {
@@ -370,9 +370,9 @@ def test_a_huge_config_json_is_refused_before_it_is_read(
 # --- FIFOs and devices: in a process with a timeout, so a regression fails, not hangs ----
 
 
-def _run(cli: Cli, *args: str) -> subprocess.CompletedProcess[str]:
-    """``areal-alloc ARGS`` (the ``cli`` fixture's command), failing after 30 s instead of
-    hanging: the answer is due in well under a second."""
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    """The installed ``areal-alloc ARGS``, failing after 30 s instead of hanging: the
+    answer is due in well under a second."""
     try:
         return subprocess.run(
             [COMMAND, *args], capture_output=True, text=True, timeout=30, check=False
@@ -381,37 +381,37 @@ def _run(cli: Cli, *args: str) -> subprocess.CompletedProcess[str]:
         pytest.fail(f"areal-alloc {' '.join(args)} hung (a FIFO read?)")
 
 
-def test_a_fifo_config_json_is_refused_not_waited_for(tmp_path: Path, cli: Cli) -> None:
+def test_a_fifo_config_json_is_refused_not_waited_for(tmp_path: Path) -> None:
     model = tmp_path / "model"
     model.mkdir()
     fifo = model / "config.json"
     os.mkfifo(fifo)
     expected = f"model config {str(fifo)!r} is a FIFO, not a file"
-    done = _run(cli, "layouts", "megatron", "8", "--model-config", str(model))
+    done = _run("layouts", "megatron", "8", "--model-config", str(model))
     assert (done.returncode, done.stderr) == (1, f"areal-alloc layouts: {expected}\n")
-    done = _run(cli, "explain", "fsdp:d8", "--model", str(fifo), "--gpu", "H100-80GB")
+    done = _run("explain", "fsdp:d8", "--model", str(fifo), "--gpu", "H100-80GB")
     assert (done.returncode, done.stderr) == (1, f"areal-alloc explain: {expected}\n")
     experiment = _experiment(tmp_path, f"model_shape: {{path: {model}}}\n")
-    done = _run(cli, "check", str(experiment))
+    done = _run("check", str(experiment))
     assert (done.returncode, done.stderr) == (1, f"areal-alloc check: {expected}\n")
 
 
-def test_a_fifo_experiment_file_is_refused(tmp_path: Path, cli: Cli) -> None:
+def test_a_fifo_experiment_file_is_refused(tmp_path: Path) -> None:
     fifo = tmp_path / "exp.yaml"
     os.mkfifo(fifo)
     for args in _commands(fifo):
-        done = _run(cli, *args)
+        done = _run(*args)
         assert (done.returncode, done.stderr) == (
             1,
             f"areal-alloc {args[0]}: experiment file {str(fifo)!r} is a FIFO, not a file\n",
         )
 
 
-def test_dev_zero_as_a_config_json(tmp_path: Path, cli: Cli) -> None:
+def test_dev_zero_as_a_config_json(tmp_path: Path) -> None:
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").symlink_to("/dev/zero")
-    done = _run(cli, "explain", "fsdp:d8", "--model", str(model), "--gpu", "H100-80GB")
+    done = _run("explain", "fsdp:d8", "--model", str(model), "--gpu", "H100-80GB")
     assert (done.returncode, done.stderr) == (
         1,
         f"areal-alloc explain: model config {str(model / 'config.json')!r} is a character "
