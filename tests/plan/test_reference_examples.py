@@ -81,9 +81,9 @@ REFUSED: list[tuple[str, str]] = [
 
 
 def _check(name: str, gpu: str | None) -> list[str]:
-    # the experiment's own cluster.gpu: read by every version of the settings
-    flags = [f"++cluster.gpu={gpu}"] if gpu else ["--on-memory", "off"]
-    return ["check", "--quiet", str(DATA / name), *flags]
+    # the GPU from the flag: the experiment stays as the reference's loader reads it
+    flags = ["--gpu", gpu] if gpu else ["--on-memory", "off"]
+    return ["check", "--quiet", *flags, str(DATA / name)]
 
 
 @pytest.mark.parametrize(("name", "gpu", "docs"), STARTS)
