@@ -436,3 +436,30 @@ def test_the_hook_takes_the_gpu_from_its_parameter_or_the_environment(tmp_path: 
     )
     assert warned.returncode == 0, warned.stderr
     assert "RAN actor.backend=fsdp:d4t2" in warned.stdout
+
+
+# --- properties -------------------------------------------------------------------------
+
+from hypothesis import given as given_any  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@given_any(st.text(max_size=300))
+def test_any_nvidia_smi_output_is_a_gpu_or_nothing(output: str) -> None:
+    found = gpu_from_smi(output)  # detection never raises: its failure is silent
+    assert found is None or (found.capacity > 0 and found.source == "nvidia-smi")
+
+
+@given_any(st.sampled_from(NAMES), st.text(max_size=120))
+def test_any_setting_in_the_environment_is_read_or_refused_in_one_line(
+    name: str, value: str
+) -> None:
+    chosen = Settings.from_sources(environ={env_var(name): value}, detect=False)
+    message = None
+    try:
+        chosen.resolve({})
+    except AllocationError as error:
+        message = error.message
+    if message is not None:
+        assert "\n" not in message
+        assert message.startswith((env_var(name), "GPU memory"))
