@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from areal_alloc.errors import AllocationError
+from areal_alloc.errors import AllocationError, clipped
+from areal_alloc.errors import shown as quoted
 from areal_alloc.files import MAX_YAML_NODES, YAML, read_yaml, shown, yaml_nodes
 from areal_alloc.model_shape import local_path
 
-__all__ = ["LaunchArgs", "compose_file", "read_launch_args", "script_args"]
+__all__ = ["LaunchArgs", "compose_file", "hydra_error_line", "read_launch_args", "script_args"]
 
 #: Python's own options that take a value (``python -X dev -W error script.py``).
 _PYTHON_VALUE_OPTIONS = ("-X", "-W", "--check-hash-based-pycs")
@@ -133,11 +135,68 @@ def compose_file(path: str, overrides: Sequence[str] = ()) -> Any:
     except Exception as error:  # Hydra's own errors: bad override, missing default, bad YAML
         if refused:  # raised inside Hydra's loading, which may wrap it
             raise refused[0] from None
-        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-        reason = " ".join(lines) or type(error).__name__
-        raise AllocationError(f"{path}: cannot be composed: {reason}") from None
+        raise AllocationError(f"{path}: cannot be composed: {hydra_error_line(error)}") from None
     finally:
         GlobalHydra.instance().clear()
+
+
+_OVERRIDE = re.compile(
+    r"Could not override '(?P<key>[^']+)'\.\s+To append to your config use (?P<plus>\S+)"
+)
+_NOISE = ("full_key:", "object_type=", "reference_type=", "Config search path", "provider=", "See ")
+
+
+def _keys_of(node: object) -> str:
+    from omegaconf import DictConfig
+
+    if not isinstance(node, DictConfig):
+        return ""
+    names = [str(k) for k in node.keys()]  # noqa: SIM118 - a DictConfig's keys
+    return f"; its keys: {clipped(', '.join(names), 200)}" if names else "; it has no keys"
+
+
+def hydra_error_line(error: BaseException) -> str:
+    """One line for one of Hydra's (or OmegaConf's) errors: an unknown config group option
+    with the choices, a key not in the config with its section's keys, an override that
+    does not parse; any other error's lines joined, without the config search path."""
+    from hydra.errors import MissingConfigException, OverrideParseException
+    from omegaconf.errors import OmegaConfBaseException
+
+    if isinstance(error, MissingConfigException) and error.missing_cfg_file:
+        group, _, name = error.missing_cfg_file.rpartition("/")
+        if group and error.options is not None:
+            choices = ", ".join(error.options) or "(none)"
+            return (
+                f"{group}={clipped(name)}: no such {group}; choose one of {clipped(choices, 300)}"
+            )
+        return (
+            f"config {quoted(error.missing_cfg_file)} not found (named by --config-name or a "
+            f"defaults list)"
+        )
+    if isinstance(error, OverrideParseException):
+        reason = error.message.splitlines()[0] if error.message else "cannot be parsed"
+        return (
+            f"{quoted(error.override)}: cannot parse this override: {clipped(reason, 200)} "
+            f"(the grammar: https://hydra.cc/docs/advanced/override_grammar/basic/)"
+        )
+    text = str(error)
+    match = _OVERRIDE.search(text)
+    if match is not None:
+        cause = error.__cause__
+        missing = str(getattr(cause, "full_key", None) or match["key"])
+        where = missing.rpartition(".")[0]
+        keys = _keys_of(getattr(cause, "parent_node", None))
+        return (
+            f"{clipped(match['plus'][1:], 200)}: no key {quoted(missing)} in the config"
+            f"{f' (in {where}{keys})' if where and keys else keys}; to add it write "
+            f"{clipped(match['plus'], 200)}"
+        )
+    lines = [line.strip() for line in text.splitlines()]
+    cause = error.__cause__
+    if isinstance(cause, OmegaConfBaseException) and str(cause):
+        lines.append(str(cause).splitlines()[0].strip())
+    kept = [line for line in lines if line and not line.startswith(_NOISE)]
+    return clipped("; ".join(dict.fromkeys(kept)) or type(error).__name__, 400)
 
 
 @contextmanager

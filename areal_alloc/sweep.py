@@ -17,6 +17,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from areal_alloc.compose import hydra_error_line
 from areal_alloc.errors import AllocationError, AllocationValidationError
 from areal_alloc.plan import Plan, plan_config
 from areal_alloc.settings import Settings
@@ -127,7 +128,12 @@ def check_sweep(
                 from hydra.core.global_hydra import GlobalHydra
 
                 loader = GlobalHydra.instance().config_loader()
-                cfg = loader.load_sweep_config(config, list(job))
+                try:
+                    cfg = loader.load_sweep_config(config, list(job))
+                except AllocationError:
+                    raise
+                except Exception as error:  # Hydra's own (experiment=nope), as the job gets it
+                    raise AllocationValidationError(hydra_error_line(error)) from None
             else:
                 cfg = copy.deepcopy(base)
                 try:

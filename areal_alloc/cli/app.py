@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import os
-import re
 import sys
 
 import hydra
-from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from areal_alloc.cli.args import usage_error
 from areal_alloc.cli.render import render_plan
-from areal_alloc.errors import AllocationError, clipped, shown
+from areal_alloc.compose import hydra_error_line
+from areal_alloc.errors import AllocationError, shown
 from areal_alloc.plan import plan_config
 from areal_alloc.settings import Settings
 
-__all__ = ["hydra_error_line", "run_app"]
+__all__ = ["run_app"]
 
 CONFIG_PATH = "pkg://areal_alloc.conf.app"
 
@@ -100,53 +100,3 @@ def _check_flags(argv: list[str]) -> None:
     parser = get_args_parser()
     parser.error = lambda message: usage_error("areal-alloc", message)  # type: ignore[method-assign]
     parser.parse_args(argv)
-
-
-_OVERRIDE = re.compile(
-    r"Could not override '(?P<key>[^']+)'\.\s+To append to your config use (?P<plus>\S+)"
-)
-_NOISE = ("full_key:", "object_type=", "reference_type=", "Config search path", "provider=", "See ")
-
-
-def _keys_of(node: object) -> str:
-    if not isinstance(node, DictConfig):
-        return ""
-    names = [str(k) for k in node.keys()]  # noqa: SIM118 - a DictConfig's keys
-    return f"; its keys: {clipped(', '.join(names), 200)}" if names else "; it has no keys"
-
-
-def hydra_error_line(error: BaseException) -> str:
-    """One line for one of Hydra's (or OmegaConf's) errors about the command line."""
-    if isinstance(error, MissingConfigException) and error.missing_cfg_file:
-        group, _, name = error.missing_cfg_file.rpartition("/")
-        if group and error.options is not None:
-            choices = ", ".join(error.options) or "(none)"
-            return (
-                f"{group}={shown(name)[1:-1] if name else ''}: no such {group}; choose one "
-                f"of {clipped(choices, 300)}"
-            )
-        return f"--config-name {shown(error.missing_cfg_file)}: no such config"
-    if isinstance(error, OverrideParseException):
-        reason = error.message.splitlines()[0] if error.message else "cannot be parsed"
-        return (
-            f"{shown(error.override)}: cannot parse this override: {clipped(reason, 200)} "
-            f"(the grammar: https://hydra.cc/docs/advanced/override_grammar/basic/)"
-        )
-    text = str(error)
-    match = _OVERRIDE.search(text)
-    if match is not None:
-        cause = error.__cause__
-        missing = str(getattr(cause, "full_key", None) or match["key"])
-        where = missing.rpartition(".")[0]
-        keys = _keys_of(getattr(cause, "parent_node", None))
-        return (
-            f"{clipped(match['plus'][1:], 200)}: no key {shown(missing)} in the config"
-            f"{f' (in {where}{keys})' if where and keys else keys}; to add it write "
-            f"{clipped(match['plus'], 200)}"
-        )
-    lines = [line.strip() for line in text.splitlines()]
-    cause = error.__cause__
-    if isinstance(cause, OmegaConfBaseException) and str(cause):
-        lines.append(str(cause).splitlines()[0].strip())
-    kept = [line for line in lines if line and not line.startswith(_NOISE)]
-    return clipped("; ".join(dict.fromkeys(kept)) or type(error).__name__, 400)

@@ -140,8 +140,9 @@ def test_the_launcher_module_form(workdir: Path, preflight: Preflight) -> None:
         ),
         (
             ["actor.bakend=fsdp:d8"],
-            "areal-alloc preflight: exp.yaml: cannot be composed: Could not override "
-            "'actor.bakend'.",
+            "areal-alloc preflight: exp.yaml: cannot be composed: actor.bakend=fsdp:d8: no key "
+            "'actor.bakend' in the config (in actor; its keys: backend); to add it write "
+            "+actor.bakend=fsdp:d8\n",
         ),
     ],
 )

@@ -182,7 +182,10 @@ APP_ERRORS = [
         "areal-alloc: 'actor.backend=[': cannot parse this override: no viable alternative "
         "at input '[' (the grammar: https://hydra.cc/docs/advanced/override_grammar/basic/)",
     ),
-    (["--config-name", "nope"], "areal-alloc: --config-name 'nope': no such config"),
+    (
+        ["--config-name", "nope"],
+        "areal-alloc: config 'nope' not found (named by --config-name or a defaults list)",
+    ),
     (["~nope"], "areal-alloc: Could not delete from config. 'nope' does not exist."),
 ]
 
@@ -195,6 +198,47 @@ def test_hydra_errors_of_the_app_are_one_line(
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
     assert run(argv, capsys) == (1, "", line + "\n")
     assert "HYDRA_FULL_ERROR" not in os.environ  # set only while Hydra runs
+
+
+@pytest.mark.parametrize(
+    ("text", "overrides", "line"),
+    [
+        (
+            "defaults:\n  - nope\n  - _self_\n" + EXPERIMENT,
+            [],
+            "config 'nope' not found (named by --config-name or a defaults list)",
+        ),
+        (
+            EXPERIMENT,
+            ["actor.nope=1"],
+            "actor.nope=1: no key 'actor.nope' in the config (in actor; its keys: backend, "
+            "optimizer); to add it write +actor.nope=1",
+        ),
+    ],
+)
+def test_hydras_errors_composing_a_checked_file_are_one_line(
+    text: str, overrides: list[str], line: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "exp.yaml"
+    path.write_text(text)
+    assert run(["check", str(path), *overrides], capsys) == (
+        1,
+        "",
+        f"areal-alloc check: {path}: cannot be composed: {line}\n",
+    )
+
+
+def test_an_unknown_experiment_in_a_sweep_names_its_job(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["areal-alloc"])
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    code, out, err = run(["-m", "experiment=nope,grpo_1x8"], capsys)
+    assert (code, out) == (1, "")
+    assert err.splitlines()[0] == (
+        "areal-alloc: job 0 [experiment=nope]: experiment=nope: no such experiment; choose one "
+        "of distill_teacher, grpo_1x8, grpo_2x8, moe_32, ppo_critic"
+    )
 
 
 # --- over-long values: cut, with their length ------------------------------------------------
