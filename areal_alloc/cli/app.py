@@ -99,4 +99,7 @@ def _check_flags(argv: list[str]) -> None:
 
     parser = get_args_parser()
     parser.error = lambda message: usage_error("areal-alloc", message)  # type: ignore[method-assign]
-    parser.parse_args(argv)
+    flags = parser.parse_args(argv)
+    rerun = flags.experimental_rerun
+    if rerun is not None and not os.path.isfile(rerun):  # Hydra: a ValueError traceback
+        usage_error("areal-alloc", f"argument --experimental-rerun: no such file {shown(rerun)}")

@@ -90,6 +90,11 @@ def test_usage_errors_are_one_line_and_exit_2(
     [
         (["--nope"], "areal-alloc: unrecognized arguments: --nope (see areal-alloc --help)"),
         (
+            ["--experimental-rerun", "/nonexistent/config.pickle"],
+            "areal-alloc: argument --experimental-rerun: no such file "
+            "'/nonexistent/config.pickle' (see areal-alloc --help)",
+        ),
+        (
             ["--cfg", "nope"],
             "areal-alloc: argument --cfg/-c: invalid choice: 'nope' (choose from 'job', "
             "'hydra', 'all') (see areal-alloc --help)",
