@@ -126,8 +126,32 @@ def test_an_unexpected_error_names_the_engine_and_its_model_file(tmp_path: Path)
     )
 
 
-def test_an_unexpected_error_outside_a_model_names_the_experiment(tmp_path: Path) -> None:
-    code = app_code("areal_alloc.hydra_hook", "plan_config", FAILING)
+RECURSING = """
+def replaced(*args, **kwargs):
+    raise RecursionError("maximum recursion depth exceeded")
+"""
+
+
+@pytest.mark.parametrize(
+    ("replacement", "line"),
+    [
+        (
+            FAILING,
+            "areal-alloc: the experiment 'config': could not validate the allocation "
+            "(ZeroDivisionError: integer division or modulo by zero); stopping rather than "
+            "running an unchecked job",
+        ),
+        (
+            RECURSING,
+            "areal-alloc: the experiment 'config': nested too deeply to read (or an "
+            "interpolation refers to itself)",
+        ),
+    ],
+)
+def test_an_unexpected_error_outside_a_model_names_the_experiment(
+    replacement: str, line: str, tmp_path: Path
+) -> None:
+    code = app_code("areal_alloc.hydra_hook", "plan_config", replacement)
     done = subprocess.run(
         [sys.executable, "-c", code],
         cwd=tmp_path,
@@ -136,9 +160,4 @@ def test_an_unexpected_error_outside_a_model_names_the_experiment(tmp_path: Path
         text=True,
         timeout=TIMEOUT,
     )
-    assert (done.returncode, done.stdout) == (1, "")
-    assert done.stderr == (
-        "areal-alloc: the experiment 'config': could not validate the allocation "
-        "(ZeroDivisionError: integer division or modulo by zero); stopping rather than "
-        "running an unchecked job\n"
-    )
+    assert (done.returncode, done.stdout, done.stderr) == (1, "", line + "\n")
