@@ -8,7 +8,7 @@ refused at once). A problem is one :class:`AllocationValidationError` line that
 names the file and the reason::
 
     model config '/models/x/config.json' is a FIFO, not a file
-    model config 'big.json' is 210 MB, over the 16 MB limit
+    model config 'big.json' is 210 MB, over the 4 MB limit
 
 On top of it, :func:`read_json` bounds nesting (no ``RecursionError``) and the
 length of a number (Python's 4,300-digit limit would print a multi-line hint),
@@ -63,7 +63,9 @@ class Kind:
 
 
 #: A Hugging Face ``config.json`` is a few KB; the largest (label maps) under 1 MB.
-CONFIG_JSON = Kind("model config", 16 * MB)
+#: Python's json reads about 15 MB a second here (benchmarks/bench_files.py), so 4 MB
+#: keeps the answer within a second.
+CONFIG_JSON = Kind("model config", 4 * MB)
 #: The calibration store: a few hundred bytes per model and GPU.
 CALIBRATION = Kind("calibration store", 1 * MB)
 #: An experiment YAML (the reference's are 2–10 KB) and each file its defaults list reads.
@@ -75,8 +77,9 @@ MAX_DEPTH = 64
 MAX_NUMBER_CHARS = 100
 #: Nodes (keys, values, items) of one YAML file with its aliases expanded, and of all
 #: the files one composition reads: the reference's experiments have 200–600, and
-#: Hydra composes about 10,000 nodes a second here, so this keeps an answer near a second.
-MAX_YAML_NODES = 10_000
+#: Hydra composes about 7,000 nodes a second here (benchmarks/bench_files.py), so
+#: this keeps an answer within a second.
+MAX_YAML_NODES = 5_000
 
 #: Parsed results kept for this process, keyed by the file's identity.
 _MEMO: OrderedDict[tuple[object, ...], Any] = OrderedDict()
@@ -231,6 +234,7 @@ def _text(data: bytes, kind: Kind, path: str | os.PathLike[str]) -> str:
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _DEPTH_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+_OPENERS = re.compile(rf"[\[{{]{{{MAX_DEPTH + 1},}}")
 
 
 class _LongNumber(Exception):
@@ -247,17 +251,24 @@ def _number(convert: Any) -> Any:
     return parse
 
 
-def _json_depth(text: str) -> int:
-    """The deepest nesting of lists and objects, strings left out (all C-speed passes)."""
+def _too_deep(text: str) -> bool:
+    """Whether lists and objects nest over :data:`MAX_DEPTH`, strings left out.
+
+    C-speed passes: a run of more openers than the limit (the usual bomb) is found
+    by a search; only otherwise are the brackets counted one by one.
+    """
     brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
-    return max(itertools.accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0)
+    if len(brackets) <= 2 * MAX_DEPTH:
+        return False
+    if _OPENERS.search(brackets):
+        return True
+    return max(itertools.accumulate(map(_DEPTH_STEP.__getitem__, brackets))) > MAX_DEPTH
 
 
 def parse_json(text: str, kind: Kind, path: str | os.PathLike[str]) -> Any:
     """JSON text to its value, nesting and number lengths bounded, or one error line."""
-    depth = _json_depth(text)
-    if depth > MAX_DEPTH:
-        raise _refused(kind, path, f"nests {depth:,} levels deep, over the limit of {MAX_DEPTH}")
+    if _too_deep(text):
+        raise _refused(kind, path, f"nests over the limit of {MAX_DEPTH} levels")
     try:
         return json.loads(text, parse_int=_number(int), parse_float=_number(float))
     except _LongNumber as error:
