@@ -23,7 +23,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from areal_alloc._cache import folder_path, read_private, remove_private, write_private
+from areal_alloc._cache import (
+    cache_folder,
+    folder_path,
+    read_private,
+    remove_private,
+    write_private,
+)
 from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationError, AllocationValidationError
 from areal_alloc.files import CALIBRATION, parse_json
@@ -44,6 +50,7 @@ __all__ = [
     "forget",
     "load",
     "save",
+    "usable",
 ]
 
 FILE = "calibration.json"
@@ -85,6 +92,11 @@ def _key(arch: Architecture, gpu: str) -> str:
 def folder() -> Path:
     """Where the store is kept (whether or not that folder is usable)."""
     return folder_path()
+
+
+def usable() -> bool:
+    """Whether the store's folder is private to the user (else nothing is read or kept)."""
+    return cache_folder() is not None
 
 
 def disabled() -> bool:

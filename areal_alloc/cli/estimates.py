@@ -602,6 +602,12 @@ def _stored_calibrations(ns: argparse.Namespace) -> int:
             f"--list and --forget take no layout (got {ns.spec!r}); --forget takes --model "
             f"and --gpu to remove only that calibration"
         )
+    if not calibration.usable():
+        print(
+            f"no calibration is read or kept: the cache folder {calibration.folder()} is not "
+            "private to you (yours, no group or other write bit), so what it holds is ignored"
+        )
+        return 0
     if ns.forget:
         if bool(ns.model) != (chosen_gpu(ns) is not None):
             raise AllocationValidationError(

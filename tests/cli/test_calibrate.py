@@ -160,3 +160,23 @@ def test_no_calibration_flag_and_environment(
     monkeypatch.setenv("AREAL_ALLOC_NO_CALIBRATION", "1")
     assert main([*args, "--top", "1"]) == 0
     assert "calibrated" not in capsys.readouterr().out
+
+
+def test_a_shared_cache_folder_keeps_nothing(
+    cache_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = cache_home / "areal-alloc"
+    folder.mkdir(mode=0o777)
+    folder.chmod(0o777)
+    fit = ["megatron:d4t2", *MODEL, "--tokens", "16384", "--recompute", "full"]
+    assert main(["calibrate", *fit, "--step-seconds", "30"]) == 1
+    assert capsys.readouterr().err == (
+        f"areal-alloc calibrate: the cache folder {folder} is not private to you (yours, no "
+        f"group or other write bit) or not writable; nothing was kept\n"
+    )
+    assert not (folder / calibration.FILE).exists()
+    assert main(["calibrate", "--list"]) == 0
+    assert capsys.readouterr().out == (
+        f"no calibration is read or kept: the cache folder {folder} is not private to you "
+        f"(yours, no group or other write bit), so what it holds is ignored\n"
+    )
