@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
 __all__ = [
+    "EXIT_INTERRUPTED",
+    "INTERRUPTED",
     "SHOWN",
     "WINDOW",
     "AllocationError",
@@ -31,6 +33,11 @@ __all__ = [
     "shown",
 ]
 
+#: Exit code after Ctrl-C (SIGINT), for the command and the hook alike: 128 + 2, as
+#: shells report a process SIGINT ended.
+EXIT_INTERRUPTED = 130
+#: The one line Ctrl-C ends a run with.
+INTERRUPTED = "areal-alloc: interrupted"
 #: Characters of a value a message quotes; a longer value is cut and its length stated.
 SHOWN = 60
 #: Characters of text shown around a caret; a longer text is shown as a window around it.

@@ -16,7 +16,14 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from areal_alloc.errors import AllocationError, clipped, reading_of, shown
+from areal_alloc.errors import (
+    EXIT_INTERRUPTED,
+    INTERRUPTED,
+    AllocationError,
+    clipped,
+    reading_of,
+    shown,
+)
 from areal_alloc.plan import plan_config
 from areal_alloc.settings import Settings
 
@@ -27,17 +34,13 @@ _BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 PREFIX = "areal-alloc: "
 
 
-#: Exit code after Ctrl-C, as the ``areal-alloc`` command ends (``areal_alloc.cli``).
-EXIT_INTERRUPTED = 130
-
-
 def _interrupted() -> SystemExit:
     """Ctrl-C while checking: one line and exit 130, as the areal-alloc command ends.
 
     Hydra would otherwise print a long KeyboardInterrupt traceback (or, inside its
     composition, report it as an error of the config).
     """
-    print(f"{PREFIX}interrupted", file=sys.stderr, flush=True)
+    print(INTERRUPTED, file=sys.stderr, flush=True)
     return SystemExit(EXIT_INTERRUPTED)
 
 

@@ -20,13 +20,12 @@ import sys
 from contextlib import suppress
 from typing import Any, TextIO, cast
 
+from areal_alloc.errors import EXIT_INTERRUPTED, INTERRUPTED
+
 __all__ = ["EXIT_INTERRUPTED", "EXIT_WRITE_ERROR", "main"]
 
-#: Exit code after Ctrl-C (SIGINT), as shells report a process SIGINT ended: 128 + 2.
-EXIT_INTERRUPTED = 130
 #: Exit code when the output cannot be written (a full disk, a closed stdout).
 EXIT_WRITE_ERROR = 1
-INTERRUPTED = "areal-alloc: interrupted"
 
 
 def _quiet_on_closed_pipe() -> None:
