@@ -243,7 +243,7 @@ def _lean() -> _LeanParser:
 def _check_text(text: object, what: str) -> str:
     if not isinstance(text, str):
         raise AllocationValidationError(
-            f"{what} must be a string such as 'fsdp:d4t2', got {type(text).__name__} {text!r}"[:300]
+            f"{what} must be a string such as 'fsdp:d4t2', got {type(text).__name__} {quoted(text)}"
         )
     if len(text) > MAX_LENGTH:
         raise AllocationValidationError(

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import overload
 
 from areal_alloc.errors import AllocationValidationError
+from areal_alloc.errors import shown as quoted
 from areal_alloc.model import ModelAllocation
 from areal_alloc.strategy import ParallelStrategy
 from areal_alloc.vocab import DEFAULT_ORDER
@@ -56,13 +57,13 @@ _EXPERT_MESH = {"etp": "tp", "ep": "ep", "edp": "dp", "pp": "pp"}
 def _parse_order(order: str, sizes: dict[str, int]) -> list[str]:
     if not isinstance(order, str) or len(order) > 60:
         raise AllocationValidationError(
-            f"order must be a string like {DEFAULT_ORDER!r}, got {str(order)[:60]!r}"
+            f"order must be a string like {DEFAULT_ORDER!r}, got {quoted(order)}"
         )
     names = [n.strip() for n in order.lower().split("-") if n.strip()]
     unknown = [n for n in names if n not in _NAMES]
     if unknown or len(set(names)) != len(names):
         raise AllocationValidationError(
-            f"order {order[:60]!r} is not allowed: use each of {', '.join(_NAMES)} at most once, "
+            f"order {quoted(order)} is not allowed: use each of {', '.join(_NAMES)} at most once, "
             f"joined by '-', e.g. {DEFAULT_ORDER!r}"
         )
     for name in _NAMES:
@@ -204,7 +205,7 @@ def _prepare(
     allowed = set(_EXPERT_MESH) if expert else {"tp", "cp", "dp", "pp"}
     if not set(names) <= allowed or len(set(names)) != len(names):
         raise AllocationValidationError(
-            f"unknown rank group {group[:40]!r}: attention groups combine tp, cp, dp, pp "
+            f"unknown rank group {quoted(group)}: attention groups combine tp, cp, dp, pp "
             f"(e.g. {', '.join(ATTENTION_GROUPS)}); expert groups combine etp, ep, edp, pp "
             f"(e.g. {', '.join(EXPERT_GROUPS)})"
         )

@@ -20,7 +20,7 @@ import sys
 from contextlib import suppress
 from typing import Any, TextIO, cast
 
-from areal_alloc.errors import EXIT_INTERRUPTED, INTERRUPTED
+from areal_alloc.errors import EXIT_INTERRUPTED, INTERRUPTED, shown
 
 __all__ = ["EXIT_INTERRUPTED", "EXIT_WRITE_ERROR", "main"]
 
@@ -164,7 +164,7 @@ def _main(args: list[str]) -> int:
         return run_command(args[0], args[1:])
     if args and _is_bare_word(args[0]):
         print(
-            f"areal-alloc: {args[0][:60]!r} is neither a subcommand nor a Hydra override; "
+            f"areal-alloc: {shown(args[0])} is neither a subcommand nor a Hydra override; "
             f"subcommands: {', '.join(COMMANDS)} (each has --help); overrides are key=value, "
             f"e.g. areal-alloc actor.backend=fsdp:d4t2",
             file=sys.stderr,
