@@ -277,7 +277,7 @@ def fit_decode(
     measurement as given."""
     check_measured(measured_tokens_per_second, "tokens per second", MAX_TOKENS_PER_SECOND)
     measured_seconds = estimate.tokens * instances / measured_tokens_per_second
-    hbm = sum(t.seconds for t in estimate.terms if t.name == "HBM reads")
+    hbm = sum(t.seconds for t in estimate.terms if t.name == "HBM reads" and not t.hidden)
     rest = estimate.seconds - hbm
     if measured_seconds <= rest:
         raise AllocationValidationError(

@@ -322,11 +322,34 @@ class GPU:
 
 
 _LLMBOOK = "http://llmbook.apartsin.com/appendices/appendix-g-hardware-compute/section-g.1.html"
+#: Speed sources read at a commit (benchmarks/measurements.json ``gpus`` quotes each line).
+_TORCHTITAN = (
+    "pytorch/torchtitan torchtitan/tools/utils.py@b5bcd76c66d0acb1a08b176d9639425bc55e0b2a"
+)
+_AICONFIGURATOR = (
+    "ai-dynamo/aiconfigurator@095f58a51c4ca8e61b66ec108d86f223f8d559ce "
+    "aic-core/src/aiconfigurator_core/systems/"
+)
+_FLASHMLA = "deepseek-ai/FlashMLA@9241ae3ef9bac614dd25e45e507e089f888280e0 "
+_LLM_ANALYSIS = (
+    "cli99/llm-analysis llm_analysis/gpu_configs/a100-sxm-40gb.json"
+    "@d841e40aec8c84b9e76ba9cfbce67418adb172bd"
+)
 
 GPUS: dict[str, GPU] = {
     g.name.lower(): g
     for g in (
-        GPU("A100-40GB", 40, "the product name: NVIDIA A100 40GB"),
+        GPU(
+            "A100-40GB",
+            40,
+            "the product name: NVIDIA A100 40GB",
+            312,
+            1.555,
+            600,
+            _LLM_ANALYSIS + ' ("peak_fp16_TFLOPS": 312, the A100\'s BF16 tensor peak too; '
+            '"hbm_bandwidth_in_GB_per_sec": 1555) and, NVLink, ' + _LLMBOOK + " (A100 SXM: "
+            "NVLink 3 600 GB/s; llm-analysis gives 300, one direction)",
+        ),
         GPU(
             "A100-80GB",
             80,
@@ -371,8 +394,9 @@ GPUS: dict[str, GPU] = {
             148,
             4.0,
             900,
-            "https://willitrunai.com/es/gpus/h20-96gb (148 TFLOPS FP16, 4,000 GB/s, "
-            "NVLink 4.0 900 GB/s)",
+            _TORCHTITAN + ' ("The peak BF16/FP16 Tensor performance is reported as 148 '
+            'TFLOPS."); https://tweakers.net/nieuws/215984/ (4TB/s); '
+            "https://willitrunai.com/es/gpus/h20-96gb (NVLink 4.0 900 GB/s)",
         ),
         GPU(
             "L40S",
@@ -381,19 +405,36 @@ GPUS: dict[str, GPU] = {
             362,
             0.864,
             None,  # no NVLink: PCIe 4.0 (64 GB/s)
-            _LLMBOOK + " (L40S: 864 GB/s, BF16 362 TFLOPS, PCIe 4.0 64 GB/s)",
+            _TORCHTITAN + ' ("l40s" -> 362e12); ' + _AICONFIGURATOR + 'l40s.yaml ("mem_bw: '
+            '864000000000 # 864GB/s"; "intra_node_bw: 32000000000  # Byte/s per gpu, single '
+            'direction (pcie 4.0)")',
         ),
         GPU(
             "B200",
-            192,
-            _LLMBOOK + " (B200: 192 GB HBM3e)",
+            180,
+            _AICONFIGURATOR + 'b200_sxm.yaml ("mem_capacity: 193273528320 # 180GiB"; the '
+            "192 GB nameplate is not what the device holds)",
             2250,
-            8.0,
+            7.7,
             1800,
-            _LLMBOOK + " (B200: 8.0 TB/s, BF16 2,250 TFLOPS, NVLink 5 1,800 GB/s)",
+            _TORCHTITAN + ' ("B200" -> 2.25e15); ' + _AICONFIGURATOR + 'b200_sxm.yaml ("mem_bw: '
+            '7700000000000 # 7.7TB/s"; "intra_node_bw: 900000000000  # Byte/s per gpu, single '
+            'direction", 1,800 both together)',
+        ),
+        GPU(
+            "H800",
+            80,
+            _HF + "hardware/h800 (H800: Memory 80GB)",
+            989,
+            3.35,
+            400,
+            _FLASHMLA + 'docs/20250929-hopper-fp8-sparse-deep-dive.md ("989 TFlops / 1830 MHz '
+            '/ 132 SMs` on H800"); ' + _FLASHMLA + 'docs/20250422-new-kernel-deep-dive.md ("An '
+            'NVIDIA H800 SXM5 GPU has a peak memory bandwidth of 3.35 TB/s"); '
+            "alibaba/InferSim hardware/gpu.py@f2293dab6d23fe2780356eb71e0ffc3b4baf61dd "
+            '("nvlink_bw=400 * 0.8 / 2", 400 GB/s both directions together)',
         ),
         # memory only: no citable speeds were found (give --peak-tflops / cluster.peak_tflops)
-        GPU("H800", 80, _HF + "hardware/h800 (H800: Memory 80GB)"),
         GPU("RTX-4090", 24, _HF + "kernels/drbh/gemmaq (supported hardware: RTX 4090 24GB)"),
     )
 }
@@ -412,6 +453,42 @@ def _close(name: str, choices: list[str]) -> str:
     lowered = {c.lower(): c for c in choices}
     close = difflib.get_close_matches(name.lower(), list(lowered), n=3, cutoff=0.5)
     return f"did you mean {', '.join(lowered[c] for c in close)}? " if close else ""
+
+
+#: The total memory a GPU reports to an inference server (``torch.cuda.mem_get_info``'s
+#: total, the ``total_gpu_memory`` vLLM and SGLang size their claim from), in GiB, by
+#: catalogue name, with where it was printed. The nameplate (``memory_gib``) is larger:
+#: an "80 GB" H100 reports 79.18 GiB. A GPU not listed counts by its nameplate.
+REPORTED_GIB: dict[str, tuple[float, str]] = {
+    "h100-80gb": (
+        79.18,
+        "llm-d/llm-d-benchmark config_explorer/empirical-vllm-memory-results.md"
+        "@0fa12aa9788aae02df8307a0305c223949b58cd4 (\"Test environment: H100 GPU (79.18 GiB)\")",
+    ),
+    "a100-40gb": (
+        39.5,
+        "vllm-project/vllm issue #12330 (\"the current vLLM instance can use total_gpu_memory "
+        '(39.50GiB) x gpu_memory_utilization (0.90) = 35.55GiB")',
+    ),
+    "b200": (
+        180.0,
+        "ai-dynamo/aiconfigurator@095f58a51c4ca8e61b66ec108d86f223f8d559ce "
+        'aic-core/src/aiconfigurator_core/systems/b200_sxm.yaml ("mem_capacity: 193273528320 # '
+        '180GiB")',
+    ),
+    "l40s": (
+        48305799168 / GIB,
+        "ai-dynamo/aiconfigurator@095f58a51c4ca8e61b66ec108d86f223f8d559ce "
+        'aic-core/src/aiconfigurator_core/systems/l40s.yaml ("mem_capacity: 48305799168 # '
+        '46068 MiB")',
+    ),
+}
+
+
+def reported_bytes(gpu: GPU) -> int:
+    """What ``gpu`` reports as its total memory (:data:`REPORTED_GIB`), else its nameplate."""
+    reported = REPORTED_GIB.get(gpu.name.lower())
+    return gpu.memory_bytes if reported is None else int(reported[0] * GIB)
 
 
 def find_gpu(name: str) -> GPU:

@@ -38,8 +38,11 @@ __all__ = [
     "Hardware",
     "StepEstimate",
     "StepTerm",
+    "attention_efficiency",
+    "attention_flops",
     "balance_advice",
     "decode_step",
+    "generation",
     "model_flops",
     "training_step",
 ]
@@ -139,9 +142,13 @@ class Hardware:
 
 @dataclass(frozen=True, slots=True)
 class StepTerm:
+    """One term of a step; a ``hidden`` term runs under another (a max, or a collective
+    overlapped with compute) and is printed but not added to the step."""
+
     name: str
     seconds: float
     formula: str
+    hidden: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +164,7 @@ class StepEstimate:
 
     @property
     def seconds(self) -> float:
-        return sum(t.seconds for t in self.terms)
+        return sum(t.seconds for t in self.terms if not t.hidden)
 
     @property
     def tokens_per_second(self) -> float:
@@ -172,7 +179,14 @@ class StepEstimate:
 
     @property
     def bottleneck(self) -> str:
-        return max(self.terms, key=lambda t: t.seconds).name
+        return max((t for t in self.terms if not t.hidden), key=lambda t: t.seconds).name
+
+    def terms_dict(self) -> list[dict[str, object]]:
+        return [
+            {"name": t.name, "seconds": t.seconds, "formula": t.formula}
+            | ({"hidden": True} if t.hidden else {})
+            for t in self.terms
+        ]
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -180,9 +194,7 @@ class StepEstimate:
             "tokens_per_second": self.tokens_per_second,
             "mfu": self.mfu,
             "bottleneck": self.bottleneck,
-            "terms": [
-                {"name": t.name, "seconds": t.seconds, "formula": t.formula} for t in self.terms
-            ],
+            "terms": self.terms_dict(),
             "assumptions": list(self.assumptions),
         }
 
@@ -208,9 +220,35 @@ def model_flops(arch: Architecture, tokens: int, sequence_length: int) -> float:
         + (p.shared_experts + p.active_routed_experts + p.router) * p.moe_layers
         + arch.vocab_size * arch.hidden_size  # the output layer (logits)
     )
-    # QK^T and (QK^T)V: 2 matmuls × 2 FLOPs × 3 passes × q × s, halved by the causal mask
-    core = 6 * arch.query_width * sequence_length * arch.num_layers
-    return float(tokens) * (6 * per_token_gemm + core)
+    return float(tokens) * 6 * per_token_gemm + attention_flops(arch, tokens, sequence_length)
+
+
+def attention_flops(
+    arch: Architecture, tokens: int, sequence_length: int, passes: int = 3
+) -> float:
+    """The causal attention core (QKᵀ and its product with V) over ``tokens`` in sequences of
+    ``sequence_length``: 2 matmuls × 2 FLOPs × query width × s per token, layer and pass,
+    halved by the causal mask (megatron-core's count; torchtitan's ``get_num_flop_per_token``
+    and PaLM's MFU formula, 12·L·h·s per token over 3 passes, count the full square). It
+    grows with the sequence: at s = 6h it equals the dense GEMMs (arXiv:2104.04473 eq. 3's
+    ``s/(6h)``). ``passes``: 3 for forward and backward, 1 for a forward (prefill)."""
+    return float(tokens) * 2 * passes * arch.query_width * sequence_length * arch.num_layers
+
+
+#: "FlashAttention-2 achieving only 35% utilization on the H100 GPU" (Shah et al.,
+#: FlashAttention-3, arXiv:2407.08608, abstract): the FSDP engines run FlashAttention-2
+#: (the reference's FSDP engine and torchtitan's SDPA flash backend); Megatron's
+#: Transformer Engine runs cuDNN's Hopper kernels, taken at the GEMMs' efficiency.
+FLASH_ATTENTION_2_HOPPER = 0.35
+_HOPPER = ("H100", "H200", "H800", "H20")
+
+
+def attention_efficiency(backend: str, hardware: Hardware) -> float:
+    """The fraction of peak the attention core reaches: FlashAttention-2's on a Hopper GPU
+    under FSDP (or the GEMMs' if lower), else the GEMMs' efficiency."""
+    if backend == "fsdp" and hardware.name.upper().startswith(_HOPPER):
+        return min(hardware.compute_efficiency, FLASH_ATTENTION_2_HOPPER)
+    return hardware.compute_efficiency
 
 
 def _inside(group_span: int, gpus_per_node: int) -> bool:
@@ -247,28 +285,43 @@ def training_step(
         )
     micro_batches = max(1, math.ceil(tokens_per_step / (dp * tokens_per_micro_batch)))
     tokens_mb = min(tokens_per_micro_batch, math.ceil(tokens_per_step / dp))
-    flops = model_flops(arch, tokens_per_step, min(sequence_length, tokens_mb))
-    executed = flops * {"none": 1.0, "selective": 1.0, "full": 4 / 3}[recompute]
+    seq = min(sequence_length, tokens_mb)
+    flops = model_flops(arch, tokens_per_step, seq)
+    again = {"none": 1.0, "selective": 1.0, "full": 4 / 3}[recompute]
+    executed = flops * again
+    attention = attention_flops(arch, tokens_per_step, seq) * again
     peak = hardware.peak_tflops * 1e12
-    compute = executed / (world * peak * hardware.compute_efficiency)
+    attn_eff = attention_efficiency(backend, hardware)
+    compute = (executed - attention) / (world * peak * hardware.compute_efficiency) + attention / (
+        world * peak * attn_eff
+    )
     terms = [
         StepTerm(
             "compute",
             compute,
-            f"{executed:.3g} FLOPs / ({world} GPUs × {hardware.peak_tflops:g} TFLOP/s × "
-            f"{hardware.compute_efficiency:g} efficiency)"
+            f"(GEMMs {executed - attention:.3g} FLOPs at {hardware.compute_efficiency:g} + causal "
+            f"attention {attention:.3g} FLOPs (s {seq:,}) at {attn_eff:g} efficiency) / "
+            f"({world} GPUs × {hardware.peak_tflops:g} TFLOP/s)"
             + (" (full recomputation: forward again, ×4/3)" if recompute == "full" else ""),
         )
     ]
     assumptions = [
         f"{hardware.compute_efficiency:.3g} of peak compute and {hardware.comm_efficiency:.3g} of "
         f"link bandwidth are reached (--compute-efficiency, --comm-efficiency)",
-        "communication does not overlap compute (its terms add to the step)",
+        "FSDP's parameter all-gathers and gradient reduce-scatters overlap compute (FSDP2 "
+        "prefetches the next layer's gather): the first gather and the last reduce-scatter "
+        "are exposed; other communication does not overlap compute (its terms add)"
+        if backend == "fsdp"
+        else "communication does not overlap compute (its terms add to the step)",
     ]
+    if attn_eff != hardware.compute_efficiency:
+        assumptions.append(
+            f"attention at {attn_eff:g} of peak: FlashAttention-2 on a Hopper GPU "
+            f"(arXiv:2407.08608)"
+        )
     if hardware.inter_node_gbps == DEFAULT_INTER_NODE_GBPS:
         assumptions.append(
-            f"{DEFAULT_INTER_NODE_GBPS:g} Gb/s of network per GPU between nodes "
-            f"(--inter-node-gbps)"
+            f"{DEFAULT_INTER_NODE_GBPS:g} Gb/s of network per GPU between nodes (--inter-node-gbps)"
         )
     if pp > 1:
         bubble = (pp - 1) / (micro_batches * virtual_pipeline) * compute
@@ -345,12 +398,31 @@ def training_step(
     if shards > 1:
         inside = _inside(world // pp, node)
         members = _members_per_node(shards, tp, node)  # the dp·cp group: ranks t apart
+        link = hardware.link_bytes_per_second(inside, members)
         if backend == "fsdp":
+            # FSDP2 (torch.distributed.fsdp fully_shard): the next layer's all-gather is issued
+            # before the current layer computes (implicit forward/backward prefetch), so only
+            # the first layer's gather and the last layer's reduce-scatter wait; the rest hides
+            # under compute unless the collectives take longer than it (PyTorch's FSDP2
+            # tutorial, pytorch/tutorials intermediate_source/FSDP_tutorial.rst: "Implicit
+            # Prefetching: CPU thread issues all-gather i before layer i. All-gathers are
+            # queued into its own cuda stream while layer i computation happens").
             volume = (2 * micro_batches * 2 + 4) * params_here * (shards - 1) / shards
-            formula = (
-                f"(2 parameter all-gathers × {micro_batches} micro-batches × 2 B + gradient "
-                f"reduce-scatter × 4 B) × {params_here / 1e9:.3g}B params × (dp·cp {shards} − 1)"
-                f"/{shards} over {hardware.link_name(inside, members)}"
+            exposed = (2 + 4) * params_here / layers_here * (shards - 1) / shards / link
+            total = volume / link
+            hidden_under = compute
+            seconds = exposed + max(0.0, total - exposed - hidden_under)
+            terms.append(
+                StepTerm(
+                    "data parallel",
+                    seconds,
+                    f"exposed: one layer's gather (2 B) and reduce-scatter (4 B) × "
+                    f"{params_here / layers_here / 1e6:.3g}M params × (dp·cp {shards} − 1)/{shards}"
+                    f" = {exposed:.3g} s, + max(0, all (2 parameter all-gathers × "
+                    f"{micro_batches} micro-batches × 2 B + gradient reduce-scatter × 4 B) × "
+                    f"{params_here / 1e9:.3g}B params = {total:.3g} s − exposed − compute "
+                    f"{hidden_under:.3g} s) over {hardware.link_name(inside, members)}",
+                )
             )
         else:
             volume = (4 + 2) * params_here * (shards - 1) / shards
@@ -359,13 +431,7 @@ def training_step(
                 f"{params_here / 1e9:.3g}B params × (dp·cp {shards} − 1)/{shards} over "
                 f"{hardware.link_name(inside, members)}"
             )
-        terms.append(
-            StepTerm(
-                "data parallel",
-                volume / hardware.link_bytes_per_second(inside, members),
-                formula,
-            )
-        )
+            terms.append(StepTerm("data parallel", volume / link, formula))
     if hardware.calibration:
         assumptions.append(f"calibrated: {hardware.calibration}")
     return StepEstimate(
@@ -382,21 +448,37 @@ def decode_step(
     context: int,
     kv_bytes_per_token: int,
 ) -> StepEstimate:
-    """One decode step of one inference instance with ``batch`` sequences of ``context``
-    tokens: every GPU reads its weights and its share of the batch's KV from HBM."""
+    """One decode step of one inference instance with ``batch`` sequences (those in flight
+    on it) of ``context`` tokens: the longer of reading every weight and the batch's KV from
+    HBM and the GEMMs' compute at the batch (the roofline: a step is memory-bound until
+    2 × active params × batch FLOPs outlast the reads, arXiv:2402.16363 "LLM Inference
+    Unveiled: Survey and Roofline Model Insights"), plus 2 tensor-parallel all-reduces
+    per layer (Megatron's row-parallel attention output and MLP, arXiv:1909.08053 §3)."""
     tp, pp = parallel.tp_size, parallel.pp_size
     p = arch.parameters
     weights = p.total * 2 / (tp * pp)
     kv = batch * context * kv_bytes_per_token
     hbm = hardware.hbm_tbps * 1e12 * hardware.hbm_efficiency
+    reads = (weights + kv) / hbm * pp
+    flops = 2.0 * p.active * batch
+    gemm = flops / (tp * hardware.peak_tflops * 1e12 * hardware.compute_efficiency)
     terms = [
         StepTerm(
             "HBM reads",
-            (weights + kv) / hbm * pp,
+            reads,
             f"(weights {weights / 2**30:.1f} GiB + KV {batch} × {context:,} × "
             f"{kv_bytes_per_token:,} B) / ({hardware.hbm_tbps:g} TB/s × "
             f"{hardware.hbm_efficiency:g}) × p{pp} stages",
-        )
+            hidden=gemm > reads,
+        ),
+        StepTerm(
+            "GEMM compute",
+            gemm,
+            f"2 × {p.active / 1e9:.3g}B active params × batch {batch} / (t{tp} × "
+            f"{hardware.peak_tflops:g} TFLOP/s × {hardware.compute_efficiency:g}); the step "
+            f"takes the longer of this and the HBM reads",
+            hidden=gemm <= reads,
+        ),
     ]
     if tp > 1:
         inside = _inside(tp, hardware.gpus_per_node)
@@ -407,16 +489,98 @@ def decode_step(
                 "tensor parallel",
                 volume / hardware.link_bytes_per_second(inside, members),
                 f"2 all-reduces × {arch.num_layers} layers × {batch} tokens × h "
-                f"{arch.hidden_size} × 2 B over {hardware.link_name(inside, members)}",
+                f"{arch.hidden_size} × 2 B × 2(t{tp} − 1)/t{tp} over "
+                f"{hardware.link_name(inside, members)}",
             )
         )
-    flops = 2.0 * p.active * batch
+    bound = "compute-bound" if gemm > reads else "memory-bound"
     return StepEstimate(
         tuple(terms),
         batch,
         flops,
         tp * pp,
         hardware.peak_tflops,
-        ("decode is memory-bound: each step reads every weight and the batch's KV once",)
+        (f"decode is {bound} at batch {batch}: max(weights + KV read, GEMM compute)",)
         + ((f"calibrated: {hardware.calibration}",) if hardware.calibration else ()),
+    )
+
+
+def generation(
+    arch: Architecture,
+    parallel: ParallelStrategy,
+    hardware: Hardware,
+    *,
+    batch: int,
+    prompt_len: int,
+    gen_len: int,
+    kv_bytes_per_token: int,
+) -> StepEstimate:
+    """One instance generating ``gen_len`` tokens for each of ``batch`` sequences of
+    ``prompt_len`` prompt tokens: the prefill at compute (2 × active params + the causal
+    attention's forward, 2 × query width × s per layer, per prompt token; the stages of a
+    pipeline run one after another), then ``gen_len`` decode steps at the mean context
+    ``prompt_len + gen_len / 2`` (the KV read grows linearly, so its mean is exact).
+    ``tokens_per_second`` is the generated tokens over the whole time, prefill included."""
+    if batch < 1 or prompt_len < 0 or gen_len < 1:
+        raise AllocationValidationError(
+            f"batch {batch}, prompt length {prompt_len}, generation length {gen_len}: the "
+            f"batch and the generation length must be ≥ 1, the prompt length ≥ 0"
+        )
+    tp = parallel.tp_size
+    p = arch.parameters
+    prompt_tokens = batch * prompt_len
+    attention = attention_flops(arch, prompt_tokens, prompt_len, passes=1)
+    prefill_flops = 2.0 * p.active * prompt_tokens + attention
+    peak = hardware.peak_tflops * 1e12
+    terms = [
+        StepTerm(
+            "prefill compute",
+            prefill_flops / (tp * peak * hardware.compute_efficiency),
+            f"(2 × {p.active / 1e9:.3g}B active params × {prompt_tokens:,} prompt tokens + "
+            f"causal attention {attention:.3g} FLOPs) / (t{tp} × {hardware.peak_tflops:g} "
+            f"TFLOP/s × {hardware.compute_efficiency:g})",
+        )
+    ]
+    if tp > 1 and prompt_tokens:
+        inside = _inside(tp, hardware.gpus_per_node)
+        members = _members_per_node(tp, 1, hardware.gpus_per_node)
+        volume = 2 * arch.num_layers * prompt_tokens * arch.hidden_size * 2 * 2 * (tp - 1) / tp
+        terms.append(
+            StepTerm(
+                "prefill tensor parallel",
+                volume / hardware.link_bytes_per_second(inside, members),
+                f"2 all-reduces × {arch.num_layers} layers × {prompt_tokens:,} tokens × h "
+                f"{arch.hidden_size} × 2 B × 2(t{tp} − 1)/t{tp} over "
+                f"{hardware.link_name(inside, members)}",
+            )
+        )
+    context = prompt_len + gen_len // 2
+    one = decode_step(
+        arch,
+        parallel,
+        hardware,
+        batch=batch,
+        context=context,
+        kv_bytes_per_token=kv_bytes_per_token,
+    )
+    terms.extend(
+        StepTerm(
+            f"decode {t.name}",
+            t.seconds * gen_len,
+            f"{gen_len:,} steps × ({t.formula}) at mean context {context:,}",
+            t.hidden,
+        )
+        for t in one.terms
+    )
+    return StepEstimate(
+        tuple(terms),
+        batch * gen_len,
+        prefill_flops + one.model_flops * gen_len,
+        one.gpus,
+        hardware.peak_tflops,
+        (
+            f"{batch} sequences in flight on the instance for the whole generation",
+            "the prefill runs at compute before the decode steps",
+            *one.assumptions,
+        ),
     )

@@ -8,7 +8,8 @@ row's inputs into the package's own public estimate functions:
 - ``kv_tokens`` / ``kv_memory``: ``fit.estimate_allocation`` of an inference layout
   (its ``kv_cache``);
 - ``train_tps``: ``throughput.training_step``;
-- ``decode_tps``: ``throughput.decode_step`` at the batch and the mean context of the run;
+- ``decode_tps``: ``throughput.generation`` of the run's batch, prompt and output lengths
+  (the prefill, then the decode steps at the mean context);
 - ``rl_step``: ``plan.plan_config`` of the run written as an experiment config (its ``pace``).
 
 Nothing here is fitted: the package's defaults are used wherever the row says nothing.
@@ -35,7 +36,7 @@ from areal_alloc.fit import estimate_allocation, resolve_gpu
 from areal_alloc.memory import InferenceSettings, MemoryEstimate, TrainingSettings
 from areal_alloc.model import ModelAllocation
 from areal_alloc.settings import NAMES, Settings
-from areal_alloc.throughput import Hardware, decode_step, training_step
+from areal_alloc.throughput import Hardware, generation, training_step
 
 __all__ = [
     "DATA",
@@ -435,15 +436,16 @@ def _decode_tps(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float,
     alloc, arch, estimate = _inference(data, {**inputs, "memory_fraction": VLLM_DEFAULT_FRACTION})
     kv = estimate.kv_cache
     prompt, output = int(inputs["prompt_len"]), int(inputs["output_len"])
-    one = decode_step(
+    run = generation(
         arch,
         alloc.parallel,
         hardware,
         batch=int(inputs["batch"]),
-        context=prompt + output // 2,
+        prompt_len=prompt,
+        gen_len=output,
         kv_bytes_per_token=kv.bytes_per_token if kv is not None else 0,
     )
-    return one.tokens_per_second, note
+    return run.tokens_per_second, note
 
 
 def _rl_config(data: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, Any]:

@@ -171,8 +171,8 @@ def test_decode_reads_weights_and_kv_from_hbm() -> None:
 def test_bad_hardware_is_refused() -> None:
     with pytest.raises(AllocationValidationError, match=r"compute_efficiency=1\.5"):
         Hardware("x", 100, 1, None, 8, compute_efficiency=1.5)
-    with pytest.raises(AllocationValidationError, match="A100-40GB: no published bf16_tflops"):
-        Hardware.from_gpu(find_gpu("A100-40GB"), 8)
+    with pytest.raises(AllocationValidationError, match="RTX-4090: no published bf16_tflops"):
+        Hardware.from_gpu(find_gpu("RTX-4090"), 8)
 
 
 def test_suggest_balances_generation_and_training() -> None:
