@@ -48,6 +48,15 @@ def usage(command: str, message: str) -> list[str]:
         ([*RANK, "--comm-efficiency", "0x1"], f"argument --comm-efficiency: '0x1': {FRACTION}"),
         ([*RANK, "--mem-fraction", "0"], f"argument --mem-fraction: 0: {FRACTION}"),
         ([*RANK, "--mem-fraction", "true"], f"argument --mem-fraction: 'true': {FRACTION}"),
+        # GiB: a closed bound (0 is allowed)
+        (
+            ["explain", "fsdp:d8", "--model", "Qwen3-8B", "--memory-reserve-gib", "2000"],
+            "argument --memory-reserve-gib: 2000: the limit is 1,024",
+        ),
+        (
+            ["explain", "fsdp:d8", "--model", "Qwen3-8B", "--memory-reserve-gib", "-1"],
+            "argument --memory-reserve-gib: -1: must be a number from 0 to 1,024",
+        ),
         # counts: ASCII digits, the bound named, any length answered in one line
         (["layouts", "megatron", "٤"], f"argument gpus: '٤': {GPUS}"),
         (["layouts", "megatron", "8", "--top", "４"], f"argument --top: '４': {GPUS}"),
@@ -71,6 +80,17 @@ def test_a_bad_number_flag_is_one_usage_line(
 ) -> None:
     code, lines = run(args, capsys)
     assert (code, lines) == (2, usage(args[0], message))
+
+
+def test_a_gpu_memory_flag_names_its_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    code, lines = run(["explain", "fsdp:d8", "--model", "Qwen3-8B", "--gpu", "0"], capsys)
+    assert (code, lines) == (
+        1,
+        [
+            "areal-alloc explain: GPU memory '0' (--gpu): must be a number of GiB above 0 and "
+            "at most 65,536"
+        ],
+    )
 
 
 def test_speeds_given_are_used_not_replaced(capsys: pytest.CaptureFixture[str]) -> None:
