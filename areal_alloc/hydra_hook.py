@@ -175,7 +175,7 @@ class ValidateAllocations(Callback):
         if not bad:
             return
         lines = [
-            f"{PREFIX}job {c.index} [{' '.join(c.overrides)}]: {c.error.message}"
+            f"{PREFIX}job {c.index} [{clipped(' '.join(c.overrides), 200)}]: {c.error.message}"
             for c in bad
             if c.error is not None
         ]

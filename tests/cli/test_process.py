@@ -321,6 +321,23 @@ def test_long_values_in_commands_are_quoted_cut(
     assert len(err) < 400
 
 
+def test_a_long_sweep_value_is_cut_in_its_job_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["areal-alloc"])
+    spec = "fsdp:d" + "4" * 20_000
+    argv = ["-m", f"actor.backend=fsdp:d8,{spec}", "hydra.callbacks.areal_alloc.on_memory=off"]
+    code, out, err = run(argv, capsys)
+    assert (code, out) == (1, "")
+    job, summary = err.splitlines()
+    assert job == (
+        f"areal-alloc: job 1 [actor.backend=fsdp:d{'4' * 179}… (20,020 characters)]: "
+        f"actor.backend='fsdp:d{'4' * 53}…' (20,006 characters): allocation string is 20006 "
+        "characters long; the limit is 1000"
+    )
+    assert summary.startswith("areal-alloc: 1 of 2 sweep jobs are invalid; nothing was launched")
+
+
 SELF = "its value refers to itself (through an interpolation or resolver)"
 
 
