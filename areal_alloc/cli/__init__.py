@@ -98,6 +98,19 @@ def _say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
+def _say_uninterrupted(line: str) -> None:
+    """``_say``, with Ctrl-C ignored meanwhile: a second one cannot make it a traceback."""
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: signals are not ours to set
+        _say(line)
+        return
+    try:
+        _say(line)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _drop_pending_output(stream: TextIO | None) -> None:
     """Point descriptor 1 at /dev/null, so the text still buffered cannot fail again at exit."""
     if stream is None:
@@ -143,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         guarded.flush()  # a full disk shows here, not as "Exception ignored" at exit
         return code
     except KeyboardInterrupt:
-        _say(INTERRUPTED)
+        _say_uninterrupted(INTERRUPTED)
         return EXIT_INTERRUPTED
     except _WriteFailed as failed:
         _drop_pending_output(original)
