@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import GPU
 from areal_alloc.errors import AllocationValidationError
+from areal_alloc.numbers import MAX_SPEED, read_float
 from areal_alloc.strategy import ParallelStrategy
 
 __all__ = [
@@ -73,14 +74,14 @@ class Hardware:
     calibration: str = ""
 
     def __post_init__(self) -> None:
-        for name in ("peak_tflops", "hbm_tbps", "inter_node_gbps"):
+        # the one reader of numbers, with the bounds the flags and cluster keys have
+        for name in ("peak_tflops", "hbm_tbps", "inter_node_gbps", "nvlink_gbps"):
             value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and 0 < value < 1e7):
-                raise AllocationValidationError(f"{self.name}: {name}={value!r} must be > 0")
+            if value is not None or name != "nvlink_gbps":
+                read_float(value, f"{self.name}: {name}", minimum=0, maximum=MAX_SPEED, above=True)
         for name in ("compute_efficiency", "comm_efficiency", "hbm_efficiency"):
             value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and 0 < value <= 1):
-                raise AllocationValidationError(f"{self.name}: {name}={value!r} must be in (0, 1]")
+            read_float(value, f"{self.name}: {name}", minimum=0, maximum=1, above=True)
         if self.gpus_per_node < 1:
             raise AllocationValidationError(f"{self.name}: gpus_per_node must be ≥ 1")
 
