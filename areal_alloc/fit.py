@@ -40,10 +40,11 @@ from areal_alloc import defaults
 from areal_alloc._config import child, is_mapping, setting_float, shown, unset, whole_number
 from areal_alloc._config import section as subsection
 from areal_alloc.architecture import Architecture
-from areal_alloc.catalogue import find_model
+from areal_alloc.catalogue import find_model, reported_bytes
 from areal_alloc.errors import AllocationError, AllocationValidationError, reading
 from areal_alloc.memory import (
     GIB,
+    VLLM_MAX_NUM_SEQS,
     InferenceSettings,
     MemoryEstimate,
     Term,
@@ -371,7 +372,9 @@ def _lora(section: object, path: str, notes: list[str]) -> tuple[int | None, tup
     return (defaults.LORA_RANK if rank is None else rank), targets
 
 
-def _inference_settings(cfg: object, engine: EngineLike, reserve: int | None) -> InferenceSettings:
+def _inference_settings(
+    cfg: object, engine: EngineLike, reserve: int | None, device: int | None = None
+) -> InferenceSettings:
     backend = engine.allocation.backend
     server = subsection(cfg, backend, backend)
     section = _section(cfg, engine.backend_key.rsplit(".", 1)[0])
@@ -393,6 +396,10 @@ def _inference_settings(cfg: object, engine: EngineLike, reserve: int | None) ->
     per_instance = (
         None if concurrency is None else math.ceil(concurrency / engine.allocation.n_instances)
     )
+    # vLLM's profile run (memory.inference_memory): the reference passes both to vllm
+    # serve (areal/api/cli_args.py vLLMConfig, max_num_seqs 256 by default)
+    seqs = whole_number(server, "max_num_seqs", f"{backend}.max_num_seqs")
+    batched = whole_number(server, "max_num_batched_tokens", f"{backend}.max_num_batched_tokens")
     try:
         return InferenceSettings(
             dtype=_text(server, "dtype", "bfloat16").replace("auto", "bfloat16"),
@@ -400,7 +407,10 @@ def _inference_settings(cfg: object, engine: EngineLike, reserve: int | None) ->
             memory_fraction=fraction,
             context_length=length,
             concurrency=per_instance,
-            reserve_bytes=2 * GIB if reserve is None else reserve,
+            reserve_bytes=reserve,
+            max_num_seqs=seqs or VLLM_MAX_NUM_SEQS,
+            max_num_batched_tokens=batched,
+            device_bytes=device,
         )
     except AllocationError as error:
         raise AllocationValidationError(f"{backend}: {error.message}") from None
@@ -454,6 +464,12 @@ def estimate_memory(
     gpu = GPUSpec(chosen.name, chosen.capacity) if chosen is not None else None
     reserve = settings.memory_reserve.value if settings.memory_reserve is not None else None
     capacity = gpu.capacity if gpu else None
+    # what an inference server sizes its claim from: the total the device reports
+    device = (
+        reported_bytes(chosen.catalogue)
+        if chosen is not None and chosen.catalogue is not None
+        else capacity
+    )
     notes: list[str] = []
     estimates: list[MemoryEstimate | None] = []
     models: list[Architecture | None] = []
@@ -473,7 +489,7 @@ def estimate_memory(
         allocation = engine.allocation
         path = engine.backend_key.rsplit(".", 1)[0]
         if allocation.is_inference:
-            serve = _inference_settings(cfg, engine, reserve)
+            serve = _inference_settings(cfg, engine, reserve, device)
             estimates.append(
                 estimate_allocation(allocation, arch, capacity, None, serve, engine.key)
             )

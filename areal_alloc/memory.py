@@ -25,11 +25,16 @@ from dataclasses import dataclass, replace
 from areal_alloc import defaults
 from areal_alloc.architecture import Architecture, ParameterCount
 from areal_alloc.errors import AllocationValidationError
+from areal_alloc.limits import MAX_COUNT
+from areal_alloc.numbers import read_float, read_int
 from areal_alloc.strategy import ParallelStrategy
 
 __all__ = [
     "DTYPE_BYTES",
     "GIB",
+    "NON_TORCH_BYTES",
+    "VLLM_MAX_NUM_SEQS",
+    "VLLM_SAMPLER_BYTES",
     "InferenceSettings",
     "KVCache",
     "MemoryEstimate",
@@ -39,11 +44,18 @@ __all__ = [
     "inference_memory",
     "kv_bytes_per_token",
     "lora_parameters",
+    "non_torch_bytes",
     "readable_bytes",
     "training_memory",
+    "vllm_default_batched_tokens",
+    "vllm_profile_activation",
 ]
 
 GIB = 1 << 30
+
+#: The reference's vLLMConfig default ``max_num_seqs: int = 256`` (areal/api/cli_args.py,
+#: areal-project/AReaL@cbff54d645d2cd8ee1f1c358a82f3f473588433d)
+VLLM_MAX_NUM_SEQS = 256
 
 #: Bytes per element of the dtypes the reference's configs name.
 DTYPE_BYTES = {
@@ -241,8 +253,9 @@ class TrainingSettings:
             value = getattr(self, name)
             if name == "lora_rank" and value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise AllocationValidationError(f"{name}={value!r}: must be an integer ≥ 1")
+            number = read_int(value, name, minimum=1, maximum=MAX_COUNT)  # the one reader
+            if number is not value:  # "8192" given directly: kept as the number it names
+                object.__setattr__(self, name, number)
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,15 +268,26 @@ class InferenceSettings:
     memory_fraction: float = defaults.MEMORY_FRACTION
     context_length: int = defaults.CONTEXT_LENGTH  # sglang.context_length / vllm.max_model_len
     concurrency: int | None = None  # sequences in flight per instance
-    reserve_bytes: int = 2 * GIB
+    #: memory outside the weights and the KV cache; None: the engine's own rule
+    #: (:func:`inference_memory`), a number: --memory-reserve-gib in its place
+    reserve_bytes: int | None = None
+    #: vllm.max_num_seqs: the requests vLLM's profile run samples at once
+    max_num_seqs: int = VLLM_MAX_NUM_SEQS
+    #: vllm.max_num_batched_tokens: the tokens of vLLM's profile forward; None: vLLM's
+    #: server default, 8,192 on a GPU of ≥ 70 GiB other than an A100, else 2,048
+    #: (vllm/engine/arg_utils.py ``default_max_num_batched_tokens``, OPENAI_API_SERVER)
+    max_num_batched_tokens: int | None = None
+    #: the total memory the device reports (catalogue.REPORTED_GIB); None: the capacity
+    device_bytes: int | None = None
 
     def __post_init__(self) -> None:
-        if not 0 < self.memory_fraction <= 1:
-            raise AllocationValidationError(
-                f"memory fraction {self.memory_fraction!r}: must be in (0, 1]"
-            )
-        if self.context_length < 1:
-            raise AllocationValidationError(f"context length {self.context_length}: must be ≥ 1")
+        # the one reader of numbers, with the bounds the settings and flags have
+        fraction = read_float(
+            self.memory_fraction, "memory_fraction", minimum=0, maximum=1, above=True
+        )
+        length = read_int(self.context_length, "context_length", minimum=1, maximum=MAX_COUNT)
+        object.__setattr__(self, "memory_fraction", fraction)
+        object.__setattr__(self, "context_length", length)
 
 
 # --- activations --------------------------------------------------------------------------
@@ -972,6 +996,64 @@ def kv_bytes_per_token(
     )
 
 
+#: Bytes per logit element at the peak of vLLM's profile sampler run. vLLM V1 samples
+#: ``max_num_seqs`` dummy requests with temperature, top-k = vocab − 1 and top-p = 0.9
+#: (vllm/v1/worker/gpu_model_runner.py ``_dummy_sampler_run``, vllm-project/vllm@
+#: 35d5cda123ec28581759b6d34cde8052314fb1e6), so ``apply_top_k_top_p``
+#: (vllm/v1/sample/ops/topk_topp_sampler.py) sorts the float32 logits. Live at the sort:
+#: the model's bfloat16 logits 2 B, the sampler's float32 copy 4 B, the sorted values 4 B
+#: and int64 indices 8 B, and inside torch's segmented sort (aten/src/ATen/native/cuda/
+#: SortStable.cu ``segmented_sort_pairs``, pytorch/pytorch) the int64 reverse indices it
+#: allocates 8 B and CUB's alternate key/value buffers 4 + 8 B: 38 B.
+VLLM_SAMPLER_BYTES = 2 + 4 + 4 + 8 + 8 + 4 + 8
+#: Memory outside torch that vLLM's profiler counts (NCCL and the custom all-reduce
+#: buffers, created after its start-up snapshot): 0.13 GiB on one GPU, 0.54 GiB at t2, as
+#: vLLM 0.11 printed them for Llama-3.1-8B, Qwen3-0.6B and Qwen3-32B on H100
+#: (llm-d/llm-d-benchmark config_explorer/empirical-vllm-memory-results.md
+#: @0fa12aa9788aae02df8307a0305c223949b58cd4, "non-torch memory" per run).
+NON_TORCH_BYTES = {1: int(0.13 * GIB), 2: int(0.54 * GIB)}
+
+
+def non_torch_bytes(tp: int) -> int:
+    """:data:`NON_TORCH_BYTES` of one GPU of a t-way tensor-parallel instance."""
+    return NON_TORCH_BYTES[1 if tp == 1 else 2]
+
+
+def vllm_default_batched_tokens(device_bytes: int, gpu_name: str = "") -> int:
+    """vLLM's server default ``max_num_batched_tokens``: 8,192 on a GPU of ≥ 70 GiB that is
+    not an A100, else 2,048 (vllm/engine/arg_utils.py ``_set_default_args``,
+    ``UsageContext.OPENAI_API_SERVER``)."""
+    return 8192 if device_bytes >= 70 * GIB and "a100" not in gpu_name.lower() else 2048
+
+
+def vllm_profile_activation(
+    arch: Architecture, tp: int, compute: int, max_num_seqs: int, batched_tokens: int
+) -> tuple[int, str]:
+    """The activation peak of vLLM's profile run: the larger of its forward over
+    ``max_num_batched_tokens`` tokens (``_dummy_run(self.max_num_tokens)``) and its sampler
+    over ``max_num_seqs`` requests (``_dummy_sampler_run``, :data:`VLLM_SAMPLER_BYTES` per
+    logit of the whole vocabulary: vLLM gathers the logits on every tensor-parallel rank).
+    The forward keeps, at a layer's MLP, the residual and the normed input (2h) and the
+    gate-up output and its product (3f/t, the top-k experts' for an MoE layer)."""
+    h = arch.hidden_size
+    if arch.is_moe:
+        width = arch.experts_per_token * arch.moe_intermediate_size
+        width += arch.shared_expert_intermediate_size
+    else:
+        width = arch.intermediate_size
+    forward = batched_tokens * (2 * h + 3 * width / tp) * compute
+    sampler = max_num_seqs * arch.vocab_size * VLLM_SAMPLER_BYTES
+    if sampler >= forward:
+        return int(sampler), (
+            f"profile sampler run: {max_num_seqs} seqs × vocab {arch.vocab_size:,} × "
+            f"{VLLM_SAMPLER_BYTES} B (bf16 + float32 logits, top-k/top-p sort)"
+        )
+    return int(forward), (
+        f"profile forward: {batched_tokens:,} batched tokens × (2·{h} + 3·{width}/t{tp}) × "
+        f"{compute} B"
+    )
+
+
 def inference_memory(
     key: str,
     backend: str,
@@ -980,7 +1062,20 @@ def inference_memory(
     settings: InferenceSettings,
     capacity: int | None,
 ) -> MemoryEstimate:
-    """One GPU of one inference instance: weights, KV cache and its capacity."""
+    """One GPU of one inference instance: weights, KV cache and its capacity.
+
+    vLLM (vllm/v1/worker/gpu_worker.py ``determine_available_memory``, vllm-project/vllm@
+    35d5cda123ec28581759b6d34cde8052314fb1e6): KV = gpu_memory_utilization × the
+    device's total − (weights + the profile run's activation peak + non-torch memory);
+    CUDA graphs are captured after the KV cache is sized.
+
+    SGLang (python/sglang/srt/model_executor/model_runner_kv_cache_mixin.py
+    ``profile_max_num_token``, sgl-project/sglang@226149ac457bd1a1b5d450f55c01f72f604320d6):
+    ``rest_memory = available_gpu_memory - total_gpu_memory * (1 - mem_fraction_static)``,
+    the free memory after loading the weights less (1 − fraction) of the free memory
+    before: KV = fraction × (device total − non-torch) − weights. Its activations and
+    CUDA graphs live in the share it leaves free.
+    """
     tp, pp = parallel.tp_size, parallel.pp_size
     compute = dtype_bytes(settings.dtype, f"{key}.dtype")
     kv_dtype = (
@@ -991,39 +1086,60 @@ def inference_memory(
     p = arch.parameters
     weights = p.total * compute / (tp * pp)
     per_token, formula = kv_bytes_per_token(arch, tp, pp, kv_dtype)
+    device = settings.device_bytes if settings.device_bytes is not None else capacity
     terms = [
         Term(
             "weights",
             int(weights),
             f"{_b(p.total)} params / (t{tp}·p{pp}) × {compute} B ({settings.dtype})",
         ),
-        Term(
-            "reserve",
-            settings.reserve_bytes,
-            f"{readable_bytes(settings.reserve_bytes)} for activations, CUDA graphs and the "
-            f"CUDA context (--memory-reserve-gib)",
-        ),
     ]
+    vllm = backend == "vllm"
+    activations = 0
+    if vllm:
+        batched = settings.max_num_batched_tokens or vllm_default_batched_tokens(device or 0)
+        activations, act_text = vllm_profile_activation(
+            arch, tp, compute, settings.max_num_seqs, batched
+        )
+        terms.append(Term("activations", activations, act_text))
+    if settings.reserve_bytes is not None:
+        reserve = settings.reserve_bytes
+        reserve_text = (
+            f"{readable_bytes(reserve)} outside the weights and KV cache (--memory-reserve-gib)"
+        )
+    else:
+        reserve = non_torch_bytes(tp)
+        reserve_text = (
+            f"{readable_bytes(reserve)} non-torch memory at t{tp} (NCCL, all-reduce buffers; "
+            f"as vLLM's profiler measures it)"
+        )
+    terms.append(Term("reserve", reserve, reserve_text))
     tokens: int | None = None
-    if capacity is not None:
-        pool = settings.memory_fraction * capacity - weights - settings.reserve_bytes
+    claimed: float | None = None
+    if capacity is not None and device is not None:
+        fraction = settings.memory_fraction
+        if vllm:
+            pool = fraction * device - weights - activations - reserve
+            rule = f"{fraction:g} × {readable_bytes(device)} − weights − activations − reserve"
+        else:
+            pool = fraction * (device - reserve) - weights
+            rule = f"{fraction:g} × ({readable_bytes(device)} − reserve) − weights"
         tokens = max(0, int(pool // per_token))
         terms.append(
             Term(
                 "kv_cache",
                 max(0, int(pool)),
-                f"{settings.memory_fraction:g} × {readable_bytes(capacity)} − weights − reserve "
-                f"= {tokens:,} tokens × {per_token:,} B",
+                f"{rule} = {tokens:,} tokens × {per_token:,} B"
+                + (
+                    f" ({readable_bytes(device)}: what the device reports)"
+                    if device != capacity
+                    else ""
+                ),
             )
         )
+        # the claim is shown as the fraction of the capacity the user wrote (the plan's
+        # colocation rules read it); the pool above uses what the device reports
+        claimed = fraction
     kv = KVCache(per_token, formula, tokens, settings.context_length, settings.concurrency)
     assumptions = (f"{backend} claims {settings.memory_fraction:g} of each GPU",)
-    return MemoryEstimate(
-        key,
-        backend,
-        tuple(terms),
-        capacity,
-        assumptions,
-        kv,
-        settings.memory_fraction if capacity is not None else None,
-    )
+    return MemoryEstimate(key, backend, tuple(terms), capacity, assumptions, kv, claimed)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from areal_alloc.architecture import Architecture
-from areal_alloc.catalogue import GPU, find_gpu, find_model
+from areal_alloc.catalogue import GPU, find_gpu, find_model, reported_bytes
 from areal_alloc.errors import AllocationError
 from areal_alloc.fit import estimate_allocation, resolve_gpu
 from areal_alloc.memory import InferenceSettings, MemoryEstimate, TrainingSettings
@@ -404,8 +404,35 @@ def _inference(
         settings = replace(settings, dtype="fp8", kv_cache_dtype="bfloat16")
     if inputs.get("max_model_len"):
         settings = replace(settings, context_length=int(inputs["max_model_len"]))
-    estimate = estimate_allocation(alloc, arch, _capacity(data, inputs["gpu"]), None, settings)
+    capacity = _capacity(data, inputs["gpu"])
+    device = _reported(data, inputs)
+    settings = replace(
+        settings,
+        device_bytes=device,
+        max_num_seqs=int(inputs.get("max_num_seqs") or _vllm_default_seqs(inputs, device or 0)),
+        max_num_batched_tokens=inputs.get("max_num_batched_tokens"),
+    )
+    estimate = estimate_allocation(alloc, arch, capacity, None, settings)
     return alloc, arch, estimate
+
+
+def _reported(data: Mapping[str, Any], inputs: Mapping[str, Any]) -> int | None:
+    """The total the run's GPU reported: the row's own log line, else the catalogue's."""
+    if inputs.get("total_gpu_memory_gib_reported"):
+        return int(float(inputs["total_gpu_memory_gib_reported"]) * GIB)
+    try:
+        return reported_bytes(find_gpu(inputs["gpu"]))
+    except AllocationError:
+        return _capacity(data, inputs["gpu"])
+
+
+def _vllm_default_seqs(inputs: Mapping[str, Any], device: int) -> int:
+    """vLLM's default ``max_num_seqs`` for the row's engine: 1,024 for the V1 engine's
+    server on a GPU of ≥ 70 GiB that is not an A100, else 256 (vllm/engine/arg_utils.py
+    ``default_max_num_seqs``; V0's ``max_num_seqs`` default was 256)."""
+    v1 = "V1" in str(inputs.get("backend") or "")
+    big = device >= 70 * GIB and "a100" not in str(inputs.get("gpu") or "").lower()
+    return 1024 if v1 and big else 256
 
 
 def _kv_note(inputs: Mapping[str, Any]) -> str:

@@ -258,8 +258,54 @@ def test_kv_capacity_is_fraction_minus_weights_minus_reserve() -> None:
     weights = 8_030_261_248 * 2
     assert estimate.term("weights") == weights
     assert estimate.kv_cache is not None
-    assert estimate.kv_cache.tokens == int((0.9 * 80 * GIB - weights - GIB) // 131_072)
+    # SGLang keeps (1 - fraction) of the memory free before loading: fraction × (total -
+    # reserve) - weights (model_runner_kv_cache_mixin.py profile_max_num_token)
+    assert estimate.kv_cache.tokens == int((0.9 * (80 * GIB - GIB) - weights) // 131_072)
     assert estimate.kv_cache.sequences == estimate.kv_cache.tokens // 32768
+
+
+# vLLM: KV = utilization × total - weights - profile activation peak - non-torch memory.
+# Llama-3.1-8B: vocab 128,256, hidden 4,096, MLP 14,336, 8,030,261,248 parameters in bf16;
+# the sampler run (seqs × vocab × 38 B) is larger than the forward at 8,192 tokens
+# (8,192 × (2·4,096 + 3·14,336) × 2 B = 838,860,800 B) for 256 and 1,024 seqs.
+_LLAMA8_WEIGHTS = 8_030_261_248 * 2
+
+
+@pytest.mark.parametrize(
+    ("seqs", "tp", "device", "activation", "non_torch"),
+    [
+        (256, 1, 79.18, 256 * 128_256 * 38, int(0.13 * GIB)),
+        (1024, 1, 79.18, 1024 * 128_256 * 38, int(0.13 * GIB)),
+        (1024, 2, 79.18, 1024 * 128_256 * 38, int(0.54 * GIB)),
+        (1, 1, 79.18, 838_860_800, int(0.13 * GIB)),  # one seq: the forward is the peak
+    ],
+)
+def test_vllm_kv_is_utilization_minus_weights_profile_peak_and_non_torch(
+    seqs: int, tp: int, device: float, activation: int, non_torch: int
+) -> None:
+    estimate = inference_memory(
+        "rollout",
+        "vllm",
+        find_model("meta-llama/Llama-3.1-8B"),
+        ModelAllocation.from_str(f"vllm:d1t{tp}").parallel,
+        InferenceSettings(memory_fraction=0.9, max_num_seqs=seqs, device_bytes=int(device * GIB)),
+        80 * GIB,
+    )
+    weights = _LLAMA8_WEIGHTS / tp
+    assert estimate.term("activations") == activation
+    assert estimate.term("reserve") == non_torch
+    pool = 0.9 * int(device * GIB) - int(weights) - activation - non_torch
+    assert estimate.term("kv_cache") == int(pool)
+    assert estimate.kv_cache is not None
+    assert estimate.kv_cache.tokens == int(pool // (131_072 // tp))
+
+
+def test_the_reported_capacity_is_the_catalogue_s_cited_figure() -> None:
+    from areal_alloc.catalogue import find_gpu, reported_bytes
+
+    assert reported_bytes(find_gpu("H100-80GB")) == int(79.18 * GIB)
+    assert reported_bytes(find_gpu("A100-40GB")) == int(39.5 * GIB)
+    assert reported_bytes(find_gpu("H200")) == find_gpu("H200").memory_bytes  # not listed
 
 
 # --- how the terms shard -------------------------------------------------------------------
