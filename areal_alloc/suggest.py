@@ -26,9 +26,8 @@ from areal_alloc.architecture import Architecture
 from areal_alloc.defaults import CONTEXT_LENGTH
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.layouts import LayoutConstraints, RankedLayout, fastest_layouts
-from areal_alloc.limits import MAX_COUNT
+from areal_alloc.limits import MAX_COUNT, grouped
 from areal_alloc.memory import InferenceSettings, Term, TrainingSettings
-from areal_alloc.numbers import read_int
 from areal_alloc.strategy import ParallelStrategy
 from areal_alloc.throughput import Hardware, balance_advice
 
@@ -49,9 +48,10 @@ class RunShape:
     def __post_init__(self) -> None:
         for name in ("batch", "prompt_len", "gen_len"):
             value = getattr(self, name)
-            number = read_int(value, name, minimum=1, maximum=MAX_COUNT)  # the one reader
-            if number is not value:  # "512" given directly: kept as the number it names
-                object.__setattr__(self, name, number)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
+                raise AllocationValidationError(
+                    f"{name}={value!r}: must be an integer from 1 to {grouped(MAX_COUNT)}"
+                )
 
     @property
     def train_tokens(self) -> int:
@@ -148,10 +148,11 @@ def _splits(gpus: int, per_node: int) -> list[int]:
 
 
 #: Training layouts searched per split at most, in the listing order (most data
-#: parallelism first); more are left out and the proposal says so. Every layout of
-#: up to 4,096 GPUs of the catalogue's models is within it (the search itself is
-#: exact: :func:`areal_alloc.layouts.fastest_layouts`); about 20 ms per split.
-SPLIT_LAYOUTS = 2_000
+#: parallelism first); more are left out and the proposal says so. Every split of up to
+#: 4,096 GPUs of every catalogue model is within it (the most: 7,132 megatron layouts
+#: of DeepSeek-V3 on 3,840 GPUs, 8 per node), and the search itself is exact
+#: (:func:`areal_alloc.layouts.fastest_layouts`), so up to there nothing is left out.
+SPLIT_LAYOUTS = 8_000
 #: Up to this many rollout/training splits, every one is estimated; beyond, the search
 #: narrows in on the optimum (see :func:`_search_order`), then takes its neighbours.
 EXHAUSTIVE_SPLITS = 48

@@ -85,3 +85,20 @@ def test_a_cut_split_is_said_in_the_proposal(monkeypatch: pytest.MonkeyPatch) ->
         f"searched (most data parallelism first); `areal-alloc layouts megatron "
         f"{first.train_gpus} --rank --top 3` searches more"
     )
+
+
+@pytest.mark.parametrize("gpus", [2520, 3360, 3840, 4032, 4096])  # the most divisors ≤ 4,096
+def test_no_split_of_up_to_4096_gpus_is_cut(gpus: int) -> None:
+    from areal_alloc.catalogue import MODELS
+    from areal_alloc.layouts import LayoutConstraints, iter_strategies
+    from areal_alloc.layouts import _shaped as shaped
+
+    for name in MODELS:
+        arch = find_model(name)
+        count = sum(
+            1
+            for _ in iter_strategies(
+                "megatron", gpus, shaped(LayoutConstraints(gpus_per_node=8), arch)
+            )
+        )
+        assert count <= suggest_module.SPLIT_LAYOUTS, (name, gpus, count)
