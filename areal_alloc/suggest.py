@@ -26,8 +26,9 @@ from areal_alloc.architecture import Architecture
 from areal_alloc.defaults import CONTEXT_LENGTH
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.layouts import LayoutConstraints, RankedLayout, fastest_layouts
-from areal_alloc.limits import MAX_COUNT, grouped
+from areal_alloc.limits import MAX_COUNT
 from areal_alloc.memory import InferenceSettings, Term, TrainingSettings
+from areal_alloc.numbers import read_int
 from areal_alloc.strategy import ParallelStrategy
 from areal_alloc.throughput import Hardware, balance_advice
 
@@ -48,10 +49,9 @@ class RunShape:
     def __post_init__(self) -> None:
         for name in ("batch", "prompt_len", "gen_len"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
-                raise AllocationValidationError(
-                    f"{name}={value!r}: must be an integer from 1 to {grouped(MAX_COUNT)}"
-                )
+            number = read_int(value, name, minimum=1, maximum=MAX_COUNT)  # the one reader
+            if number is not value:  # "512" given directly: kept as the number it names
+                object.__setattr__(self, name, number)
 
     @property
     def train_tokens(self) -> int:
