@@ -229,7 +229,14 @@ class TrainingSettings:
     offload_params: bool = False  # FSDP CPU offload of parameters and optimizer
     flash_attention: bool = True  # never stores the a·s² attention scores
     dropout: bool = False  # dropout masks (the reference's LLMs train without dropout)
-    sequence_parallel: bool | None = None  # None: the backend's default (on when t > 1)
+    #: None: the reference's rule, on when t > 1. It has no config key for it: the
+    #: Megatron engine builds ``use_sequence_parallel=parallel_strategy.tensor_parallel_size
+    #: > 1`` (areal/engine/megatron_engine.py _make_parallel_strategy) and megatron-bridge's
+    #: provider ``sequence_parallel = mpu.get_tensor_model_parallel_world_size() > 1``
+    #: (areal/models/mcore/registry.py; areal-project/AReaL@cbff54d645d2cd8ee1f1c358a82f3f47
+    #: 3588433d, areal/api/cli_args.py has no sequence_parallel key). A run outside the
+    #: reference (Megatron-LM without --sequence-parallel) sets it False.
+    sequence_parallel: bool | None = None
     reserve_bytes: int = 4 * GIB
     #: LoRA rank (use_lora: true); None: every parameter trains
     lora_rank: int | None = None
