@@ -19,6 +19,9 @@ from areal_alloc.cli.args import command_parser, positive
 from areal_alloc.cli.estimates import (
     calibrate,
     chosen_gpu,
+    explain_speed,
+    explain_speed_flags,
+    explain_speed_lines,
     fitting,
     gpu_flags,
     gpu_named,
@@ -146,12 +149,14 @@ def explain(args: list[str]) -> int:
         f"per kind)",
     )
     memory_flags(parser)
+    explain_speed_flags(parser)
     ns = parser.parse_args(args)
     if ns.model:  # the layout against the model's heads, layers and experts first
         from areal_alloc.experiment.shapes import check_model_layout
 
         check_model_layout(ModelAllocation.from_str(ns.spec), ns.model)
     memory = memory_estimate(ModelAllocation.from_str(ns.spec), ns)
+    speed = explain_speed(ModelAllocation.from_str(ns.spec), ns)
     if ns.json:
         alloc = ModelAllocation.from_str(ns.spec)
         p = alloc.parallel
@@ -190,6 +195,7 @@ def explain(args: list[str]) -> int:
                         if memory and memory.kv_cache
                         else {}
                     ),
+                    **speed,
                 },
                 indent=1,
             )
@@ -200,6 +206,9 @@ def explain(args: list[str]) -> int:
     if memory is not None:
         print()
         print(render_memory(memory, f"memory per GPU ({ns.model}{gpu_named(ns)}; an estimate):"))
+    if speed:
+        print()
+        print("\n".join(explain_speed_lines(speed)))
     if refused is not None:
         raise refused
     return 0

@@ -31,6 +31,7 @@ from areal_alloc.limits import MAX_COUNT, MAX_RANKED, MAX_SEARCHED
 from areal_alloc.memory import (
     RECOMPUTE,
     InferenceSettings,
+    KVCache,
     MemoryEstimate,
     TrainingSettings,
     readable_bytes,
@@ -40,12 +41,15 @@ from areal_alloc.model_shape import local_config
 from areal_alloc.plan import plan_config
 from areal_alloc.settings import MAX_RESERVE_GIB, NAMES, ChosenGPU, Resolved, Settings
 from areal_alloc.suggest import RunShape, suggest
-from areal_alloc.throughput import Hardware, decode_step, training_step
+from areal_alloc.throughput import Hardware, decode_step, generation, training_step
 from areal_alloc.vocab import INFERENCE_BACKENDS
 
 __all__ = [
     "calibrate",
     "chosen_gpu",
+    "explain_speed",
+    "explain_speed_flags",
+    "explain_speed_lines",
     "fitting",
     "gpu_flags",
     "gpu_named",
@@ -828,3 +832,165 @@ def suggest_command(args: list[str]) -> int:
         print(f"# searched: {note}")
     _footer(ns, proposals[0].actor.speed.assumptions)
     return 0
+
+
+# --- explain: the speed of one layout (issue 17, item 5) ------------------------------
+
+#: ``explain``'s flags that ask for a speed: inference, then training.
+_GENERATION_FLAGS = ("batch", "prompt_len", "gen_len")
+_TRAINING_FLAGS = ("tokens_per_step", "seq_len")
+
+
+def explain_speed_flags(parser: argparse.ArgumentParser) -> None:
+    """``explain``'s speed flags: one instance's generation (--batch, --prompt-len,
+    --gen-len) or the whole training engine's step (--tokens-per-step, --seq-len, with
+    memory_flags' --tokens and --recompute), at the GPU's speeds."""
+    group = parser.add_argument_group("speed (with --model and a GPU with speeds)")
+    group.add_argument(
+        "--batch", type=count, default=None, metavar="B", help="inference: sequences in flight"
+    )
+    group.add_argument(
+        "--prompt-len", type=count, default=None, metavar="P", help="inference: prompt tokens (0)"
+    )
+    group.add_argument(
+        "--gen-len", type=count, default=None, metavar="O", help="inference: generated tokens"
+    )
+    group.add_argument(
+        "--tokens-per-step",
+        type=count,
+        default=None,
+        metavar="S",
+        help="training: tokens per optimizer step (1,048,576)",
+    )
+    group.add_argument(
+        "--seq-len",
+        type=count,
+        default=None,
+        metavar="L",
+        help=f"training: sequence length for attention (the micro-batch, at most "
+        f"{CONTEXT_LENGTH:,})",
+    )
+    group.add_argument("--gpus-per-node", type=positive, default=None, metavar="N")
+    hardware_flags(parser)
+    calibration_flag(parser)
+
+
+def explain_speed(alloc: ModelAllocation, ns: argparse.Namespace) -> dict[str, object]:
+    """``{"generation": …}`` for an inference layout or ``{"training": …}`` for a training
+    one, when a speed flag was given; ``{}`` otherwise."""
+    given = [f for f in (*_GENERATION_FLAGS, *_TRAINING_FLAGS) if getattr(ns, f) is not None]
+    if not given:
+        return {}
+    flags = ", ".join("--" + f.replace("_", "-") for f in given)
+    if not ns.model:
+        raise AllocationValidationError(f"{flags} need --model: the speed of which model?")
+    wrong = _TRAINING_FLAGS if alloc.is_inference else _GENERATION_FLAGS
+    misplaced = [f for f in given if f in wrong]
+    if misplaced:
+        kind = "an inference" if alloc.is_inference else "a training"
+        fits = "--batch, --gen-len" if alloc.is_inference else "--tokens-per-step, --seq-len"
+        named = ", ".join("--" + f.replace("_", "-") for f in misplaced)
+        raise AllocationValidationError(
+            f"{alloc.spec} is {kind} layout: {named} do not apply (give {fits})"
+        )
+    arch = find_model(ns.model)
+    hardware = hardware_from_flags(ns, arch)
+    training, inference = settings_from_flags(ns)
+    if alloc.is_inference:
+        if ns.batch is None or ns.gen_len is None:
+            raise AllocationValidationError(
+                f"{alloc.spec}: the generation speed needs --batch and --gen-len (given: {flags})"
+            )
+        memory = estimate_allocation(alloc, arch, gpu_spec(ns).capacity, training, inference)
+        kv = memory.kv_cache
+        prompt = ns.prompt_len or 0
+        run = _generation(arch, alloc, hardware, ns.batch, prompt, ns.gen_len, kv)
+        return {"generation": run}
+    tokens_mb = training.tokens_per_micro_batch
+    step = training_step(
+        alloc.backend,
+        arch,
+        alloc.parallel,
+        hardware,
+        tokens_per_step=ns.tokens_per_step or 1 << 20,
+        tokens_per_micro_batch=tokens_mb,
+        sequence_length=ns.seq_len or min(tokens_mb, CONTEXT_LENGTH),
+        recompute=training.recompute,
+        virtual_pipeline=training.virtual_pipeline,
+    )
+    return {
+        "training": {
+            **step.to_dict(),
+            "tokens_per_step": step.tokens,
+            "tokens_per_micro_batch": tokens_mb,
+            "sequence_length": ns.seq_len or min(tokens_mb, CONTEXT_LENGTH),
+            "recompute": training.recompute,
+        }
+    }
+
+
+def _generation(
+    arch: Architecture,
+    alloc: ModelAllocation,
+    hardware: Hardware,
+    batch: int,
+    prompt: int,
+    gen: int,
+    kv: KVCache | None,
+) -> dict[str, object]:
+    per_token = kv.bytes_per_token if kv is not None else 0
+    held = kv.tokens if kv is not None else None
+    run = generation(
+        arch,
+        alloc.parallel,
+        hardware,
+        batch=batch,
+        prompt_len=prompt,
+        gen_len=gen,
+        kv_bytes_per_token=per_token,
+    )
+    assumptions = list(run.assumptions)
+    if not prompt:
+        assumptions.append("no prompt (--prompt-len not given)")
+    needed = batch * (prompt + gen)
+    if held is not None and needed > held:
+        assumptions.append(
+            f"the KV cache holds {held:,} tokens, fewer than batch {batch} × ({prompt:,} + "
+            f"{gen:,}) = {needed:,}: the engine would hold fewer sequences in flight"
+        )
+    return {
+        "tokens_per_second": run.tokens_per_second,
+        "seconds": run.seconds,
+        "batch": batch,
+        "prompt_len": prompt,
+        "gen_len": gen,
+        "bottleneck": run.bottleneck,
+        "terms": run.terms_dict(),
+        "assumptions": assumptions,
+    }
+
+
+def explain_speed_lines(speed: dict[str, object]) -> list[str]:
+    """``explain``'s text for :func:`explain_speed`: the figures, the terms, the assumptions."""
+    lines: list[str] = []
+    for kind, found in speed.items():
+        if not isinstance(found, dict):
+            continue
+        if kind == "generation":
+            lines.append(
+                f"generation (one instance; an estimate): {found['tokens_per_second']:,.0f} "
+                f"generated tokens/s, {found['seconds']:.3g} s for {found['batch']} × "
+                f"{found['gen_len']:,} tokens"
+            )
+        else:
+            lines.append(
+                f"training (the whole engine; an estimate): {found['tokens_per_second']:,.0f} "
+                f"tokens/s, {found['step_seconds']:.3g} s per step, MFU {found['mfu']:.0%}"
+            )
+        rows = [["term", "seconds", "formula"]]
+        for term in found["terms"]:
+            hidden = " (hidden)" if term.get("hidden") else ""
+            rows.append([term["name"] + hidden, f"{term['seconds']:.3g}", term["formula"]])
+        lines.extend("  " + row for row in table(rows))
+        lines.extend(f"# assumed: {a}" for a in found["assumptions"])
+    return lines
