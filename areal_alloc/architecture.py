@@ -22,30 +22,30 @@ from typing import Any
 
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.limits import MAX_COUNT
-from areal_alloc.model_shape import read_config_json
+from areal_alloc.model_shape import config_values, language_model, read_model_config
 from areal_alloc.numbers import quote, read_int
 
 __all__ = ["Architecture", "ParameterCount"]
 
-#: Our field name -> the config keys it is read from, first found wins.
-_KEYS: dict[str, tuple[str, ...]] = {
-    "hidden_size": ("hidden_size", "n_embd", "d_model"),
-    "num_layers": ("num_hidden_layers", "num_layers", "n_layer"),
-    "num_attention_heads": ("num_attention_heads", "n_head"),
-    "num_key_value_heads": ("num_key_value_heads", "num_query_groups"),
-    "head_dim": ("head_dim", "kv_channels"),
-    "intermediate_size": ("intermediate_size", "ffn_hidden_size"),
-    "vocab_size": ("vocab_size", "padded_vocab_size"),
-    "num_experts": ("num_experts", "n_routed_experts", "num_local_experts"),
-    "experts_per_token": ("num_experts_per_tok", "moe_router_topk"),
-    "moe_intermediate_size": ("moe_intermediate_size", "moe_ffn_hidden_size"),
-    "first_dense_layers": ("first_k_dense_replace",),
-    "q_lora_rank": ("q_lora_rank",),
-    "kv_lora_rank": ("kv_lora_rank",),
-    "qk_nope_head_dim": ("qk_nope_head_dim",),
-    "qk_rope_head_dim": ("qk_rope_head_dim",),
-    "v_head_dim": ("v_head_dim",),
-}
+#: The sizes read from a config, by the one alias table (model_shape.CONFIG_KEYS).
+_READ = (
+    "hidden_size",
+    "num_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+    "num_experts",
+    "experts_per_token",
+    "moe_intermediate_size",
+    "first_dense_layers",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+)
 
 _REQUIRED = ("hidden_size", "num_layers", "num_attention_heads", "vocab_size")
 
@@ -330,18 +330,11 @@ class Architecture:
         """Read a Hugging Face ``config.json`` mapping (or our own field names)."""
         if not hasattr(data, "get"):
             raise AllocationValidationError(f"{source}: expected a mapping of config values")
-        if isinstance(data.get("text_config"), dict) and "hidden_size" not in data:
-            data = data["text_config"]  # multimodal wrappers keep the LM here
-        values: dict[str, Any] = {}
-        for name, keys in _KEYS.items():
-            for key in keys:
-                value = data.get(key)
-                if value is not None:  # the one reader of numbers: by type, bounded
-                    least = 1 if name in _REQUIRED else 0
-                    values[name] = read_int(
-                        value, f"{source}: {key}", minimum=least, maximum=MAX_COUNT
-                    )
-                    break
+        data = language_model(data)  # multimodal wrappers keep the LM in text_config
+        # the one alias table and reader the shape checks use (model_shape.config_values)
+        values: dict[str, Any] = dict(
+            config_values(data, source, _READ, {n: 1 if n in _REQUIRED else 0 for n in _READ})
+        )
         missing = [name for name in _REQUIRED if name not in values]
         if missing:
             raise AllocationValidationError(
@@ -380,5 +373,5 @@ class Architecture:
     @classmethod
     def from_file(cls, path: str | Path) -> Architecture:
         """Read a local ``config.json`` (or the folder holding one)."""
-        file, data = read_config_json(path)
+        file, data = read_model_config(path)
         return cls.from_mapping(data, source=str(file))

@@ -24,23 +24,104 @@ from areal_alloc.strategy import ParallelStrategy
 from areal_alloc.vocab import INFERENCE_BACKENDS
 
 __all__ = [
+    "CONFIG_KEYS",
     "ModelShape",
     "check_shape",
+    "config_values",
+    "language_model",
     "layout_problems",
     "local_config",
     "local_path",
     "read_config_json",
+    "read_model_config",
     "shape_problems",
 ]
 
-_HF_KEYS = {
-    "num_layers": ("num_layers", "num_hidden_layers", "n_layer"),
+#: The one table of the config.json keys each size is read from, first found wins. The
+#: shape checks (:class:`ModelShape`) and the memory estimate
+#: (:class:`areal_alloc.architecture.Architecture`) both read through
+#: :func:`config_values`, so a Falcon-style ``n_head_kv`` or a Megatron-style
+#: ``num_query_groups`` means the same KV heads to both. Sources: transformers'
+#: LlamaConfig, Qwen2/Qwen3(Moe)Config, DeepseekV3Config, FalconConfig (``n_head_kv``,
+#: ``multi_query``), GPT2Config (``n_embd``, ``n_layer``, ``n_head``), Megatron-LM's
+#: TransformerConfig names.
+CONFIG_KEYS: dict[str, tuple[str, ...]] = {
+    "hidden_size": ("hidden_size", "n_embd", "d_model"),
+    "num_layers": ("num_hidden_layers", "num_layers", "n_layer"),
     "num_attention_heads": ("num_attention_heads", "n_head"),
     "num_key_value_heads": ("num_key_value_heads", "num_query_groups", "n_head_kv"),
-    "num_experts": ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"),
-    "vocab_size": ("vocab_size",),
+    "head_dim": ("head_dim", "kv_channels"),
+    "intermediate_size": ("intermediate_size", "ffn_hidden_size"),
+    "vocab_size": ("vocab_size", "padded_vocab_size"),
+    "num_experts": ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts"),
+    "experts_per_token": ("num_experts_per_tok", "moe_router_topk"),
+    "moe_intermediate_size": ("moe_intermediate_size", "moe_ffn_hidden_size"),
+    "first_dense_layers": ("first_k_dense_replace",),
+    "q_lora_rank": ("q_lora_rank",),
+    "kv_lora_rank": ("kv_lora_rank",),
+    "qk_nope_head_dim": ("qk_nope_head_dim",),
+    "qk_rope_head_dim": ("qk_rope_head_dim",),
+    "v_head_dim": ("v_head_dim",),
+    # not a config.json key: a model_shape section's schedule for the layer check
     "virtual_pipeline_size": ("virtual_pipeline_size", "virtual_pipeline_parallel_size"),
 }
+
+#: The sizes a layout must divide (the fields of :class:`ModelShape` read from a mapping).
+_SHAPE_FIELDS = (
+    "num_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "num_experts",
+    "vocab_size",
+    "virtual_pipeline_size",
+)
+
+#: Switches saying a config has one KV head (FalconConfig.multi_query, GPTBigCode's
+#: multi_query, ChatGLM's multi_query_attention).
+_MULTI_QUERY = ("multi_query", "multi_query_attention")
+
+
+def language_model(data: Any) -> Any:
+    """The language model's part of a config: a multimodal wrapper keeps it in
+    ``text_config`` (its keys win over the wrapper's)."""
+    text_config = data.get("text_config") if hasattr(data, "get") else None
+    if isinstance(text_config, dict) and (
+        "hidden_size" not in data or "num_attention_heads" not in data
+    ):
+        return {**data, **text_config}
+    return data
+
+
+def config_values(
+    data: Any, source: str, names: tuple[str, ...], least: dict[str, int] | None = None
+) -> dict[str, int]:
+    """The sizes ``names`` of a config mapping, by :data:`CONFIG_KEYS` (first key found
+    wins), each through the one reader of numbers and named by the key it was read from
+    (``least``: a name's smallest value, 1 by default). A multi-query config (no KV-head
+    key, ``multi_query: true``) has one KV head."""
+    values: dict[str, int] = {}
+    for name in names:
+        for key in CONFIG_KEYS[name]:
+            value = data.get(key)
+            if value is not None:
+                minimum = 1 if least is None else least.get(name, 1)
+                values[name] = read_int(
+                    value, f"{source}: {key}", minimum=minimum, maximum=MAX_COUNT
+                )
+                break
+    if (
+        "num_key_value_heads" in names
+        and "num_key_value_heads" not in values
+        and any(data.get(key) is True for key in _MULTI_QUERY)
+    ):
+        values["num_key_value_heads"] = 1
+    return values
+
+
+def read_model_config(path: str | Path) -> tuple[Path, Any]:
+    """A local ``config.json`` (or its folder): its path and its language model's part."""
+    file, data = read_config_json(path)
+    return file, language_model(data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +137,7 @@ class ModelShape:
     source: str = "model_shape"
 
     def __post_init__(self) -> None:
-        for name in _HF_KEYS:
+        for name in _SHAPE_FIELDS:
             value = getattr(self, name)
             if value is None:
                 continue
@@ -74,28 +155,15 @@ class ModelShape:
     def from_mapping(cls, data: Any, source: str = "model_shape") -> ModelShape:
         """Read a mapping with our names or Hugging Face's (``num_hidden_layers``…);
         every value through the one reader of numbers, named by the key it was read from."""
-        values: dict[str, Any] = {}
-        for name, keys in _HF_KEYS.items():
-            for key in keys:
-                value = data.get(key) if hasattr(data, "get") else None
-                if value is not None:
-                    values[name] = read_int(value, f"{source}: {key}", minimum=1, maximum=MAX_COUNT)
-                    break
-        if (
-            "num_key_value_heads" not in values
-            and "num_attention_heads" in values
-            and data.get("multi_query_attention") is not True
-        ):
+        values = config_values(data, source, _SHAPE_FIELDS) if hasattr(data, "get") else {}
+        if "num_key_value_heads" not in values and "num_attention_heads" in values:
             values["num_key_value_heads"] = values["num_attention_heads"]
         return cls(**values, source=source)
 
     @classmethod
     def from_hf_config(cls, path: str | Path) -> ModelShape:
         """Read a local Hugging Face ``config.json`` (or the folder holding one)."""
-        file, data = read_config_json(path)
-        text_config = data.get("text_config")
-        if isinstance(text_config, dict) and "num_attention_heads" not in data:
-            data = {**data, **text_config}
+        file, data = read_model_config(path)
         return cls.from_mapping(data, source=str(file))
 
 

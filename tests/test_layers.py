@@ -115,7 +115,6 @@ LAYERS = [
     "areal_alloc.kinds",
     "areal_alloc._config",
     # the experiment: which model each engine runs
-    "areal_alloc.experiment",
     "areal_alloc.experiment.models",
     "areal_alloc.files",
     # string → syntax
@@ -132,10 +131,12 @@ LAYERS = [
     # model → memory: the model's architecture, the catalogues, the estimate
     "areal_alloc.architecture",
     "areal_alloc.catalogue",
-    # the experiment: shapes and the reference's start-up rules
+    "areal_alloc.settings",
+    # the experiment: its one reading, shapes and the reference's start-up rules
+    "areal_alloc.experiment.read",
+    "areal_alloc.experiment",
     "areal_alloc.experiment.shapes",
     "areal_alloc.experiment.rules",
-    "areal_alloc.settings",
     "areal_alloc.memory",
     "areal_alloc.fit",
     "areal_alloc.throughput",

@@ -1,0 +1,929 @@
+"""One reading of the experiment: a composed config to one frozen, typed :class:`Experiment`.
+
+A config comes as a DictConfig (``hydra.compose``, ``OmegaConf.load``), a plain
+mapping, or the dataclass objects the reference's ``load_expr_config`` returns;
+every key is read here once, through ``areal_alloc._config`` and the one reader
+of numbers, with the reference's defaults (``areal_alloc.defaults``). What reads
+an experiment after this (the plan's checks, memory, speed, ``suggest --config``)
+takes the :class:`Experiment`, never the raw config:
+
+- the cluster: ``cluster.n_nodes`` and ``cluster.n_gpus_per_node`` (the
+  reference's defaults 32 × 8, said when assumed), and the GPU the settings
+  resolve (:meth:`Experiment.resolved`);
+- each engine (actor, critic, ref, rollout, teacher): its role, its
+  ``ModelAllocation`` with its scheduling (colocation target), ``offload``, the
+  model it runs (:class:`ModelChoice`: every key naming it, by the reference's
+  rules in :mod:`areal_alloc.experiment.models`, resolved once to a
+  :class:`~areal_alloc.model_shape.ModelShape` and an
+  :class:`~areal_alloc.architecture.Architecture`, both from the one config.json
+  reader), and its settings (:class:`TrainConfig` or :class:`InferenceConfig`);
+- the run: ``train_dataset.batch_size`` / ``max_length``, ``gconfig.n_samples`` /
+  ``max_new_tokens``, ``rollout.max_head_offpolicyness`` /
+  ``max_concurrent_rollouts`` and ``actor.recompute_logprob`` (:class:`RunConfig`).
+
+Reference: areal-project/AReaL at cbff54d645d2cd8ee1f1c358a82f3f473588433d
+(areal/api/cli_args.py for every key and default).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from areal_alloc import defaults
+from areal_alloc._config import (
+    child,
+    is_mapping,
+    keys,
+    section,
+    setting_float,
+    setting_int,
+    shown,
+    unset,
+    whole_number,
+)
+from areal_alloc.errors import AllocationError, AllocationValidationError
+from areal_alloc.experiment.models import ModelSource, model_sources
+from areal_alloc.limits import MAX_COUNT, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES, grouped
+from areal_alloc.model import ModelAllocation
+from areal_alloc.model_shape import ModelShape, local_config
+from areal_alloc.strategy import SchedulingStrategy, SchedulingStrategyType
+from areal_alloc.vocab import (
+    ENGINE_ORDER,
+    ENGINE_ROLES,
+    EXAMPLE_BACKEND,
+    INHERITS_ACTOR,
+    SCHEDULING_KEYS,
+    SCHEDULING_TYPES,
+    did_you_mean,
+    role_problem,
+    scheduling_problem,
+)
+
+if TYPE_CHECKING:
+    from areal_alloc.architecture import Architecture
+    from areal_alloc.settings import Resolved, Settings
+
+__all__ = [
+    "DEFAULT_GPUS_PER_NODE",
+    "DEFAULT_N_NODES",
+    "MAX_KL_CTL",
+    "MAX_VPP",
+    "Cluster",
+    "Engine",
+    "Experiment",
+    "InferenceConfig",
+    "ModelChoice",
+    "RunConfig",
+    "TrainConfig",
+    "model_from_path",
+    "read_experiment",
+    "shape_from_path",
+    "shape_of_architecture",
+]
+
+#: The reference's cluster defaults (ClusterSpecConfig in areal/api/cli_args.py).
+DEFAULT_N_NODES = 32
+DEFAULT_GPUS_PER_NODE = 8
+#: Bound of actor.kl_ctl either side of 0 (the reference's default is 0.1).
+MAX_KL_CTL = 1_000_000.0
+#: Largest virtual pipeline size read from a config (far beyond any real schedule).
+MAX_VPP = 1 << 20
+
+
+# --- the experiment --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """``cluster.n_nodes × cluster.n_gpus_per_node``, and the GPU when resolved."""
+
+    n_nodes: int
+    n_gpus_per_node: int
+    #: what was assumed because the config did not say (the reference's defaults)
+    assumptions: tuple[str, ...] = ()
+    #: the GPU, speeds, efficiencies and reserve (``areal_alloc.settings``), once resolved
+    machine: Resolved | None = None
+
+    @property
+    def capacity(self) -> int:
+        return self.n_nodes * self.n_gpus_per_node
+
+
+@dataclass(frozen=True, slots=True)
+class TrainConfig:
+    """A training engine's settings that change its memory and speed, with the defaults.
+
+    Read from the engine's section (areal/api/cli_args.py TrainEngineConfig and its
+    ``optimizer``, ``mb_spec``, ``fsdp`` and ``megatron`` sections).
+    """
+
+    dtype: str = defaults.DTYPE
+    #: ``optimizer.type``; None: forward only (a ref or a teacher without one)
+    optimizer: str | None = "adam"
+    #: the optimizer was not configured and adam was assumed (an actor or critic trains)
+    optimizer_assumed: bool = False
+    optimizer_dtype: str = defaults.OPTIMIZER_DTYPE
+    gradient_checkpointing: bool = False
+    #: ``megatron.recompute_granularity`` (read when checkpointing: full or selective)
+    recompute: str = "none"
+    max_tokens_per_mb: int | None = None
+    n_mbs: int = defaults.MICRO_BATCHES
+    use_lora: bool = False
+    lora_rank: int = defaults.LORA_RANK
+    target_modules: tuple[str, ...] = ()
+    is_critic: bool = False
+    memory_efficient_load: bool = False
+    offload_params: bool = False
+    distributed_optimizer: bool = True
+    precision_aware_optimizer: bool = False
+    #: ``megatron.virtual_pipeline_parallel_size`` as written (None: 1)
+    virtual_pipeline_size: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceConfig:
+    """An inference engine's server settings (the top-level ``sglang`` / ``vllm`` section)."""
+
+    dtype: str = defaults.DTYPE
+    kv_cache_dtype: str = "auto"
+    memory_fraction: float = defaults.MEMORY_FRACTION
+    context_length: int = defaults.CONTEXT_LENGTH
+    #: ``<engine>.max_concurrent_rollouts`` as written (None: not given)
+    max_concurrent_rollouts: int | None = None
+    #: vLLM's ``max_num_seqs`` / ``max_num_batched_tokens`` as written (None: not given)
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    #: the keys the fraction and the length were read from (``sglang.context_length`` …)
+    fraction_key: str = "sglang.mem_fraction_static"
+    length_key: str = "sglang.context_length"
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    """The run's shape as written; None where the config does not say.
+
+    ``batch``, ``samples``, ``new_tokens`` and ``prompt`` apply the reference's defaults
+    (areal/api/cli_args.py _DatasetConfig, GenerationHyperparameters; a prompt of
+    ``defaults.PROMPT_TOKENS`` is areal-alloc's own assumption, said where used).
+    """
+
+    batch_size: int | None = None
+    max_length: int | None = None
+    n_samples: int | None = None
+    max_new_tokens: int | None = None
+    max_head_offpolicyness: int | None = None
+    max_concurrent_rollouts: int | None = None
+    recompute_logprob: bool | None = None
+
+    @property
+    def batch(self) -> int:
+        return defaults.TRAIN_BATCH if self.batch_size is None else self.batch_size
+
+    @property
+    def samples(self) -> int:
+        return defaults.SAMPLES if self.n_samples is None else self.n_samples
+
+    @property
+    def new_tokens(self) -> int:
+        return defaults.NEW_TOKENS if self.max_new_tokens is None else self.max_new_tokens
+
+    @property
+    def prompt(self) -> int:
+        return defaults.PROMPT_TOKENS if self.max_length is None else self.max_length
+
+
+@dataclass(frozen=True, slots=True)
+class ModelChoice:
+    """The model an engine runs: every key naming it, first to last
+    (:func:`areal_alloc.experiment.models.model_sources`), resolved once on demand."""
+
+    sources: tuple[ModelSource, ...] = ()
+    _resolved: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def named(self) -> bool:
+        return bool(self.sources)
+
+    def shape(self) -> ModelShape | None:
+        """The sizes a layout must divide: the first ``model_shape`` section, or the first
+        path when it is found here (no other path stands in for a model not found)."""
+        if "shape" not in self._resolved:
+            self._resolved["shape"] = _resolve_shape(self.sources)
+        found: ModelShape | None = self._resolved["shape"]
+        return found
+
+    def architecture(self) -> tuple[Architecture | None, str | None]:
+        """(the architecture, a note): the note says how a path was read, or why the
+        model it names was not found (then the architecture is None)."""
+        if "architecture" not in self._resolved:
+            self._resolved["architecture"] = _resolve_architecture(self.sources)
+        found: tuple[Architecture | None, str | None] = self._resolved["architecture"]
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    """One configured engine: where its backend came from, what it runs, and how."""
+
+    key: str
+    backend_key: str
+    allocation: ModelAllocation
+    active: bool = True
+    note: str | None = None
+    #: ``<engine>.offload`` (the teacher's: ``teacher.offload``)
+    offload: bool = False
+    model: ModelChoice = field(default_factory=ModelChoice)
+    training: TrainConfig | None = None
+    inference: InferenceConfig | None = None
+
+    @property
+    def role(self) -> str:
+        """``inference`` or ``training``: the kind of backend it runs."""
+        return "inference" if self.allocation.is_inference else "training"
+
+    @property
+    def path(self) -> str:
+        """The section holding the backend (``teacher.rollout`` for a served teacher)."""
+        return self.backend_key.rsplit(".", 1)[0]
+
+    @property
+    def scheduling(self) -> SchedulingStrategy:
+        return self.allocation.scheduling_strategy
+
+    @property
+    def gpus(self) -> int:
+        """GPUs this engine adds to the run (0 when colocated or inactive)."""
+        return self.allocation.world_size if self.active else 0
+
+    @property
+    def spec(self) -> str:
+        return self.allocation.spec
+
+    def shape(self) -> ModelShape | None:
+        """Its model's shape, with a Megatron engine's virtual pipeline size."""
+        shape = self.model.shape()
+        vpp = self.training.virtual_pipeline_size if self.training is not None else None
+        if shape is not None and self.allocation.backend == "megatron" and vpp is not None:
+            shape = replace(shape, virtual_pipeline_size=vpp)
+        return shape
+
+
+@dataclass(frozen=True, slots=True)
+class Experiment:
+    """The experiment as the reference reads it (see the module's docstring)."""
+
+    cluster: Cluster
+    engines: tuple[Engine, ...]
+    run: RunConfig
+    warnings: tuple[str, ...] = ()
+    #: the config as given, for the reference's start-up rules
+    #: (``areal_alloc.experiment.rules``) only
+    config: object = field(default=None, compare=False, repr=False)
+
+    def __getitem__(self, key: str) -> Engine:
+        for engine in self.engines:
+            if engine.key == key:
+                return engine
+        raise KeyError(key)
+
+    def get(self, key: str) -> Engine | None:
+        return next((e for e in self.engines if e.key == key), None)
+
+    @property
+    def names_a_model(self) -> bool:
+        """Whether any engine's model is named (only then is memory estimated)."""
+        return any(e.model.named for e in self.engines)
+
+    def resolved(self, settings: Settings) -> Experiment:
+        """This experiment with the GPU and speeds ``settings`` resolve (flags, the hook's
+        parameters, the environment, nvidia-smi, then the config's ``cluster`` keys)."""
+        machine = settings.resolve(self.config)
+        return replace(self, cluster=replace(self.cluster, machine=machine))
+
+
+def read_experiment(cfg: object, settings: Settings | None = None) -> Experiment:
+    """Read ``cfg`` once; one error line naming the key for anything it cannot read.
+
+    ``settings``: resolve the GPU and speeds now (see :meth:`Experiment.resolved`).
+    """
+    if not is_mapping(cfg):
+        raise AllocationValidationError(
+            f"expected a config mapping (DictConfig, dict or a dataclass instance), "
+            f"got {type(cfg).__name__}"
+        )
+    _legacy_check(cfg)
+    cluster = _cluster(cfg)
+    read, warnings = _read_engines(cfg)
+    engines = _apply_run_rules(cfg, read)
+    engines = [_with_details(cfg, e) for e in engines]
+    run = _run(cfg)
+    experiment = Experiment(cluster, tuple(engines), run, tuple(warnings), cfg)
+    return experiment.resolved(settings) if settings is not None else experiment
+
+
+# --- the engines -----------------------------------------------------------------------
+
+
+def _fail(key: str, value: object, error: AllocationError | str) -> AllocationValidationError:
+    """``key='value': message``, keeping the caret of a parse error."""
+    if isinstance(error, str):
+        return AllocationValidationError(f"{key}={shown(value)}: {error}")
+    cls = type(error) if isinstance(error, AllocationValidationError) else AllocationValidationError
+    out = cls(f"{key}={shown(value)}: {error.message}")
+    if error.column is not None and error.text is not None:
+        out.text, out.column = error.text, error.column
+    return out
+
+
+def _scheduling(node_section: object, path: str) -> SchedulingStrategy:
+    node = child(node_section, "scheduling_strategy")
+    if node is None:
+        return SchedulingStrategy()
+    path = f"{path}.scheduling_strategy"
+    if not is_mapping(node):
+        raise AllocationValidationError(
+            f"{path}={shown(node)}: must be a mapping with type and target, e.g. "
+            f"{{type: colocation, target: actor}}"
+        )
+    for key in keys(node):
+        if key not in SCHEDULING_KEYS:
+            hint = did_you_mean(key, SCHEDULING_KEYS)
+            raise AllocationValidationError(
+                f"{path}.{key}: unknown key; {hint}scheduling_strategy takes "
+                f"{', '.join(SCHEDULING_KEYS)}"
+            )
+    kind = child(node, "type")
+    target = child(node, "target")
+    if kind is None:
+        kind = "separation"
+    if kind == "separation":
+        target = None  # a leftover target has no meaning without colocation
+    problem = scheduling_problem(kind, target)
+    if problem is not None:
+        if kind not in SCHEDULING_TYPES:
+            raise AllocationValidationError(f"{path}.type={shown(kind)}: {problem}")
+        if target:
+            raise AllocationValidationError(f"{path}.target={shown(target)}: {problem}")
+        raise AllocationValidationError(
+            f"{path}.target is empty: {problem}, e.g. {path}.target=actor"
+        )
+    return SchedulingStrategy(SchedulingStrategyType(kind), target)
+
+
+class _Source(NamedTuple):
+    """Where an engine's backend lives, and which kind of backend it must be."""
+
+    backend_key: str
+    value: object
+    section: object  # holds the backend and the scheduling_strategy
+    role: str  # "inference", "training" or "any"
+    warning: str | None = None
+
+
+def _teacher_source(node: object) -> _Source:
+    """The teacher as the reference reads it (``TeacherConfig`` in areal/api/cli_args.py).
+
+    ``engine_type`` (default ``rollout``) selects ``teacher.rollout`` (an inference
+    engine) or ``teacher.train`` (a training engine); the selected one must be
+    set. Older configs write a flat ``teacher.backend`` of any kind.
+    """
+    engine_type = child(node, "engine_type")
+    rollout, train = child(node, "rollout"), child(node, "train")
+    rollout = None if unset(rollout) else rollout  # a strict schema's empty sections
+    train = None if unset(train) else train
+    if engine_type is None and rollout is None and train is None:
+        return _Source("teacher.backend", child(node, "backend"), node, "any")
+    if engine_type is None:
+        engine_type = "rollout"  # the reference's default
+    if engine_type not in ("rollout", "train"):
+        raise AllocationValidationError(
+            f"teacher.engine_type={shown(engine_type)}: must be 'rollout' or 'train'"
+        )
+    role = "inference" if engine_type == "rollout" else "training"
+    sub = rollout if engine_type == "rollout" else train
+    if sub is None:
+        raise AllocationValidationError(
+            f"teacher.{engine_type} must be provided when teacher.engine_type={engine_type!r}: "
+            f"set it, e.g. ++teacher.{engine_type}.backend={EXAMPLE_BACKEND[role]} "
+            f"({'an inference' if role == 'inference' else 'a training'} backend)"
+        )
+    if not is_mapping(sub):
+        raise AllocationValidationError(
+            f"teacher.{engine_type}={shown(sub)}: must be a section with a backend field, "
+            f"e.g. teacher.{engine_type}.backend={EXAMPLE_BACKEND[role]}"
+        )
+    warnings = []
+    if rollout is not None and train is not None:
+        warnings.append(
+            f"teacher.rollout and teacher.train are both set; "
+            f"teacher.engine_type={engine_type!r} selects teacher.{engine_type}"
+        )
+    if child(node, "backend") not in (None, ""):
+        warnings.append(
+            f"teacher.backend is not read when teacher.engine_type or teacher.rollout/train is "
+            f"set; the teacher runs teacher.{engine_type}.backend"
+        )
+    return _Source(
+        f"teacher.{engine_type}.backend",
+        child(sub, "backend"),
+        sub,
+        role,
+        "; ".join(warnings) or None,
+    )
+
+
+def _source(key: str, node: object) -> _Source:
+    if key == "teacher":
+        return _teacher_source(node)
+    return _Source(f"{key}.backend", child(node, "backend"), node, ENGINE_ROLES[key])
+
+
+def _allocation(key: str, source: _Source, scheduling: SchedulingStrategy) -> ModelAllocation:
+    backend_key, value, role = source.backend_key, source.value, source.role
+    if not isinstance(value, str):
+        raise AllocationValidationError(
+            f"{backend_key}={shown(value)}: must be a string such as {EXAMPLE_BACKEND[role]!r}"
+        )
+    if "${" in value:
+        raise AllocationValidationError(
+            f"{backend_key}={shown(value)}: an unresolved interpolation; the config was read "
+            f"without OmegaConf (e.g. yaml.safe_load), so ${{…}} stayed text. Load it with "
+            f"OmegaConf.load(path), or compose it with Hydra, then validate"
+        )
+    try:
+        allocation = ModelAllocation.from_str(value, name=key, scheduling_strategy=scheduling)
+    except AllocationError as error:
+        raise _fail(backend_key, value, error) from None
+    problem = role_problem(backend_key.rsplit(".", 1)[0], role, allocation.backend)
+    if problem is not None:
+        raise _fail(backend_key, value, problem)
+    return allocation
+
+
+def _legacy_check(cfg: object) -> None:
+    value = child(cfg, "allocation_mode")
+    if value is None or value == "":
+        return
+    # imported here, not at the top: the deprecated string is rare, and this module
+    # is loaded at the start of every run that enables the hook
+    from areal_alloc.legacy import NOT_READ, migration_overrides
+
+    try:
+        migration = migration_overrides(str(value))
+    except AllocationError as error:
+        raise AllocationValidationError(
+            f"allocation_mode={shown(value)} {NOT_READ}; give each engine its own backend "
+            f"field (rollout.backend=…, actor.backend=…); it also does not parse: "
+            f"{error.message}"
+        ) from None
+    notes = f" ({'; '.join(migration.notes)})" if migration.notes else ""
+    raise AllocationValidationError(
+        f"allocation_mode={shown(value)} {NOT_READ}; remove it and give each engine its own "
+        f"backend field: {' '.join(migration.overrides)}{notes}"
+    )
+
+
+def _read_engines(cfg: object) -> tuple[list[Engine], list[str]]:
+    actor_section = child(cfg, "actor")
+    actor_backend = child(actor_section, "backend") if is_mapping(actor_section) else None
+    engines: list[Engine] = []
+    warnings: list[str] = []
+    for key in ENGINE_ORDER:
+        node = child(cfg, key)
+        if node is None:
+            continue
+        if not is_mapping(node):
+            raise AllocationValidationError(
+                f"{key}={shown(node)}: {key} must be a mapping (a section with a backend "
+                f"field), not {type(node).__name__}; e.g. {key}.backend="
+                f"{EXAMPLE_BACKEND[ENGINE_ROLES[key]]}"
+            )
+        if unset(node):
+            continue
+        source = _source(key, node)
+        value, note = source.value, None
+        if (value is None or value == "") and key in INHERITS_ACTOR and actor_backend:
+            value, note = actor_backend, "backend from actor.backend"
+            source = source._replace(value=value)
+        if value is None or value == "":
+            raise AllocationValidationError(
+                f"{source.backend_key} is empty: set it, e.g. "
+                f"++{source.backend_key}={EXAMPLE_BACKEND[source.role]}"
+            )
+        path = source.backend_key.rsplit(".", 1)[0]
+        allocation = _allocation(key, source, _scheduling(source.section, path))
+        engines.append(Engine(key, source.backend_key, allocation, True, note))
+        if source.warning:
+            warnings.append(source.warning)
+    if not engines:
+        raise AllocationValidationError(
+            "no engine found: the config needs at least one of "
+            f"{', '.join(ENGINE_ORDER)} with a backend field, e.g. actor.backend=fsdp:d4"
+        )
+    return engines, warnings
+
+
+def _apply_run_rules(cfg: object, engines: list[Engine]) -> list[Engine]:
+    """Engines the run will not create, and implicit colocation, as the reference does."""
+    actor = child(cfg, "actor")
+    # any finite coefficient the reference runs; ≤ 0 creates no reference model
+    kl_ctl = setting_float(actor, "kl_ctl", "actor.kl_ctl", minimum=-MAX_KL_CTL, maximum=MAX_KL_CTL)
+    mode = child(actor, "weight_update_mode") if actor is not None else None
+    version = child(actor, "_version") if actor is not None else None
+    present = {e.key for e in engines}
+    out: list[Engine] = []
+    for engine in engines:
+        if engine.key == "ref" and kl_ctl is not None and kl_ctl <= 0:
+            written = child(actor, "kl_ctl")
+            engine = replace(
+                engine,
+                active=False,
+                note=f"inactive: actor.kl_ctl={written}, so the run creates no reference model",
+            )
+        elif (
+            engine.key == "rollout"
+            and mode == "awex"
+            and version in (None, "v1")
+            and "actor" in present
+            and not engine.allocation.scheduling_strategy.is_colocated
+        ):
+            colocated = SchedulingStrategy(SchedulingStrategyType.colocation, "actor")
+            engine = replace(
+                engine,
+                allocation=replace(engine.allocation, scheduling_strategy=colocated),
+                note="colocated with actor: actor.weight_update_mode=awex with the v1 "
+                "controller shares the actor's GPUs",
+            )
+        out.append(engine)
+    return out
+
+
+def _with_details(cfg: object, engine: Engine) -> Engine:
+    """The engine's model, ``offload`` and settings (an inactive engine: its model only)."""
+    sources = model_sources(cfg, engine.key, engine.path, engine.allocation.backend)
+    choice = ModelChoice(tuple(sources))
+    offload_path = "teacher" if engine.key == "teacher" else engine.path
+    offload = _flag(_at(cfg, offload_path), "offload", False, f"{offload_path}.offload")
+    if not engine.active:
+        return replace(engine, model=choice, offload=offload)
+    if engine.allocation.is_inference:
+        return replace(
+            engine, model=choice, offload=offload, inference=_inference_config(cfg, engine)
+        )
+    training = _train_config(_at(cfg, engine.path), engine.path, engine.key)
+    return replace(engine, model=choice, offload=offload, training=training)
+
+
+def _at(cfg: object, dotted: str) -> Any:
+    node: Any = cfg
+    for part in dotted.split("."):
+        node = child(node, part)
+    return node
+
+
+#: The spellings OmegaConf's bool fields accept.
+_BOOLEAN = {
+    "true": True,
+    "yes": True,
+    "on": True,
+    "1": True,
+    "false": False,
+    "no": False,
+    "off": False,
+    "0": False,
+}
+
+
+def _flag(node: object, key: str, default: bool, path: str) -> bool:
+    """A boolean setting as OmegaConf's bool fields read it; anything else names the key."""
+    value = child(node, key) if node is not None else None
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):  # as OmegaConf's bool fields accept
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _BOOLEAN:
+        return _BOOLEAN[value.strip().lower()]
+    raise AllocationValidationError(f"{path}={shown(value)}: must be true or false")
+
+
+def _text(node: object, key: str, default: str) -> str:
+    value = child(node, key) if node is not None else None
+    return str(value) if value not in (None, "") else default
+
+
+def _train_config(node: object, path: str, key: str) -> TrainConfig:
+    """A training engine's settings (areal/api/cli_args.py TrainEngineConfig at cbff54d6)."""
+    optimizer_node = section(node, "optimizer", f"{path}.optimizer")
+    assumed = False
+    if unset(optimizer_node):  # absent, or a strict schema's all-null section
+        optimizer: str | None = "adam" if key in ("actor", "critic") else None
+        assumed = key in ("actor", "critic")
+    else:
+        optimizer = _text(optimizer_node, "type", "adam")
+    megatron = section(node, "megatron", f"{path}.megatron")
+    checkpointing = _flag(node, "gradient_checkpointing", False, f"{path}.gradient_checkpointing")
+    recompute = "none"
+    if checkpointing:
+        granularity = _text(megatron, "recompute_granularity", "full")
+        recompute = "selective" if granularity == "selective" else "full"
+    mb_spec = section(node, "mb_spec", f"{path}.mb_spec")
+    tokens = whole_number(mb_spec, "max_tokens_per_mb", f"{path}.mb_spec.max_tokens_per_mb")
+    count = whole_number(mb_spec, "n_mbs", f"{path}.mb_spec.n_mbs")
+    use_lora, rank, targets = _lora(node, path)
+    critic = _flag(node, "is_critic", False, f"{path}.is_critic")
+    fsdp = section(node, "fsdp", f"{path}.fsdp")
+    efficient_load = _flag(
+        fsdp, "memory_efficient_load", False, f"{path}.fsdp.memory_efficient_load"
+    )
+    ddp = section(megatron, "ddp", f"{path}.megatron.ddp")
+    distributed = _flag(
+        ddp, "use_distributed_optimizer", True, f"{path}.megatron.ddp.use_distributed_optimizer"
+    )
+    precision_aware = _flag(
+        megatron,
+        "use_precision_aware_optimizer",
+        False,
+        f"{path}.megatron.use_precision_aware_optimizer",
+    )
+    vpp = None
+    if megatron is not None:
+        vpp = setting_int(
+            megatron, f"{path}.megatron.virtual_pipeline_parallel_size", 1, 1, MAX_VPP
+        )
+    offload = _flag(fsdp, "offload_params", False, f"{path}.fsdp.offload_params")
+    return TrainConfig(
+        dtype=_text(node, "dtype", defaults.DTYPE),
+        optimizer=optimizer,
+        optimizer_assumed=assumed,
+        optimizer_dtype=_text(node, "optimizer_dtype", defaults.OPTIMIZER_DTYPE),
+        gradient_checkpointing=checkpointing,
+        recompute=recompute,
+        max_tokens_per_mb=tokens,
+        n_mbs=max(1, defaults.MICRO_BATCHES if count is None else count),
+        use_lora=use_lora,
+        lora_rank=rank,
+        target_modules=targets,
+        is_critic=critic,
+        memory_efficient_load=efficient_load,
+        offload_params=offload,
+        distributed_optimizer=distributed,
+        precision_aware_optimizer=precision_aware,
+        virtual_pipeline_size=vpp,
+    )
+
+
+def _lora(node: object, path: str) -> tuple[bool, int, tuple[str, ...]]:
+    """``use_lora``, ``lora_rank`` and ``target_modules`` (areal/api/cli_args.py
+    TrainEngineConfig, lines 1374-1385, reference commit cbff54d6)."""
+    if not _flag(node, "use_lora", False, f"{path}.use_lora"):
+        return False, defaults.LORA_RANK, ()
+    rank = whole_number(node, "lora_rank", f"{path}.lora_rank")
+    raw = child(node, "target_modules")
+    if raw is None or raw == "":
+        targets: tuple[str, ...] = ()
+    elif isinstance(raw, str):
+        targets = (raw,)
+    elif isinstance(raw, (list, tuple)) or (hasattr(raw, "__iter__") and not is_mapping(raw)):
+        targets = tuple(str(item) for item in raw)
+    else:
+        raise AllocationValidationError(
+            f"{path}.target_modules={shown(raw)}: must be a list of module names, e.g. "
+            f"[q_proj, v_proj], or empty for all-linear"
+        )
+    return True, (defaults.LORA_RANK if rank is None else rank), targets
+
+
+def _inference_config(cfg: object, engine: Engine) -> InferenceConfig:
+    """The server section of the engine's backend (areal/api/cli_args.py SGLangConfig,
+    vLLMConfig at cbff54d6) and the engine's ``max_concurrent_rollouts``."""
+    backend = engine.allocation.backend
+    server = section(cfg, backend, backend)
+    if backend == "vllm":
+        fraction_key, length_key = "gpu_memory_utilization", "max_model_len"
+    else:
+        fraction_key, length_key = "mem_fraction_static", "context_length"
+    fraction = setting_float(
+        server, fraction_key, f"{backend}.{fraction_key}", minimum=0, maximum=1, above=True
+    )
+    length = whole_number(server, length_key, f"{backend}.{length_key}")
+    concurrency = whole_number(
+        _at(cfg, engine.path), "max_concurrent_rollouts", f"{engine.path}.max_concurrent_rollouts"
+    )
+    seqs = whole_number(server, "max_num_seqs", f"{backend}.max_num_seqs")
+    batched = whole_number(server, "max_num_batched_tokens", f"{backend}.max_num_batched_tokens")
+    return InferenceConfig(
+        dtype=_text(server, "dtype", "bfloat16").replace("auto", "bfloat16"),
+        kv_cache_dtype=_text(server, "kv_cache_dtype", "auto"),
+        memory_fraction=defaults.MEMORY_FRACTION if fraction is None else fraction,
+        context_length=length or defaults.CONTEXT_LENGTH,
+        max_concurrent_rollouts=concurrency,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=batched,
+        fraction_key=f"{backend}.{fraction_key}",
+        length_key=f"{backend}.{length_key}",
+    )
+
+
+# --- the cluster and the run -----------------------------------------------------------
+
+
+def _cluster(cfg: object) -> Cluster:
+    cluster = child(cfg, "cluster")
+    if cluster is not None and not is_mapping(cluster):
+        raise AllocationValidationError(
+            f"cluster={shown(cluster)}: must be a mapping with n_nodes and n_gpus_per_node"
+        )
+    n_nodes = setting_int(cluster, "cluster.n_nodes", DEFAULT_N_NODES, 1, MAX_NODES)
+    per_node = setting_int(
+        cluster, "cluster.n_gpus_per_node", DEFAULT_GPUS_PER_NODE, 0, MAX_GPUS_PER_NODE
+    )
+    assumed = []
+    if n_nodes is None:
+        n_nodes = DEFAULT_N_NODES
+        assumed.append(f"cluster.n_nodes={n_nodes}")
+    if per_node is None:
+        per_node = DEFAULT_GPUS_PER_NODE
+        assumed.append(f"cluster.n_gpus_per_node={per_node}")
+    if n_nodes * per_node > MAX_GPUS:
+        raise AllocationValidationError(
+            f"cluster.n_nodes={n_nodes} × cluster.n_gpus_per_node={per_node} = "
+            f"{grouped(n_nodes * per_node)} GPUs is over the limit of {grouped(MAX_GPUS)}"
+        )
+    notes = []
+    if assumed:
+        notes.append(
+            f"{' and '.join(assumed)} assumed (not set in the config; the reference's defaults)"
+        )
+    return Cluster(n_nodes, per_node, tuple(notes))
+
+
+def _run(cfg: object) -> RunConfig:
+    """The run's shape (areal/api/cli_args.py _DatasetConfig, GenerationHyperparameters,
+    InferenceEngineConfig.max_head_offpolicyness / max_concurrent_rollouts,
+    PPOActorConfig.recompute_logprob at cbff54d6)."""
+    dataset = section(cfg, "train_dataset", "train_dataset")
+    gconfig = section(cfg, "gconfig", "gconfig")
+    rollout = child(cfg, "rollout")
+    rollout = rollout if is_mapping(rollout) else None
+    actor = child(cfg, "actor")
+    actor = actor if is_mapping(actor) else None
+    offpolicy = setting_int(rollout, "rollout.max_head_offpolicyness", 0, 0, MAX_COUNT)
+    recompute = child(actor, "recompute_logprob") if actor is not None else None
+    return RunConfig(
+        batch_size=whole_number(dataset, "batch_size", "train_dataset.batch_size"),
+        max_length=whole_number(dataset, "max_length", "train_dataset.max_length"),
+        n_samples=whole_number(gconfig, "n_samples", "gconfig.n_samples"),
+        max_new_tokens=whole_number(gconfig, "max_new_tokens", "gconfig.max_new_tokens"),
+        max_head_offpolicyness=offpolicy,
+        max_concurrent_rollouts=whole_number(
+            rollout, "max_concurrent_rollouts", "rollout.max_concurrent_rollouts"
+        ),
+        recompute_logprob=(
+            None
+            if recompute is None
+            else _flag(actor, "recompute_logprob", False, "actor.recompute_logprob")
+        ),
+    )
+
+
+# --- the model an engine runs: its shape and its architecture, from one reader ------------
+
+
+def shape_of_architecture(arch: Architecture, source: str) -> ModelShape:
+    """The sizes of ``arch`` a layout must divide."""
+    return ModelShape(
+        num_layers=arch.num_layers,
+        num_attention_heads=arch.num_attention_heads,
+        num_key_value_heads=arch.kv_heads,
+        num_experts=arch.num_experts or None,
+        vocab_size=arch.vocab_size,
+        source=source,
+    )
+
+
+def _shape_section(node: object, key: str) -> ModelShape:
+    if not is_mapping(node):
+        raise AllocationValidationError(
+            f"{key}={node!r}: must be a mapping (num_layers, num_attention_heads, …) "
+            f"or {{path: /local/model/dir}}"
+        )
+    path = child(node, "path")
+    if isinstance(path, str) and path:
+        return ModelShape.from_hf_config(path)
+    return ModelShape.from_mapping(node, source=key)
+
+
+def shape_from_path(value: str, key: str) -> ModelShape | None:
+    """The shape of a named model (a local config.json or its folder, a hub id in the
+    local cache, a catalogue name, a cluster path by its last part), or None when it
+    cannot be found here."""
+    local = local_config(value)
+    if local is not None:
+        return ModelShape.from_hf_config(local)
+    from areal_alloc.catalogue import find_model  # the catalogue loads only for named models
+
+    try:
+        return shape_of_architecture(find_model(value), f"{key}={value!r}")
+    except AllocationError:
+        pass
+    name = Path(value.rstrip("/")).name  # a cluster path: /storage/models/Qwen3-8B
+    if name and name != value:
+        try:
+            source = f"{key}={value!r}, read as the catalogue's {name}"
+            return shape_of_architecture(find_model(name), source)
+        except AllocationError:
+            pass
+    return None
+
+
+def _resolve_shape(sources: tuple[ModelSource, ...]) -> ModelShape | None:
+    path_tried = False
+    for source in sources:
+        if source.kind == "model_shape":
+            return _shape_section(source.value, source.key)
+        if path_tried:
+            continue  # the engine's model is named but unknown here: no other path stands in
+        path_tried = True
+        shape = shape_from_path(str(source.value), source.key)
+        if shape is not None:
+            return shape
+    return None
+
+
+def model_from_path(value: object, key: str) -> tuple[Architecture | None, str | None]:
+    """A model named by a path or id; (None, why) when it cannot be found here."""
+    if not isinstance(value, str) or not value:
+        return None, None
+    from areal_alloc.catalogue import find_model
+
+    try:
+        return find_model(value), None
+    except AllocationError:
+        pass
+    name = Path(value.rstrip("/")).name  # a cluster path: /storage/models/Qwen3-8B
+    if name and name != value:
+        try:
+            return find_model(name), f"{key}={value!r} read as the catalogue's {name}"
+        except AllocationError:
+            pass
+    return (
+        None,
+        f"{key}={shown(value)}: not found here (no local config.json, hub cache or "
+        f"catalogue entry)",
+    )
+
+
+#: The keys of a ``model_shape`` section the memory estimate reads (our names and
+#: Hugging Face's, as :meth:`Architecture.from_mapping` reads them).
+_SHAPE_KEYS = (
+    "hidden_size",
+    "num_layers",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+    "num_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "tie_word_embeddings",
+    "first_k_dense_replace",
+    "n_shared_experts",
+    "model_type",
+)
+
+
+def _shape_model(node: object, key: str) -> tuple[Architecture | None, str | None]:
+    if unset(node) or not is_mapping(node):
+        return None, None
+    path = child(node, "path")
+    if isinstance(path, str) and path:
+        return model_from_path(path, f"{key}.path")
+    from areal_alloc.architecture import Architecture
+
+    data = {k: child(node, k) for k in _SHAPE_KEYS}
+    data = {k: v for k, v in data.items() if v is not None}
+    try:
+        return Architecture.from_mapping(data, source=key), None
+    except AllocationError as error:
+        if "missing" in error.message:  # a shape for the layout checks only
+            return None, None
+        raise
+
+
+def _resolve_architecture(
+    sources: tuple[ModelSource, ...],
+) -> tuple[Architecture | None, str | None]:
+    for source in sources:
+        if source.kind == "model_shape":
+            found = _shape_model(source.value, source.key)
+            if found[0] is not None:
+                return found
+            continue  # a shape for the layout checks only
+        return model_from_path(str(source.value), source.key)
+    return None, None

@@ -1,0 +1,414 @@
+"""The one reading of the experiment (areal_alloc.experiment.read): a table over every
+built-in experiment, the test configs and the reference's example facts, and the
+readings the old readers disagreed on."""
+
+# ruff: noqa: E501 - the table writes each engine on one line
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from areal_alloc.architecture import Architecture
+from areal_alloc.compose import compose_file
+from areal_alloc.errors import AllocationValidationError
+from areal_alloc.experiment import Experiment, read_experiment
+from areal_alloc.experiment.read import InferenceConfig, TrainConfig
+from areal_alloc.model_shape import ModelShape
+from areal_alloc.plan import plan_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _changed(settings: TrainConfig | InferenceConfig) -> str:
+    base = type(settings)()
+    return " ".join(
+        f"{f.name}={getattr(settings, f.name)}"
+        for f in dataclasses.fields(settings)
+        if getattr(settings, f.name) != getattr(base, f.name) and not f.name.endswith("_key")
+    )
+
+
+def _summary(e: Experiment) -> list[str]:
+    """The cluster and run shape, then one line per engine: its role, scheduling, offload,
+    the first key naming its model, the architecture found, and every setting that is
+    not the reference's default."""
+    run = dataclasses.asdict(e.run)
+    lines = [
+        f"cluster {e.cluster.n_nodes}x{e.cluster.n_gpus_per_node} run "
+        + (" ".join(f"{k}={v}" for k, v in run.items() if v is not None) or "-")
+    ]
+    for g in e.engines:
+        src = g.model.sources[0] if g.model.sources else None
+        arch = g.model.architecture()[0] if g.active else None
+        settings = g.training or g.inference
+        shown = (_changed(settings) or "defaults") if settings is not None else "-"
+        lines.append(
+            " ".join(
+                [
+                    g.key,
+                    g.spec,
+                    g.role,
+                    "active" if g.active else "inactive",
+                    f"on={g.scheduling.target or '-'}",
+                    f"offload={g.offload}",
+                    f"model={src.key}={src.value}" if src else "model=-",
+                    f"arch={arch.source}" if arch is not None else "arch=-",
+                    "|",
+                    shown,
+                ]
+            )
+        )
+    return lines
+
+
+def _read(name: str) -> list[str]:
+    try:
+        return _summary(read_experiment(compose_file(str(ROOT / name))))
+    except AllocationValidationError as error:
+        return ["error " + error.message[:70]]
+
+
+EXPECTED = [
+    (
+        "areal_alloc/conf/app/experiment/distill_teacher.yaml",
+        [
+            "cluster 2x8 run -",
+            "rollout sglang:d4 inference active on=- offload=False model=- arch=- | defaults",
+            "teacher vllm:d1t4 inference active on=- offload=False model=- arch=- | defaults",
+            "actor fsdp:d8 training active on=- offload=False model=- arch=- | optimizer_assumed=True",
+        ],
+    ),
+    (
+        "areal_alloc/conf/app/experiment/grpo_1x8.yaml",
+        [
+            "cluster 1x8 run -",
+            "rollout sglang:d2t2 inference active on=- offload=False model=- arch=- | defaults",
+            "actor fsdp:d4 training active on=- offload=False model=- arch=- | optimizer_assumed=True",
+            "ref fsdp:d4 training active on=actor offload=False model=- arch=- | optimizer=None",
+        ],
+    ),
+    (
+        "areal_alloc/conf/app/experiment/grpo_2x8.yaml",
+        [
+            "cluster 2x8 run batch_size=64 max_length=1024 n_samples=8 max_new_tokens=8192 max_concurrent_rollouts=256",
+            "rollout sglang:d2t4 inference active on=- offload=False model=actor.path=Qwen/Qwen2.5-7B-Instruct arch=Qwen/Qwen2.5-7B | max_concurrent_rollouts=256",
+            "actor fsdp:d4t2 training active on=- offload=False model=actor.path=Qwen/Qwen2.5-7B-Instruct arch=Qwen/Qwen2.5-7B | gradient_checkpointing=True recompute=full max_tokens_per_mb=16384",
+            "ref fsdp:d4t2 training active on=actor offload=False model=ref.path=Qwen/Qwen2.5-7B-Instruct arch=Qwen/Qwen2.5-7B | optimizer=None max_tokens_per_mb=16384",
+        ],
+    ),
+    (
+        "areal_alloc/conf/app/experiment/moe_32.yaml",
+        [
+            "cluster 6x8 run -",
+            "rollout sglang:d2t8 inference active on=- offload=False model=- arch=- | defaults",
+            "actor megatron:(attn:d4p2t2c2|ffn:d2p2t4e2) training active on=- offload=False model=- arch=- | optimizer_assumed=True",
+            "ref megatron:(attn:d4p2t2c2|ffn:d2p2t4e2) training active on=actor offload=False model=- arch=- | optimizer=None",
+        ],
+    ),
+    (
+        "areal_alloc/conf/app/experiment/ppo_critic.yaml",
+        [
+            "cluster 3x8 run -",
+            "rollout sglang:d4t2 inference active on=- offload=False model=- arch=- | defaults",
+            "actor fsdp:d8 training active on=- offload=False model=- arch=- | optimizer_assumed=True",
+            "critic fsdp:d4t2 training active on=- offload=False model=- arch=- | optimizer_assumed=True",
+            "ref fsdp:d8 training active on=actor offload=False model=- arch=- | optimizer=None",
+        ],
+    ),
+    (
+        "tests/data/real_grpo.yaml",
+        [
+            "cluster 2x8 run batch_size=256 max_length=1024 n_samples=4 max_new_tokens=1024 max_head_offpolicyness=2 max_concurrent_rollouts=256 recompute_logprob=True",
+            "rollout sglang:d4t2 inference active on=- offload=False model=sglang.model_path=Qwen/Qwen2.5-1.5B-Instruct arch=Qwen/Qwen2.5-1.5B | memory_fraction=0.8 max_concurrent_rollouts=256",
+            "actor fsdp:d8 training active on=- offload=False model=actor.path=Qwen/Qwen2.5-1.5B-Instruct arch=Qwen/Qwen2.5-1.5B | max_tokens_per_mb=10240",
+            "ref fsdp:d8 training inactive on=- offload=False model=ref.path=Qwen/Qwen2.5-1.5B-Instruct arch=- | -",
+        ],
+    ),
+    (
+        "tests/data/reference/distillation__gsm8k_grpo_distill_mode_rolloutEngine.yaml",
+        [
+            "cluster 1x8 run batch_size=256 max_length=1024 n_samples=4 max_new_tokens=2048 max_concurrent_rollouts=256",
+            "rollout vllm:d1 inference active on=- offload=False model=vllm.model=Qwen/Qwen3-0.6B arch=Qwen/Qwen3-0.6B | memory_fraction=0.8 max_concurrent_rollouts=256",
+            "teacher vllm:d1t2 inference active on=- offload=False model=teacher.path=Qwen/Qwen2.5-14B-Instruct arch=Qwen/Qwen2.5-14B | memory_fraction=0.8",
+            "actor fsdp:d1 training active on=- offload=False model=actor.path=Qwen/Qwen3-0.6B arch=Qwen/Qwen3-0.6B | gradient_checkpointing=True recompute=full max_tokens_per_mb=10240",
+            "ref fsdp:d1 training inactive on=actor offload=False model=ref.path=Qwen/Qwen3-0.6B arch=- | -",
+        ],
+    ),
+    (
+        "tests/data/reference/distillation__gsm8k_grpo_distill_mode_trainEngine.yaml",
+        [
+            "cluster 1x8 run batch_size=256 max_length=1024 n_samples=4 max_new_tokens=2048 max_concurrent_rollouts=256",
+            "rollout vllm:d1 inference active on=- offload=False model=vllm.model=Qwen/Qwen3-0.6B arch=Qwen/Qwen3-0.6B | memory_fraction=0.8 max_concurrent_rollouts=256",
+            "teacher fsdp:d1t4 training active on=- offload=False model=teacher.path=Qwen/Qwen2.5-14B-Instruct arch=Qwen/Qwen2.5-14B | optimizer=None max_tokens_per_mb=10240",
+            "actor fsdp:d1 training active on=- offload=False model=actor.path=Qwen/Qwen3-0.6B arch=Qwen/Qwen3-0.6B | gradient_checkpointing=True recompute=full max_tokens_per_mb=10240",
+            "ref fsdp:d1 training inactive on=actor offload=False model=ref.path=Qwen/Qwen3-0.6B arch=- | -",
+        ],
+    ),
+    (
+        "tests/data/reference/dte__gsm8k_grpo_qwen3_30b_a3b.yaml",
+        [
+            "cluster 2x8 run batch_size=8 max_length=1024 n_samples=4 max_new_tokens=2048 max_concurrent_rollouts=64",
+            "rollout sglang:d2t4 inference active on=- offload=False model=sglang.model_path=Qwen/Qwen3-30B-A3B arch=Qwen/Qwen3-30B-A3B | memory_fraction=0.65 max_concurrent_rollouts=64",
+            "actor megatron:d2t4e8 training active on=- offload=False model=actor.path=Qwen/Qwen3-30B-A3B arch=Qwen/Qwen3-30B-A3B | gradient_checkpointing=True recompute=full max_tokens_per_mb=6144",
+            "ref megatron:d2t4e8 training inactive on=actor offload=False model=ref.path=Qwen/Qwen3-30B-A3B arch=- | -",
+        ],
+    ),
+    (
+        "tests/data/reference/hermes__config.yaml",
+        [
+            "cluster 1x2 run batch_size=1 n_samples=1 max_new_tokens=2048 max_concurrent_rollouts=256",
+            "rollout sglang:d1 inference active on=- offload=False model=sglang.model_path=Qwen/Qwen2.5-1.5B-Instruct arch=Qwen/Qwen2.5-1.5B | memory_fraction=0.8 max_concurrent_rollouts=256",
+            "actor megatron:d1 training active on=- offload=False model=actor.path=Qwen/Qwen2.5-1.5B-Instruct arch=Qwen/Qwen2.5-1.5B | gradient_checkpointing=True recompute=full max_tokens_per_mb=15360",
+        ],
+    ),
+    (
+        "tests/data/reference/math__gsm8k_grpo.yaml",
+        [
+            "cluster 1x8 run batch_size=256 max_length=1024 n_samples=4 max_new_tokens=1024 max_concurrent_rollouts=256",
+            "rollout sglang:d4 inference active on=- offload=False model=sglang.model_path=Qwen/Qwen2.5-1.5B-Instruct arch=Qwen/Qwen2.5-1.5B | memory_fraction=0.8 max_concurrent_rollouts=256",
+            "actor fsdp:d4 training active on=- offload=False model=actor.path=Qwen/Qwen2.5-1.5B-Instruct arch=Qwen/Qwen2.5-1.5B | gradient_checkpointing=True recompute=full max_tokens_per_mb=10240",
+            "ref fsdp:d4 training inactive on=actor offload=False model=ref.path=Qwen/Qwen2.5-1.5B-Instruct arch=- | -",
+        ],
+    ),
+    (
+        "tests/data/reference/math__gsm8k_grpo_awex_colocate.yaml",
+        [
+            "cluster 1x2 run batch_size=2 max_length=1024 n_samples=2 max_new_tokens=256 max_concurrent_rollouts=256",
+            "rollout sglang:d1t2 inference active on=actor offload=False model=sglang.model_path=Qwen/Qwen3-0.6B arch=Qwen/Qwen3-0.6B | memory_fraction=0.3 max_concurrent_rollouts=256",
+            "actor megatron:d2 training active on=- offload=False model=actor.path=Qwen/Qwen3-0.6B arch=Qwen/Qwen3-0.6B | gradient_checkpointing=True recompute=full max_tokens_per_mb=1024",
+            "ref megatron:d2 training inactive on=actor offload=False model=ref.path=Qwen/Qwen3-0.6B arch=- | -",
+        ],
+    ),
+    (
+        "tests/data/reference/math__gsm8k_grpo_lora.yaml",
+        [
+            "cluster 1x8 run batch_size=256 max_length=1024 n_samples=4 max_new_tokens=1024 max_concurrent_rollouts=256",
+            "rollout sglang:d4 inference active on=- offload=False model=sglang.model_path=Qwen/Qwen2.5-1.5B-Instruct arch=Qwen/Qwen2.5-1.5B | memory_fraction=0.8 max_concurrent_rollouts=256",
+            "actor fsdp:d4 training active on=- offload=False model=actor.path=Qwen/Qwen2.5-1.5B-Instruct arch=Qwen/Qwen2.5-1.5B | gradient_checkpointing=True recompute=full max_tokens_per_mb=10240 use_lora=True lora_rank=16",
+            "ref fsdp:d4 training inactive on=actor offload=False model=ref.path=Qwen/Qwen2.5-1.5B-Instruct arch=- | -",
+        ],
+    ),
+    (
+        "tests/data/reference/math__gsm8k_grpo_megatron.yaml",
+        [
+            "cluster 1x8 run batch_size=256 max_length=1024 n_samples=4 max_new_tokens=1024 max_concurrent_rollouts=256",
+            "rollout sglang:d4 inference active on=- offload=False model=sglang.model_path=Qwen/Qwen2.5-1.5B-Instruct arch=Qwen/Qwen2.5-1.5B | memory_fraction=0.8 max_concurrent_rollouts=256",
+            "actor megatron:d4 training active on=- offload=False model=actor.path=Qwen/Qwen2.5-1.5B-Instruct arch=Qwen/Qwen2.5-1.5B | max_tokens_per_mb=10240",
+            "ref megatron:d4 training inactive on=actor offload=False model=ref.path=Qwen/Qwen2.5-1.5B-Instruct arch=- | -",
+        ],
+    ),
+    (
+        "tests/data/reference/math__gsm8k_grpo_megatron_lora.yaml",
+        [
+            "cluster 1x8 run batch_size=256 max_length=1024 n_samples=4 max_new_tokens=1024 max_concurrent_rollouts=256",
+            "rollout vllm:d4 inference active on=- offload=False model=vllm.model=Qwen/Qwen3-0.6B arch=Qwen/Qwen3-0.6B | max_concurrent_rollouts=256",
+            "actor megatron:d4 training active on=- offload=False model=actor.path=Qwen/Qwen3-0.6B arch=Qwen/Qwen3-0.6B | max_tokens_per_mb=10240 use_lora=True lora_rank=16",
+            "ref megatron:d4 training inactive on=actor offload=False model=ref.path=Qwen/Qwen3-0.6B arch=- | -",
+        ],
+    ),
+    (
+        "tests/data/reference/math__gsm8k_grpo_megatron_lora_moe.yaml",
+        [
+            "cluster 1x8 run batch_size=16 max_length=1024 n_samples=4 max_new_tokens=1024 max_concurrent_rollouts=256",
+            "rollout vllm:d1t2 inference active on=- offload=False model=vllm.model=Qwen/Qwen3-30B-A3B-Base arch=- | max_concurrent_rollouts=256",
+            "actor megatron:d1p6 training active on=- offload=False model=actor.path=Qwen/Qwen3-30B-A3B-Base arch=- | max_tokens_per_mb=10240 use_lora=True",
+            "ref megatron:d1p6 training inactive on=actor offload=False model=ref.path=Qwen/Qwen3-30B-A3B-Base arch=- | -",
+        ],
+    ),
+    (
+        "tests/data/reference/math__gsm8k_ppo.yaml",
+        [
+            "cluster 1x8 run batch_size=256 max_length=1024 n_samples=4 max_new_tokens=1024 max_concurrent_rollouts=256",
+            "rollout sglang:d4 inference active on=- offload=False model=sglang.model_path=Qwen/Qwen2.5-1.5B-Instruct arch=Qwen/Qwen2.5-1.5B | memory_fraction=0.8 max_concurrent_rollouts=256",
+            "actor fsdp:d4 training active on=- offload=False model=actor.path=Qwen/Qwen2.5-1.5B-Instruct arch=Qwen/Qwen2.5-1.5B | gradient_checkpointing=True recompute=full max_tokens_per_mb=10240",
+            "critic fsdp:d4 training active on=actor offload=False model=critic.path=Qwen/Qwen2.5-1.5B-Instruct arch=Qwen/Qwen2.5-1.5B | max_tokens_per_mb=10240",
+            "ref fsdp:d4 training inactive on=actor offload=False model=ref.path=Qwen/Qwen2.5-1.5B-Instruct arch=- | -",
+        ],
+    ),
+    (
+        "tests/data/reference/math__gsm8k_ppo_megatron.yaml",
+        [
+            "cluster 1x8 run batch_size=256 max_length=1024 n_samples=1 max_new_tokens=1024 max_concurrent_rollouts=256",
+            "rollout sglang:d4 inference active on=- offload=False model=sglang.model_path=Qwen/Qwen2.5-1.5B-Instruct arch=Qwen/Qwen2.5-1.5B | memory_fraction=0.8 max_concurrent_rollouts=256",
+            "actor megatron:d4 training active on=- offload=False model=actor.path=Qwen/Qwen2.5-1.5B-Instruct arch=Qwen/Qwen2.5-1.5B | gradient_checkpointing=True recompute=full max_tokens_per_mb=10240",
+            "critic megatron:d4 training active on=actor offload=False model=critic.path=Qwen/Qwen2.5-1.5B-Instruct arch=Qwen/Qwen2.5-1.5B | max_tokens_per_mb=10240",
+            "ref megatron:d4 training inactive on=actor offload=False model=ref.path=Qwen/Qwen2.5-1.5B-Instruct arch=- | -",
+        ],
+    ),
+    (
+        "tests/data/reference/math__gsm8k_sft.yaml",
+        [
+            "cluster 1x8 run batch_size=128",
+            "actor fsdp:d8 training active on=- offload=False model=actor.path=Qwen/Qwen3-1.7B arch=Qwen/Qwen3-1.7B | gradient_checkpointing=True recompute=full max_tokens_per_mb=4096",
+        ],
+    ),
+    (
+        "tests/data/reference/scaffolding__gsm8k_rlvr_scaffolding.yaml",
+        [
+            "error allocation_mode='sglang:d1+d1' is deprecated: the single-controller sc",
+        ],
+    ),
+    (
+        "tests/data/reference/search_agent__tongyi_deepresearch__config.yaml",
+        [
+            "cluster 1x8 run batch_size=128 n_samples=8 max_new_tokens=8192 max_concurrent_rollouts=160",
+            "rollout sglang:d4 inference active on=- offload=False model=sglang.model_path=Qwen/Qwen3-1.7B arch=Qwen/Qwen3-1.7B | memory_fraction=0.8 max_concurrent_rollouts=160",
+            "actor megatron:d2p2 training active on=- offload=False model=actor.path=Qwen/Qwen3-1.7B arch=Qwen/Qwen3-1.7B | gradient_checkpointing=True recompute=full max_tokens_per_mb=32768",
+            "ref megatron:d2p2 training inactive on=actor offload=False model=ref.path=Qwen/Qwen3-1.7B arch=- | -",
+        ],
+    ),
+    (
+        "tests/data/reference/skypilot__gsm8k_grpo_ray.yaml",
+        [
+            "cluster 2x8 run batch_size=128 max_length=1024 n_samples=4 max_new_tokens=1024 max_concurrent_rollouts=256",
+            "rollout sglang:d8 inference active on=- offload=False model=sglang.model_path=Qwen/Qwen2.5-1.5B-Instruct arch=Qwen/Qwen2.5-1.5B | memory_fraction=0.8 max_concurrent_rollouts=256",
+            "actor fsdp:d8 training active on=- offload=False model=actor.path=Qwen/Qwen2.5-1.5B-Instruct arch=Qwen/Qwen2.5-1.5B | gradient_checkpointing=True recompute=full max_tokens_per_mb=4096",
+            "ref fsdp:d8 training inactive on=- offload=False model=ref.path=Qwen/Qwen2.5-1.5B-Instruct arch=- | -",
+        ],
+    ),
+    (
+        "tests/data/reference/swe__qwen3_30b_a3b_grpo.yaml",
+        [
+            "cluster 4x8 run batch_size=4 max_length=32768 n_samples=4 max_new_tokens=131071 max_concurrent_rollouts=32",
+            "rollout sglang:d4t8 inference active on=- offload=False model=sglang.model_path=/path/to/Qwen3-Coder-30B-A3B-Instruct arch=- | memory_fraction=0.85 context_length=131072 max_concurrent_rollouts=32",
+            "actor megatron:d4t4c2e8 training active on=- offload=False model=actor.path=/path/to/Qwen3-Coder-30B-A3B-Instruct arch=- | gradient_checkpointing=True recompute=full max_tokens_per_mb=131072",
+            "ref megatron:d4t4c2e8 training inactive on=actor offload=False model=ref.path=/path/to/Qwen3-Coder-30B-A3B-Instruct arch=- | -",
+        ],
+    ),
+    (
+        "tests/data/reference/tau2__config_235b_moe_airline.yaml",
+        [
+            "cluster 10x8 run batch_size=16 max_length=1024 n_samples=16 max_new_tokens=8192 max_concurrent_rollouts=128",
+            "rollout sglang:d4t8 inference active on=- offload=False model=sglang.model_path=Qwen/Qwen3-235B-A22B arch=Qwen/Qwen3-235B-A22B | memory_fraction=0.8 max_concurrent_rollouts=128",
+            "actor megatron:d1p12t4e4 training active on=- offload=False model=actor.path=Qwen/Qwen3-235B-A22B arch=Qwen/Qwen3-235B-A22B | gradient_checkpointing=True recompute=full max_tokens_per_mb=32768",
+            "ref megatron:d1p12t4e4 training inactive on=- offload=False model=ref.path=Qwen/Qwen3-235B-A22B arch=- | -",
+        ],
+    ),
+    (
+        "tests/data/reference/tau2__config_30b_moe_airline.yaml",
+        [
+            "cluster 8x8 run batch_size=16 max_length=1024 n_samples=8 max_new_tokens=8192 max_concurrent_rollouts=128",
+            "rollout sglang:d8t4 inference active on=- offload=False model=sglang.model_path=Qwen/Qwen3-30B-A3B arch=Qwen/Qwen3-30B-A3B | memory_fraction=0.8 max_concurrent_rollouts=128",
+            "actor megatron:d4p4t2e4 training active on=- offload=False model=actor.path=Qwen/Qwen3-30B-A3B arch=Qwen/Qwen3-30B-A3B | gradient_checkpointing=True recompute=full max_tokens_per_mb=32768",
+            "ref megatron:d4p4t2e4 training inactive on=- offload=False model=ref.path=Qwen/Qwen3-30B-A3B arch=- | -",
+        ],
+    ),
+    (
+        "tests/data/reference/tau2__config_8b_airline.yaml",
+        [
+            "cluster 3x8 run batch_size=30 max_length=1024 n_samples=8 max_new_tokens=8192 max_concurrent_rollouts=256",
+            "rollout sglang:d16 inference active on=- offload=False model=sglang.model_path=Qwen/Qwen3-8B arch=Qwen/Qwen3-8B | memory_fraction=0.8 max_concurrent_rollouts=256",
+            "actor archon:d8 training active on=- offload=False model=actor.path=Qwen/Qwen3-8B arch=Qwen/Qwen3-8B | gradient_checkpointing=True recompute=full max_tokens_per_mb=32768",
+            "ref archon:d8 training inactive on=- offload=False model=ref.path=Qwen/Qwen3-8B arch=- | -",
+        ],
+    ),
+    (
+        "tests/data/reference/terminal_bench__config_tb_sglang.yaml",
+        [
+            "error allocation_mode='sglang:d2p1t2+d2p1t1c2' is deprecated: the single-con",
+        ],
+    ),
+    (
+        "tests/data/reference/vlm__clevr_count_70k_grpo.yaml",
+        [
+            "cluster 1x8 run batch_size=28 n_samples=4 max_new_tokens=512 max_concurrent_rollouts=256",
+            "rollout sglang:d1 inference active on=- offload=False model=sglang.model_path=Qwen/Qwen2.5-VL-3B-Instruct arch=- | memory_fraction=0.8 max_concurrent_rollouts=256",
+            "actor fsdp:d7 training active on=- offload=False model=actor.path=Qwen/Qwen2.5-VL-3B-Instruct arch=- | gradient_checkpointing=True recompute=full max_tokens_per_mb=4096",
+            "ref fsdp:d7 training inactive on=actor offload=False model=ref.path=Qwen/Qwen2.5-VL-3B-Instruct arch=- | -",
+        ],
+    ),
+    (
+        "tests/data/reference/vlm__qwen3_5_35b_a3b_megatron_geometry3k_grpo_awex_colocate.yaml",
+        [
+            "cluster 2x8 run batch_size=128 n_samples=4 max_new_tokens=2048 max_concurrent_rollouts=64",
+            "rollout sglang:d2t8 inference active on=actor offload=False model=sglang.model_path=Qwen/Qwen3.5-35B-A3B arch=- | memory_fraction=0.3 max_concurrent_rollouts=64",
+            "actor megatron:d4p2t2e4 training active on=- offload=False model=actor.path=Qwen/Qwen3.5-35B-A3B arch=- | gradient_checkpointing=True recompute=full max_tokens_per_mb=8192",
+            "ref megatron:d4p2t2e4 training inactive on=actor offload=False model=ref.path=Qwen/Qwen3.5-35B-A3B arch=- | -",
+        ],
+    ),
+]
+
+
+def test_the_table_covers_every_experiment_file() -> None:
+    files = [
+        *sorted((ROOT / "areal_alloc/conf/app/experiment").glob("*.yaml")),
+        *sorted((ROOT / "tests/data").glob("*.yaml")),
+        *sorted((ROOT / "tests/data/reference").glob("*.yaml")),
+    ]
+    assert [name for name, _ in EXPECTED] == [str(f.relative_to(ROOT)) for f in files]
+
+
+@pytest.mark.parametrize(("name", "expected"), EXPECTED, ids=[n for n, _ in EXPECTED])
+def test_the_reading_of_each_experiment(name: str, expected: list[str]) -> None:
+    assert _read(name) == expected
+
+
+# --- what two readers read differently before: now one reading ------------------------------
+
+FALCON_40B = {  # tiiuae/falcon-40b config.json's sizes (FalconConfig names)
+    "model_type": "falcon",
+    "hidden_size": 8192,
+    "n_layer": 60,
+    "n_head": 128,
+    "n_head_kv": 8,
+    "vocab_size": 65024,
+    "ffn_hidden_size": 32768,
+}
+
+
+@pytest.mark.parametrize(
+    ("config", "kv_heads"),
+    [
+        (FALCON_40B, 8),  # was 8 for the shape check and 128 for the memory estimate
+        ({**FALCON_40B, "n_head_kv": None, "multi_query": True}, 1),  # Falcon-7B style
+        ({**FALCON_40B, "n_head_kv": None, "num_query_groups": 16}, 16),  # Megatron's name
+        ({**FALCON_40B, "n_head_kv": None}, 128),  # multi-head attention
+    ],
+)
+def test_shape_and_memory_read_the_same_kv_heads(config: dict[str, Any], kv_heads: int) -> None:
+    config = {k: v for k, v in config.items() if v is not None}
+    assert Architecture.from_mapping(config).kv_heads == kv_heads
+    assert ModelShape.from_mapping(config).num_key_value_heads == kv_heads
+
+
+def test_a_local_config_json_gives_one_model_to_both(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(FALCON_40B))
+    cfg = {
+        "cluster": {"n_nodes": 1, "n_gpus_per_node": 8},
+        "actor": {"backend": "megatron:d1t8", "path": str(tmp_path)},
+    }
+    actor = read_experiment(cfg)["actor"]
+    arch, _ = actor.model.architecture()
+    shape = actor.shape()
+    assert arch is not None
+    assert shape is not None
+    assert (arch.kv_heads, shape.num_key_value_heads) == (8, 8)
+
+
+def _estimated(cfg: dict[str, Any]) -> dict[str, bool]:
+    plan = plan_config(cfg, on_memory="warn")
+    return {e.key: e.memory is not None for e in plan.engines}
+
+
+CLUSTER = {"n_nodes": 1, "n_gpus_per_node": 8, "gpu": "H100-80GB"}
+
+
+def test_the_teacher_runs_its_own_model_for_shapes_and_memory() -> None:
+    cfg = {
+        "cluster": CLUSTER,
+        "actor": {"backend": "fsdp:d4", "path": "Qwen/Qwen3-0.6B"},
+        "rollout": {"backend": "sglang:d2"},
+        "teacher": {"path": "Qwen/Qwen3-8B", "rollout": {"backend": "sglang:d1t2"}},
+    }
+    teacher = read_experiment(cfg)["teacher"]
+    arch, _ = teacher.model.architecture()
+    shape = teacher.shape()
+    assert [s.key for s in teacher.model.sources] == ["teacher.path"]
+    assert arch is not None
+    assert shape is not None
+    assert (arch.num_layers, shape.num_layers) == (36, 36)  # Qwen3-8B, not the actor's 28
