@@ -7,8 +7,10 @@ An estimate printed with its terms, never a bare number. Training
   (megatron/training/training.py ``num_floating_point_operations``: 6 × the
   token-linear GEMM weights — attention projections, MLP or the top-k experts,
   the output layer — per token, plus 6 × query width × sequence length per token
-  and layer for causal attention), with recomputation adding its forward pass
-  again, at an achievable fraction of the GPU's dense BF16 peak;
+  and layer for causal attention, :func:`attention_flops`), executed as the kernels
+  run them (the flash attention backward is 2.5 forwards; recomputation adds a
+  forward), the GEMMs at an achievable fraction of the GPU's dense BF16 peak and the
+  attention at its own (:func:`attention_efficiency`);
 - the pipeline bubble (p − 1) / (micro-batches × vpp) of the compute;
 - tensor/sequence-parallel all-gathers and reduce-scatters (4 per layer forward,
   4 backward), context-parallel KV exchange, expert all-to-all (dispatch and
@@ -18,10 +20,15 @@ An estimate printed with its terms, never a bare number. Training
   crosses: NVLink inside a node, the network between nodes (a ring collective
   across nodes through the ports of all its members in each node).
 
-Communication is assumed not to overlap compute (its terms add to the step);
-every assumption is printed with the estimate. Inference (:func:`decode_step`):
-a decode step reads the weights on each GPU and the KV of the batch from HBM,
-plus a tensor-parallel all-reduce per layer.
+FSDP's collectives overlap compute as FSDP2's prefetch runs them (only the first
+gather and the last reduce-scatter wait, unless they outlast the compute); other
+communication is assumed not to overlap (its terms add to the step). Every
+assumption is printed with the estimate. Inference: a decode step
+(:func:`decode_step`) takes the longer of reading the weights and the batch's KV
+from HBM and the GEMMs at the batch, plus 2 tensor-parallel all-reduces per layer;
+one instance's generation (:func:`generation`) is its prefill at compute and then
+its decode steps. A :class:`StepTerm` marked ``hidden`` runs under another and is
+shown, not added.
 """
 
 from __future__ import annotations
@@ -288,22 +295,33 @@ def training_step(
     tokens_mb = min(tokens_per_micro_batch, math.ceil(tokens_per_step / dp))
     seq = min(sequence_length, tokens_mb)
     flops = model_flops(arch, tokens_per_step, seq)
-    again = {"none": 1.0, "selective": 1.0, "full": 4 / 3}[recompute]
-    executed = flops * again
-    attention = attention_flops(arch, tokens_per_step, seq) * again
+    # in forward passes: the GEMMs' backward is 2 (3 in all), the flash attention kernels'
+    # 2.5, as they compute QKᵀ again in the backward (Dao-AILab/flash-attention
+    # benchmarks/benchmark_flash_attention.py@c082294e0f6c01d46318694a6f3e0274225a9683,
+    # flops(): "return f if mode == "fwd" else (2.5 * f if mode == "bwd" else 3.5 * f)");
+    # recomputation adds one forward: full to both, selective (Megatron's core attention)
+    # to the attention only
+    model_attention = attention_flops(arch, tokens_per_step, seq)
+    gemm_again = 1.0 if recompute == "full" else 0.0
+    attn_again = 1.0 if recompute in ("full", "selective") else 0.0
+    gemms = (flops - model_attention) * (3 + gemm_again) / 3
+    attention = model_attention * (3.5 + attn_again) / 3
     peak = hardware.peak_tflops * 1e12
     attn_eff = attention_efficiency(backend, hardware)
-    compute = (executed - attention) / (world * peak * hardware.compute_efficiency) + attention / (
+    compute = gemms / (world * peak * hardware.compute_efficiency) + attention / (
         world * peak * attn_eff
     )
     terms = [
         StepTerm(
             "compute",
             compute,
-            f"(GEMMs {executed - attention:.3g} FLOPs at {hardware.compute_efficiency:g} + causal "
-            f"attention {attention:.3g} FLOPs (s {seq:,}) at {attn_eff:g} efficiency) / "
-            f"({world} GPUs × {hardware.peak_tflops:g} TFLOP/s)"
-            + (" (full recomputation: forward again, ×4/3)" if recompute == "full" else ""),
+            f"(GEMMs {gemms:.3g} FLOPs at {hardware.compute_efficiency:g} + causal "
+            f"attention {attention:.3g} FLOPs (s {seq:,}; the backward 2.5 forwards) at "
+            f"{attn_eff:g} efficiency) / ({world} GPUs × {hardware.peak_tflops:g} TFLOP/s)"
+            + {
+                "full": " (full recomputation: every forward again)",
+                "selective": " (selective recomputation: the attention's forward again)",
+            }.get(recompute, ""),
         )
     ]
     assumptions = [

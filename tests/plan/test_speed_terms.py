@@ -188,9 +188,38 @@ def test_training_compute_takes_attention_at_its_own_efficiency() -> None:
     gemm = 6 * (1 << 20) * (PARAMS - 128_256 * 4096)
     attention = (1 << 20) * 6 * 4096 * 32768 * 32
     assert step.model_flops == pytest.approx(gemm + attention, rel=1e-3)
+    # the flash kernels' backward is 2.5 forwards: the attention runs 3.5/3 of its count
     assert _term(step, "compute")[0] == pytest.approx(
-        (step.model_flops - attention) / (8 * GEMM) + attention / (8 * 990e12 * 0.35)
+        (step.model_flops - attention) / (8 * GEMM) + attention * 3.5 / 3 / (8 * 990e12 * 0.35)
     )
+
+
+@pytest.mark.parametrize(
+    ("recompute", "gemm_passes", "attention_passes"),
+    [
+        ("none", 3, 3.5),  # forward 1 + backward 2; the flash attention's backward 2.5
+        ("selective", 3, 4.5),  # Megatron's core attention computed again
+        ("full", 4, 4.5),  # every forward again
+    ],
+)
+def test_recomputation_adds_forward_passes(
+    recompute: str, gemm_passes: float, attention_passes: float
+) -> None:
+    alloc = ModelAllocation.from_str("megatron:d8")
+    step = training_step(
+        "megatron",
+        LLAMA,
+        alloc.parallel,
+        H100,
+        tokens_per_step=1 << 18,
+        tokens_per_micro_batch=8192,
+        sequence_length=8192,
+        recompute=recompute,
+    )
+    attention = (1 << 18) * 6 * 4096 * 8192 * 32
+    gemms = step.model_flops - attention
+    expected = (gemms * gemm_passes / 3 + attention * attention_passes / 3) / (8 * GEMM)
+    assert _term(step, "compute")[0] == pytest.approx(expected)
 
 
 def _fsdp(hardware: Hardware, spec: str = "fsdp:d16") -> StepEstimate:
