@@ -7,14 +7,15 @@ it; all were read from areal-project/AReaL at ``REFERENCE_COMMIT``
 the reference's order and raises the first violation; :func:`startup_warnings`
 names what only one of the reference's launch paths refuses.
 
-Rules that need the engines' layouts read them from the plan's engines (key,
-backend key, allocation); everything else is read from the config through
-``areal_alloc._config``.
+Rules read the experiment's one reading (:class:`areal_alloc.experiment.read.Experiment`):
+its engines (key, backend key, allocation, ``offload``, settings) and run shape; the
+few keys only a rule needs (``enable_offload``, ``weight_update_mode``, ``_version`` …)
+are read from the config it was read from, here and nowhere else.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -22,23 +23,7 @@ from areal_alloc._config import child, shown, unset, whole_number
 from areal_alloc.errors import AllocationValidationError
 
 if TYPE_CHECKING:
-    from typing import Protocol
-
-    from areal_alloc.model import ModelAllocation
-
-    class RuledEngine(Protocol):
-        @property
-        def key(self) -> str: ...
-        @property
-        def backend_key(self) -> str: ...
-        @property
-        def spec(self) -> str: ...
-        @property
-        def allocation(self) -> ModelAllocation: ...
-        @property
-        def active(self) -> bool: ...
-        @property
-        def gpus(self) -> int: ...
+    from areal_alloc.experiment.read import Engine, Experiment
 
 
 __all__ = ["RULES", "Rule", "Run", "check_startup", "startup_warnings"]
@@ -46,13 +31,20 @@ __all__ = ["RULES", "Rule", "Run", "check_startup", "startup_warnings"]
 
 @dataclass(frozen=True, slots=True)
 class Run:
-    """What the rules read: the config, its engines as planned, and the node size."""
+    """What the rules read: the experiment, its engines as planned, and the node size."""
 
-    cfg: object
-    engines: tuple[RuledEngine, ...]
+    experiment: Experiment
     n_gpus_per_node: int
 
-    def engine(self, key: str) -> RuledEngine | None:
+    @property
+    def cfg(self) -> object:
+        return self.experiment.config
+
+    @property
+    def engines(self) -> tuple[Engine, ...]:
+        return self.experiment.engines
+
+    def engine(self, key: str) -> Engine | None:
         for engine in self.engines:
             if engine.key == key:
                 return engine
@@ -123,10 +115,12 @@ def offload_needs_enable_offload(run: Run) -> str | None:
     awex = _is_v1_awex(run)  # the awex adapter hands the GPUs over itself
     if colocated and not awex:
         reasons.append(f"actor and rollout are colocated ({colocated})")
-    if run.flag("actor", "offload") and not awex:
+    actor = run.engine("actor")
+    if actor is not None and actor.offload and not awex:
         reasons.append("actor.offload=true")
     for key in ("critic", "ref", "teacher"):
-        if not unset(child(run.cfg, key)) and run.flag(key, "offload"):
+        engine = run.engine(key)
+        if engine is not None and engine.offload:
             reasons.append(f"{key}.offload=true")
     if not reasons:
         return None
@@ -197,7 +191,8 @@ def vllm_cannot_return_routed_experts(run: Run) -> str | None:
 def megatron_lora_cannot_update_sglang(run: Run) -> str | None:
     if not _rl(run) or run.backend("actor") != "megatron" or run.backend("rollout") != "sglang":
         return None
-    if not run.flag("actor", "use_lora"):
+    actor = run.engine("actor")
+    if actor is None or actor.training is None or not actor.training.use_lora:
         return None
     return (
         "actor.use_lora=true with a megatron actor cannot update an sglang rollout "
@@ -233,17 +228,17 @@ def versions_match(run: Run) -> str | None:
 # --- the batch over the actor's data-parallel ranks ---------------------------------------------
 
 
-def _batch(run: Run) -> tuple[int, int, int, RuledEngine] | None:
+def _batch(run: Run) -> tuple[int, int, int, Engine] | None:
     """(batch, trajectories per step, data-parallel size, actor) when the config gives a batch."""
     actor = run.engine("actor")
     if actor is None or not actor.active:
         return None
-    batch = whole_number(child(run.cfg, "train_dataset"), "batch_size", "train_dataset.batch_size")
+    batch = run.experiment.run.batch_size
     if batch is None:
         return None
     samples = 1
     if run.engine("rollout") is not None:
-        samples = whole_number(child(run.cfg, "gconfig"), "n_samples", "gconfig.n_samples") or 1
+        samples = run.experiment.run.n_samples or 1
     return batch, batch * samples, actor.allocation.parallel.dp_size, actor
 
 
@@ -361,13 +356,10 @@ def delta_update_needs_one_minibatch(run: Run) -> str | None:
 def memory_efficient_load_needs_weights(run: Run) -> str | None:
     """TrainEngineConfig.__post_init__ (areal/api/cli_args.py): a CPU load needs weights to load."""
     for key in ("actor", "critic", "ref"):
-        if run.engine(key) is None:
+        engine = run.engine(key)
+        if engine is None or engine.training is None or not run.flag(key, "init_from_scratch"):
             continue
-        fsdp = child(child(run.cfg, key), "fsdp")
-        if not run.flag(key, "init_from_scratch") or fsdp is None:
-            continue
-        load = child(fsdp, "memory_efficient_load")
-        if load is True or (isinstance(load, str) and load.strip().lower() == "true"):
+        if engine.training.memory_efficient_load:
             return (
                 f"{key}.fsdp.memory_efficient_load=true loads pretrained weights, but "
                 f"{key}.init_from_scratch=true loads none: set one of them to false"
@@ -482,18 +474,18 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def check_startup(cfg: object, engines: Sequence[RuledEngine], n_gpus_per_node: int) -> None:
+def check_startup(experiment: Experiment) -> None:
     """Raise the first rule the reference would stop on, in its order."""
-    run = Run(cfg, tuple(engines), n_gpus_per_node)
+    run = Run(experiment, experiment.cluster.n_gpus_per_node)
     for rule in RULES:
         problem = rule.check(run)
         if problem is not None:
             raise AllocationValidationError(problem)
 
 
-def startup_warnings(cfg: object, engines: Sequence[RuledEngine]) -> list[str]:
+def startup_warnings(experiment: Experiment) -> list[str]:
     """What only the legacy SPMD launchers refuse (the single-controller trainer runs it)."""
-    run = Run(cfg, tuple(engines), 0)
+    run = Run(experiment, 0)
     found = _batch(run)
     out = []
     if found is not None:

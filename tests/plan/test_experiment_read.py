@@ -412,3 +412,15 @@ def test_the_teacher_runs_its_own_model_for_shapes_and_memory() -> None:
     assert arch is not None
     assert shape is not None
     assert (arch.num_layers, shape.num_layers) == (36, 36)  # Qwen3-8B, not the actor's 28
+
+
+def test_a_rollout_path_is_estimated_as_sglang_model_path_is() -> None:
+    # rollout.path named the model for the shape check, but no estimate was made
+    for rollout in (
+        {"backend": "sglang:d4", "path": "Qwen/Qwen3-8B"},
+        {"backend": "sglang:d4"},
+    ):
+        cfg = {"cluster": CLUSTER, "actor": {"backend": "fsdp:d4"}, "rollout": rollout}
+        if "path" not in rollout:
+            cfg["sglang"] = {"model_path": "Qwen/Qwen3-8B"}
+        assert _estimated(cfg) == {"rollout": True, "actor": False}
