@@ -324,6 +324,27 @@ def training_step(
             }.get(recompute, ""),
         )
     ]
+    # The memory-bound kernels between the GEMMs (norms, activation functions, dropout,
+    # residual adds, rotary): each layer writes the 34·s·b·h bytes of activations it keeps
+    # for the backward (Korthikanti et al. 2022, arXiv:2205.05198 §4.1, eq. 1 without the
+    # 5as/h of a materialised attention matrix, which flash attention never stores) and the
+    # backward reads them; full recomputation writes them once more. Their time grows with
+    # h while the GEMMs' grows with h²: why small models reach less of peak.
+    passes = 3 if recompute == "full" else 2
+    moved = passes * 34 * arch.hidden_size * arch.num_layers * tokens_per_step
+    hbm = hardware.hbm_tbps * 1e12 * hardware.hbm_efficiency
+    elementwise = moved / (world * hbm)
+    terms.append(
+        StepTerm(
+            "element-wise",
+            elementwise,
+            f"{passes} passes (forward writes, backward reads"
+            + (", recomputation writes again" if recompute == "full" else "")
+            + f") × 34 × h {arch.hidden_size} × {arch.num_layers} layers × "
+            f"{tokens_per_step:,} tokens × 1 B / ({world} GPUs × {hardware.hbm_tbps:g} TB/s × "
+            f"{hardware.hbm_efficiency:g})",
+        )
+    )
     assumptions = [
         f"{hardware.compute_efficiency:.3g} of peak compute and {hardware.comm_efficiency:.3g} of "
         f"link bandwidth are reached (--compute-efficiency, --comm-efficiency)",
@@ -343,12 +364,13 @@ def training_step(
             f"{DEFAULT_INTER_NODE_GBPS:g} Gb/s of network per GPU between nodes (--inter-node-gbps)"
         )
     if pp > 1:
-        bubble = (pp - 1) / (micro_batches * virtual_pipeline) * compute
+        bubble = (pp - 1) / (micro_batches * virtual_pipeline) * (compute + elementwise)
         terms.append(
             StepTerm(
                 "pipeline bubble",
                 bubble,
-                f"(p{pp} − 1) / ({micro_batches} micro-batches × vpp {virtual_pipeline}) × compute",
+                f"(p{pp} − 1) / ({micro_batches} micro-batches × vpp {virtual_pipeline}) × "
+                f"(compute + element-wise)",
             )
         )
     h = arch.hidden_size
@@ -429,7 +451,7 @@ def training_step(
             volume = (2 * micro_batches * 2 + 4) * params_here * (shards - 1) / shards
             exposed = (2 + 4) * params_here / layers_here * (shards - 1) / shards / link
             total = volume / link
-            hidden_under = compute
+            hidden_under = compute + elementwise
             seconds = exposed + max(0.0, total - exposed - hidden_under)
             terms.append(
                 StepTerm(

@@ -222,6 +222,33 @@ def test_recomputation_adds_forward_passes(
     assert _term(step, "compute")[0] == pytest.approx(expected)
 
 
+@pytest.mark.parametrize(
+    ("spec", "recompute", "passes", "gpus"),
+    [
+        ("fsdp:d8", "none", 2, 8),  # the forward writes, the backward reads
+        ("fsdp:d8", "full", 3, 8),  # and the recomputation writes again
+        ("megatron:d2t4", "selective", 2, 8),
+    ],
+)
+def test_element_wise_kernels_move_34_h_bytes_per_token_and_layer(
+    spec: str, recompute: str, passes: int, gpus: int
+) -> None:
+    alloc = ModelAllocation.from_str(spec)
+    step = training_step(
+        alloc.backend,
+        LLAMA,
+        alloc.parallel,
+        H100,
+        tokens_per_step=1 << 18,
+        tokens_per_micro_batch=8192,
+        sequence_length=8192,
+        recompute=recompute,
+    )
+    # Korthikanti et al. 2022 eq. 1 without the attention matrix: 34·s·b·h bytes per layer
+    expected = passes * 34 * 4096 * 32 * (1 << 18) / (gpus * HBM)
+    assert _term(step, "element-wise")[0] == pytest.approx(expected)
+
+
 def _fsdp(hardware: Hardware, spec: str = "fsdp:d16") -> StepEstimate:
     alloc = ModelAllocation.from_str(spec)
     return training_step(
@@ -250,7 +277,7 @@ def test_fsdp_collectives_overlap_compute_but_the_first_and_last(
     shard = 15 / 16
     total = (2 * micro_batches * 2 + 4) * PARAMS * shard / link
     exposed = (2 + 4) * PARAMS / 32 * shard / link  # one layer's gather and reduce-scatter
-    compute = _term(step, "compute")[0]
+    compute = _term(step, "compute")[0] + _term(step, "element-wise")[0]
     expected = exposed + max(0.0, total - exposed - compute)
     assert _term(step, "data parallel")[0] == pytest.approx(expected)
     assert (expected == pytest.approx(exposed)) is hidden
@@ -378,7 +405,7 @@ def test_explain_gives_the_training_engines_step(capsys: pytest.CaptureFixture[s
     assert trained["step_seconds"] == pytest.approx(step.seconds)
     assert trained["tokens_per_second"] == pytest.approx(262144 / step.seconds)
     assert trained["mfu"] == pytest.approx(step.mfu)
-    assert {t["name"] for t in trained["terms"]} == {"compute", "data parallel"}
+    assert {t["name"] for t in trained["terms"]} == {"compute", "element-wise", "data parallel"}
 
 
 @pytest.mark.parametrize(
