@@ -58,6 +58,9 @@ __all__ = [
 #: Assumed, printed, overridable (--inter-node-gbps, areal_alloc.settings): one 200 Gb/s network
 #: port per GPU between nodes.
 DEFAULT_INTER_NODE_GBPS = 200.0
+#: What a training step can recompute: nothing, Megatron's core attention ("selective"),
+#: torchtitan's per-op policy ("op") or every forward ("full").
+RECOMPUTATIONS = ("none", "selective", "op", "full")
 #: Assumed fractions of peak that real kernels reach; calibrate them from one
 #: measured step (``calibrated``).
 DEFAULT_COMPUTE_EFFICIENCY = 0.5
@@ -291,6 +294,10 @@ def training_step(
         raise AllocationValidationError(
             "tokens per step, per micro-batch and sequence length must be ≥ 1"
         )
+    if recompute not in RECOMPUTATIONS:
+        raise AllocationValidationError(
+            f"recompute {recompute!r}: must be one of {', '.join(RECOMPUTATIONS)}"
+        )
     micro_batches = max(1, math.ceil(tokens_per_step / (dp * tokens_per_micro_batch)))
     tokens_mb = min(tokens_per_micro_batch, math.ceil(tokens_per_step / dp))
     seq = min(sequence_length, tokens_mb)
@@ -300,9 +307,11 @@ def training_step(
     # benchmarks/benchmark_flash_attention.py@c082294e0f6c01d46318694a6f3e0274225a9683,
     # flops(): "return f if mode == "fwd" else (2.5 * f if mode == "bwd" else 3.5 * f)");
     # recomputation adds one forward: full to both, selective (Megatron's core attention)
-    # to the attention only
+    # to the attention only, "op" (torchtitan's per-op policy: "Saves output of all compute
+    # ops, except every second mm", pytorch/torchtitan torchtitan/distributed/
+    # activation_checkpoint.py; the attention kernel's output is saved) half the GEMMs'
     model_attention = attention_flops(arch, tokens_per_step, seq)
-    gemm_again = 1.0 if recompute == "full" else 0.0
+    gemm_again = {"full": 1.0, "op": 0.5}.get(recompute, 0.0)
     attn_again = 1.0 if recompute in ("full", "selective") else 0.0
     gemms = (flops - model_attention) * (3 + gemm_again) / 3
     attention = model_attention * (3.5 + attn_again) / 3
@@ -321,6 +330,7 @@ def training_step(
             + {
                 "full": " (full recomputation: every forward again)",
                 "selective": " (selective recomputation: the attention's forward again)",
+                "op": " (per-op recomputation: every second matmul's forward again)",
             }.get(recompute, ""),
         )
     ]

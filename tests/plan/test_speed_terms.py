@@ -200,6 +200,8 @@ def test_training_compute_takes_attention_at_its_own_efficiency() -> None:
         ("none", 3, 3.5),  # forward 1 + backward 2; the flash attention's backward 2.5
         ("selective", 3, 4.5),  # Megatron's core attention computed again
         ("full", 4, 4.5),  # every forward again
+        # torchtitan's per-op policy: every second matmul again, the attention output kept
+        ("op", 3.5, 3.5),
     ],
 )
 def test_recomputation_adds_forward_passes(
@@ -247,6 +249,24 @@ def test_element_wise_kernels_move_34_h_bytes_per_token_and_layer(
     # Korthikanti et al. 2022 eq. 1 without the attention matrix: 34·s·b·h bytes per layer
     expected = passes * 34 * 4096 * 32 * (1 << 18) / (gpus * HBM)
     assert _term(step, "element-wise")[0] == pytest.approx(expected)
+
+
+def test_an_unknown_recomputation_is_refused() -> None:
+    alloc = ModelAllocation.from_str("fsdp:d8")
+    with pytest.raises(
+        AllocationValidationError,
+        match="recompute 'most': must be one of none, selective, op, full",
+    ):
+        training_step(
+            "fsdp",
+            LLAMA,
+            alloc.parallel,
+            H100,
+            tokens_per_step=1 << 18,
+            tokens_per_micro_batch=8192,
+            sequence_length=8192,
+            recompute="most",
+        )
 
 
 def _fsdp(hardware: Hardware, spec: str = "fsdp:d16") -> StepEstimate:
