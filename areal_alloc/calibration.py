@@ -33,6 +33,7 @@ from areal_alloc._cache import (
 from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationError, AllocationValidationError
 from areal_alloc.files import CALIBRATION, parse_json
+from areal_alloc.numbers import read_float
 from areal_alloc.throughput import Hardware, StepEstimate
 
 __all__ = [
@@ -238,12 +239,12 @@ MAX_TOKENS_PER_SECOND = 1e12
 
 
 def check_measured(value: float, flag: str, limit: float) -> float:
-    """A measured figure as given on the command line, or one error that quotes it."""
-    if not 0 < value < limit:  # also refuses nan and inf
-        raise AllocationValidationError(
-            f"{flag} {value:g}: must be a number above 0 and below {limit:g}"
-        )
-    return value
+    """A measured figure (above 0, finite, at most ``limit``), or one error that quotes it.
+
+    The command line's flags read it with the same bound (``cli.args.real``); this is the
+    check for a caller of the library.
+    """
+    return read_float(value, flag, minimum=0, maximum=limit, above=True)
 
 
 def fit_training(measured_seconds: float, estimate: StepEstimate, hardware: Hardware) -> float:
@@ -275,7 +276,7 @@ def fit_decode(
     """The HBM efficiency that makes ``estimate`` (one instance's decode step) generate
     ``measured`` tokens per second over ``instances`` instances; messages quote the
     measurement as given."""
-    check_measured(measured_tokens_per_second, "tokens per second", MAX_TOKENS_PER_SECOND)
+    check_measured(measured_tokens_per_second, "--tokens-per-second", MAX_TOKENS_PER_SECOND)
     measured_seconds = estimate.tokens * instances / measured_tokens_per_second
     hbm = sum(t.seconds for t in estimate.terms if t.name == "HBM reads" and not t.hidden)
     rest = estimate.seconds - hbm

@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 
 from areal_alloc.errors import AllocationValidationError, clipped, shown
 from areal_alloc.limits import MAX_GPUS
+from areal_alloc.numbers import is_number_text, read_int
 
 __all__ = ["DIM_ALIASES", "RESOLVERS", "register_resolvers"]
 
@@ -106,18 +107,11 @@ def layouts(backend: object, gpus: object, *options: object) -> str:
 
 
 def _gpu_count(gpus: object) -> object:
-    """A GPU count written as digits becomes an int; anything else is left for the check."""
-    if not isinstance(gpus, str):
+    """A GPU count written as digits becomes an int (the one reader of numbers); anything
+    else is left for the layout search to refuse in its own words."""
+    if not isinstance(gpus, str) or not is_number_text(gpus):
         return gpus
-    digits = gpus.strip()
-    if not (digits.isascii() and digits.isdigit()):
-        return gpus
-    if len(digits) > 24:  # int() of thousands of digits is refused by Python itself
-        raise AllocationValidationError(
-            f"alloc.layouts: the GPU count is a {len(digits):,}-digit number; the limit is "
-            f"{MAX_GPUS:,}"
-        )
-    return int(digits)
+    return read_int(gpus, "alloc.layouts: the GPU count", maximum=MAX_GPUS)
 
 
 RESOLVERS: dict[str, Callable[..., Any]] = {

@@ -375,7 +375,10 @@ def _train_tps(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float, 
         tokens_per_step=tokens,
         tokens_per_micro_batch=micro,
         sequence_length=seq,
-        recompute=_recompute(inputs),
+        # torchtitan's per-op policy recomputes every second matmul (throughput.training_step)
+        recompute="op"
+        if inputs.get("activation_checkpointing") == "selective (op)"
+        else _recompute(inputs),
     )
     gpus = alloc.parallel.world_size
     if row["measured"]["unit"] == "TFLOPS/gpu":

@@ -494,9 +494,17 @@ def calibrate(args: list[str]) -> int:
         action="store_true",
         help="remove the stored calibrations (with --model and --gpu: only that one)",
     )
-    parser.add_argument("--step-seconds", type=float, metavar="S", help="a training step")
     parser.add_argument(
-        "--tokens-per-second", type=float, metavar="X", help="generated tokens/s (inference)"
+        "--step-seconds",
+        type=real(0, calibration.MAX_STEP_SECONDS),
+        metavar="S",
+        help="a training step",
+    )
+    parser.add_argument(
+        "--tokens-per-second",
+        type=real(0, calibration.MAX_TOKENS_PER_SECOND),
+        metavar="X",
+        help="generated tokens/s (inference)",
     )
     parser.add_argument(
         "--batch",

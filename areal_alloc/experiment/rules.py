@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 
 from areal_alloc._config import child, shown, unset, whole_number
 from areal_alloc.errors import AllocationValidationError
+from areal_alloc.limits import MAX_COUNT
+from areal_alloc.numbers import read_int
 
 if TYPE_CHECKING:
     from areal_alloc.experiment.read import Engine, Experiment
@@ -97,9 +99,7 @@ def _colocation(run: Run) -> str | None:
 
 def _is_v1_awex(run: Run) -> bool:
     # rl_trainer._is_v1_awex_colocate: actor._version == "v1" and weight_update_mode == "awex"
-    return run.setting("actor", "_version", "v1") == "v1" and (
-        run.setting("actor", "weight_update_mode", "xccl") == "awex"
-    )
+    return run.experiment.awex_v1
 
 
 def _rl(run: Run) -> bool:
@@ -331,10 +331,8 @@ def epochs_are_positive(run: Run) -> str | None:
     value = child(run.cfg, "total_train_epochs")
     if value is None or isinstance(value, bool):
         return None
-    try:
-        epochs = int(value)
-    except (TypeError, ValueError):
-        return None
+    # the one reader of numbers: 2.5, 'abc' or a Unicode digit are refused naming the key
+    epochs = read_int(value, "total_train_epochs", minimum=-MAX_COUNT, maximum=MAX_COUNT)
     if epochs > 0:
         return None
     return f"total_train_epochs={value!r}: must be ≥ 1 (the reference's loader refuses it)"

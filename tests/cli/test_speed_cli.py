@@ -109,28 +109,33 @@ def test_suggest_errors_are_one_line(cli: Cli) -> None:
     [
         (
             ["megatron:d8", "--step-seconds", "inf"],
-            "areal-alloc calibrate: --step-seconds inf: must be a number above 0 and below 1e+07\n",
+            "areal-alloc calibrate: argument --step-seconds: inf: must be a number above 0 and at "
+            "most 10,000,000 (see areal-alloc calibrate --help)\n",
         ),
         (
             ["megatron:d8", "--step-seconds", "nan"],
-            "areal-alloc calibrate: --step-seconds nan: must be a number above 0 and below 1e+07\n",
+            "areal-alloc calibrate: argument --step-seconds: nan: must be a number above 0 and at "
+            "most 10,000,000 (see areal-alloc calibrate --help)\n",
         ),
         (  # the figure as typed, not divided by the 8 instances
             ["sglang:d8", "--tokens-per-second", "-5"],
-            "areal-alloc calibrate: --tokens-per-second -5: must be a number above 0 and below "
-            "1e+12\n",
+            "areal-alloc calibrate: argument --tokens-per-second: -5: must be a number above 0 "
+            "and at most 1,000,000,000,000 (see areal-alloc calibrate --help)\n",
+        ),
+        (  # a Unicode digit is not a number, as in every other flag
+            ["megatron:d8", "--step-seconds", "\u0664"],
+            "areal-alloc calibrate: argument --step-seconds: '\u0664': must be a number above 0 "
+            "and at most 10,000,000 (see areal-alloc calibrate --help)\n",
         ),
     ],
 )
 def test_calibrate_refuses_impossible_measurements(
-    args: list[str], stderr: str, cli: Cli, tmp_path: object
+    args: list[str], stderr: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import os
+    from areal_alloc.cli import main
 
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
-    done = cli("calibrate", *args, "--model", "Qwen3-8B", "--gpu", "H100-80GB", env=env)
-    assert done.returncode == 1
-    assert done.stderr == stderr
+    assert main(["calibrate", *args, "--model", "Qwen3-8B", "--gpu", "H100-80GB"]) == 2
+    assert capsys.readouterr().err == stderr
 
 
 def test_suggest_answers_for_the_largest_cluster(cli: Cli) -> None:
