@@ -1,8 +1,9 @@
 """Will it fit: each engine's memory per GPU, read from an experiment config.
 
-The model each engine runs, the GPU, and the settings that change memory are
-read from the keys the reference already writes (areal/api/cli_args.py), with
-its defaults:
+The model each engine runs and the settings that change memory come from the
+experiment's one reading (:class:`areal_alloc.experiment.read.Experiment`), of the
+keys the reference already writes (areal/api/cli_args.py), with its defaults; the
+GPU and the reserve from ``areal_alloc.settings``:
 
 - model: the engine's ``model_shape`` section, its ``path`` (a local
   config.json, a hub id in the local Hugging Face cache, or a catalogue name;
@@ -33,15 +34,19 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from areal_alloc import defaults
-from areal_alloc._config import child, is_mapping, setting_float, shown, unset, whole_number
-from areal_alloc._config import section as subsection
 from areal_alloc.architecture import Architecture
-from areal_alloc.catalogue import find_model, reported_bytes
+from areal_alloc.catalogue import reported_bytes
 from areal_alloc.errors import AllocationError, AllocationValidationError, reading
+from areal_alloc.experiment.read import (
+    Engine,
+    Experiment,
+    InferenceConfig,
+    RunConfig,
+    TrainConfig,
+)
 from areal_alloc.memory import (
     GIB,
     VLLM_MAX_NUM_SEQS,
@@ -108,199 +113,45 @@ class Fit:
 # --- reading ------------------------------------------------------------------------
 
 
-def _model_from(value: object, key: str) -> tuple[Architecture | None, str | None]:
-    """A model named by a path or id; (None, why) when it cannot be found here."""
-    if not isinstance(value, str) or not value:
-        return None, None
-    try:
-        return find_model(value), None
-    except AllocationError:
-        pass
-    name = Path(value.rstrip("/")).name  # a cluster path: /storage/models/Qwen3-8B
-    if name and name != value:
-        try:
-            return find_model(name), f"{key}={value!r} read as the catalogue's {name}"
-        except AllocationError:
-            pass
-    return (
-        None,
-        f"{key}={shown(value)}: not found here (no local config.json, hub cache or "
-        f"catalogue entry)",
-    )
-
-
-def _shape_model(node: object, key: str) -> tuple[Architecture | None, str | None]:
-    if unset(node) or not is_mapping(node):
-        return None, None
-    path = child(node, "path")
-    if isinstance(path, str) and path:
-        return _model_from(path, f"{key}.path")
-    data = {
-        k: child(node, k)
-        for k in (
-            "hidden_size",
-            "num_layers",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "num_key_value_heads",
-            "head_dim",
-            "intermediate_size",
-            "vocab_size",
-            "num_experts",
-            "num_experts_per_tok",
-            "moe_intermediate_size",
-            "tie_word_embeddings",
-            "first_k_dense_replace",
-            "n_shared_experts",
-            "model_type",
-        )
-    }
-    data = {k: v for k, v in data.items() if v is not None}
-    try:
-        return Architecture.from_mapping(data, source=key), None
-    except AllocationError as error:
-        if "missing" in error.message:  # a shape for the layout checks only
-            return None, None
-        raise
-
-
-def _model(cfg: object, engine: EngineLike) -> tuple[Architecture | None, str | None]:
-    # which model an engine runs has one home, shared with the shape checks
-    from areal_alloc.experiment.models import model_sources
-
-    section_key = engine.backend_key.rsplit(".", 1)[0]
-    for source in model_sources(cfg, engine.key, section_key, engine.allocation.backend):
-        if source.kind == "model_shape":
-            found = _shape_model(source.value, source.key)
-            if found[0] is not None:
-                return found
-            continue  # a shape for the layout checks only
-        return _model_from(str(source.value), source.key)
-    return None, None
-
-
-def _section(cfg: object, dotted: str) -> Any:
-    node: Any = cfg
-    for part in dotted.split("."):
-        node = child(node, part)
-    return node
-
-
-def _flag(node: object, key: str, default: bool, path: str) -> bool:
-    value = child(node, key) if node is not None else None
-    if value is None:
-        return default
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):  # as OmegaConf's bool fields accept
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in _BOOLEAN:
-        return _BOOLEAN[value.strip().lower()]
-    raise AllocationValidationError(f"{path}={shown(value)}: must be true or false")
-
-
-#: The spellings OmegaConf's bool fields accept.
-_BOOLEAN = {
-    "true": True,
-    "yes": True,
-    "on": True,
-    "1": True,
-    "false": False,
-    "no": False,
-    "off": False,
-    "0": False,
-}
-
-
-def _text(node: object, key: str, default: str) -> str:
-    value = child(node, key) if node is not None else None
-    return str(value) if value not in (None, "") else default
-
-
 def _training_settings(
-    section: object,
-    path: str,
-    key: str,
-    reserve: int | None,
-    notes: list[str],
-    cfg: object = None,
-    allocation: ModelAllocation | None = None,
+    engine: Engine, run: RunConfig, reserve: int | None, notes: list[str]
 ) -> TrainingSettings:
-    optimizer_node = subsection(section, "optimizer", f"{path}.optimizer")
-    if unset(optimizer_node):  # absent, or a strict schema's all-null section
-        optimizer: str | None = "adam" if key in ("actor", "critic") else None
-        if key in ("actor", "critic"):
-            notes.append(f"{path}.optimizer unset: assumed adam (the run trains {key})")
-    else:
-        optimizer = _text(optimizer_node, "type", "adam")
-    megatron = subsection(section, "megatron", f"{path}.megatron")
-    checkpointing = _flag(
-        section, "gradient_checkpointing", False, f"{path}.gradient_checkpointing"
-    )
-    recompute = "none"
-    if checkpointing:
-        granularity = _text(megatron, "recompute_granularity", "full")
-        recompute = "selective" if granularity == "selective" else "full"
-    mb_spec = subsection(section, "mb_spec", f"{path}.mb_spec")
-    tokens = whole_number(mb_spec, "max_tokens_per_mb", f"{path}.mb_spec.max_tokens_per_mb")
-    micro_batches: int | None = None
+    """The memory model's settings of a training engine, from its one reading."""
+    read, path = engine.training or TrainConfig(), engine.path
+    if read.optimizer_assumed:
+        notes.append(f"{path}.optimizer unset: assumed adam (the run trains {engine.key})")
+    tokens, micro_batches = read.max_tokens_per_mb, None
     if tokens is None:
-        dp = allocation.parallel.dp_size if allocation is not None else 1
-        tokens, micro_batches, note = _whole_local_batch(cfg, mb_spec, path, dp)
+        dp = engine.allocation.parallel.dp_size
+        tokens, micro_batches, note = _whole_local_batch(run, read.n_mbs, path, dp)
         notes.append(note)
-    lora_rank, lora_targets = _lora(section, path, notes)
-    critic = _flag(section, "is_critic", False, f"{path}.is_critic")
-    efficient_load = _flag(
-        subsection(section, "fsdp", f"{path}.fsdp"),
-        "memory_efficient_load",
-        False,
-        f"{path}.fsdp.memory_efficient_load",
-    )
-    ddp = subsection(megatron, "ddp", f"{path}.megatron.ddp")
-    # read here, outside the try below: their errors name their own keys
-    distributed = _flag(
-        ddp, "use_distributed_optimizer", True, f"{path}.megatron.ddp.use_distributed_optimizer"
-    )
-    precision_aware = _flag(
-        megatron,
-        "use_precision_aware_optimizer",
-        False,
-        f"{path}.megatron.use_precision_aware_optimizer",
-    )
-    virtual_pipeline = whole_number(
-        megatron,
-        "virtual_pipeline_parallel_size",
-        f"{path}.megatron.virtual_pipeline_parallel_size",
-    )
-    offload = _flag(
-        subsection(section, "fsdp", f"{path}.fsdp"),
-        "offload_params",
-        False,
-        f"{path}.fsdp.offload_params",
-    )
+    lora_rank: int | None = None
+    if read.use_lora:
+        lora_rank = read.lora_rank
+        _lora_targets(read.target_modules, path, notes)
     try:
         return TrainingSettings(
-            dtype=_text(section, "dtype", defaults.DTYPE),
-            optimizer=optimizer,
-            optimizer_dtype=_text(section, "optimizer_dtype", defaults.OPTIMIZER_DTYPE),
-            distributed_optimizer=distributed,
-            precision_aware_optimizer=precision_aware,
-            recompute=recompute,
+            dtype=read.dtype,
+            optimizer=read.optimizer,
+            optimizer_dtype=read.optimizer_dtype,
+            distributed_optimizer=read.distributed_optimizer,
+            precision_aware_optimizer=read.precision_aware_optimizer,
+            recompute=read.recompute,
             tokens_per_micro_batch=tokens,
             micro_batches=micro_batches,
-            virtual_pipeline=virtual_pipeline or 1,
-            offload_params=offload,
+            virtual_pipeline=read.virtual_pipeline_size or 1,
+            offload_params=read.offload_params,
             reserve_bytes=4 * GIB if reserve is None else reserve,
             lora_rank=lora_rank,
-            lora_targets=lora_targets,
-            critic=critic,
-            memory_efficient_load=efficient_load,
+            lora_targets=read.target_modules if read.use_lora else (),
+            critic=read.is_critic,
+            memory_efficient_load=read.memory_efficient_load,
         )
     except AllocationError as error:
         raise AllocationValidationError(f"{path}: {error.message}") from None
 
 
-def _whole_local_batch(cfg: object, mb_spec: object, path: str, dp: int) -> tuple[int, int, str]:
+def _whole_local_batch(run: RunConfig, n_mbs: int, path: str, dp: int) -> tuple[int, int, str]:
     """Tokens of one micro-batch when ``mb_spec.max_tokens_per_mb`` is unset.
 
     The reference then caps a micro-batch at DEFAULT_MAX_TOKENS_PER_MB = 10**12
@@ -311,25 +162,14 @@ def _whole_local_batch(cfg: object, mb_spec: object, path: str, dp: int) -> tupl
     share: train_dataset.batch_size × gconfig.n_samples sequences over d, each at
     most train_dataset.max_length + gconfig.max_new_tokens tokens.
     """
-    dataset = subsection(cfg, "train_dataset", "train_dataset")
-    batch = whole_number(dataset, "batch_size", "train_dataset.batch_size")
-    gconfig = subsection(cfg, "gconfig", "gconfig")
-    samples = whole_number(gconfig, "n_samples", "gconfig.n_samples")
-    new_tokens = whole_number(gconfig, "max_new_tokens", "gconfig.max_new_tokens")
-    prompt = whole_number(dataset, "max_length", "train_dataset.max_length")
-    count = whole_number(mb_spec, "n_mbs", f"{path}.mb_spec.n_mbs")
-    batch = defaults.TRAIN_BATCH if batch is None else batch
-    samples = defaults.SAMPLES if samples is None else samples
-    new_tokens = defaults.NEW_TOKENS if new_tokens is None else new_tokens
+    batch, samples, new_tokens = run.batch, run.samples, run.new_tokens
     prompt_text = (
-        f"train_dataset.max_length {prompt:,}"
-        if prompt is not None
+        f"train_dataset.max_length {run.max_length:,}"
+        if run.max_length is not None
         else f"a {defaults.PROMPT_TOKENS:,}-token prompt (train_dataset.max_length unset)"
     )
-    prompt = defaults.PROMPT_TOKENS if prompt is None else prompt
-    n_mbs = max(1, defaults.MICRO_BATCHES if count is None else count)
     sequences = math.ceil(batch * samples / dp)
-    length = prompt + new_tokens
+    length = run.prompt + new_tokens
     tokens = max(1, math.ceil(sequences * length / n_mbs))
     split = f" / mb_spec.n_mbs {n_mbs}" if n_mbs > 1 else ""
     note = (
@@ -342,24 +182,8 @@ def _whole_local_batch(cfg: object, mb_spec: object, path: str, dp: int) -> tupl
     return tokens, n_mbs, note
 
 
-def _lora(section: object, path: str, notes: list[str]) -> tuple[int | None, tuple[str, ...]]:
-    """LoRA's rank and targets when ``use_lora`` (areal/api/cli_args.py TrainEngineConfig
-    use_lora / lora_rank / target_modules, lines 1374-1385, reference commit cbff54d6)."""
-    if not _flag(section, "use_lora", False, f"{path}.use_lora"):
-        return None, ()
-    rank = whole_number(section, "lora_rank", f"{path}.lora_rank")
-    raw = child(section, "target_modules")
-    if raw is None or raw == "":
-        targets: tuple[str, ...] = ()
-    elif isinstance(raw, str):
-        targets = (raw,)
-    elif isinstance(raw, (list, tuple)) or (hasattr(raw, "__iter__") and not is_mapping(raw)):
-        targets = tuple(str(item) for item in raw)
-    else:
-        raise AllocationValidationError(
-            f"{path}.target_modules={shown(raw)}: must be a list of module names, e.g. "
-            f"[q_proj, v_proj], or empty for all-linear"
-        )
+def _lora_targets(targets: tuple[str, ...], path: str, notes: list[str]) -> None:
+    """Say which of LoRA's ``target_modules`` the estimate does not count."""
     from areal_alloc.memory import LORA_TARGETS
 
     known = set(LORA_TARGETS) | {"all-linear"}
@@ -369,47 +193,30 @@ def _lora(section: object, path: str, notes: list[str]) -> tuple[int | None, tup
             f"{path}.target_modules: {', '.join(map(repr, unknown))} not counted (areal-alloc "
             f"counts {', '.join(LORA_TARGETS)} or all-linear)"
         )
-    return (defaults.LORA_RANK if rank is None else rank), targets
 
 
 def _inference_settings(
-    cfg: object, engine: EngineLike, reserve: int | None, device: int | None = None
+    engine: Engine, reserve: int | None, device: int | None = None
 ) -> InferenceSettings:
+    """The memory model's settings of an inference engine, from its one reading."""
+    read = engine.inference or InferenceConfig()
     backend = engine.allocation.backend
-    server = subsection(cfg, backend, backend)
-    section = _section(cfg, engine.backend_key.rsplit(".", 1)[0])
-    if backend == "vllm":
-        fraction_key, length_key = "gpu_memory_utilization", "max_model_len"
-    else:
-        fraction_key, length_key = "mem_fraction_static", "context_length"
-    fraction = setting_float(
-        server, fraction_key, f"{backend}.{fraction_key}", minimum=0, maximum=1, above=True
-    )
-    if fraction is None:
-        fraction = defaults.MEMORY_FRACTION
-    length = whole_number(server, length_key, f"{backend}.{length_key}") or defaults.CONTEXT_LENGTH
-    concurrency = whole_number(
-        section,
-        "max_concurrent_rollouts",
-        f"{engine.backend_key.rsplit('.', 1)[0]}.max_concurrent_rollouts",
-    )
+    concurrency = read.max_concurrent_rollouts
     per_instance = (
         None if concurrency is None else math.ceil(concurrency / engine.allocation.n_instances)
     )
-    # vLLM's profile run (memory.inference_memory): the reference passes both to vllm
-    # serve (areal/api/cli_args.py vLLMConfig, max_num_seqs 256 by default)
-    seqs = whole_number(server, "max_num_seqs", f"{backend}.max_num_seqs")
-    batched = whole_number(server, "max_num_batched_tokens", f"{backend}.max_num_batched_tokens")
     try:
         return InferenceSettings(
-            dtype=_text(server, "dtype", "bfloat16").replace("auto", "bfloat16"),
-            kv_cache_dtype=_text(server, "kv_cache_dtype", "auto"),
-            memory_fraction=fraction,
-            context_length=length,
+            dtype=read.dtype,
+            kv_cache_dtype=read.kv_cache_dtype,
+            memory_fraction=read.memory_fraction,
+            context_length=read.context_length,
             concurrency=per_instance,
             reserve_bytes=reserve,
-            max_num_seqs=seqs or VLLM_MAX_NUM_SEQS,
-            max_num_batched_tokens=batched,
+            # vLLM's profile run (memory.inference_memory): the reference passes both to
+            # vllm serve (areal/api/cli_args.py vLLMConfig, max_num_seqs 256 by default)
+            max_num_seqs=read.max_num_seqs or VLLM_MAX_NUM_SEQS,
+            max_num_batched_tokens=read.max_num_batched_tokens,
             device_bytes=device,
         )
     except AllocationError as error:
@@ -450,16 +257,18 @@ def estimate_allocation(
         )
 
 
-def estimate_memory(
-    cfg: object, engines: Sequence[EngineLike], settings: Resolved | None = None
-) -> Fit:
-    """Each engine's memory per GPU, colocated engines added to their target's GPUs.
+def estimate_memory(experiment: Experiment, settings: Resolved | None = None) -> Fit:
+    """Each engine of ``experiment`` with its memory per GPU (in its order), colocated
+    engines added to their target's GPUs.
 
-    The GPU and the reserve come from ``settings`` (``areal_alloc.settings``; by
-    default the config's own ``cluster`` keys only).
+    The GPU and the reserve come from ``settings`` (``areal_alloc.settings``), else
+    those the experiment was resolved with, else the config's own ``cluster`` keys.
     """
     if settings is None:
-        settings = Settings().resolve(cfg)
+        settings = experiment.cluster.machine
+    if settings is None:
+        settings = Settings().resolve(experiment.config)
+    engines = experiment.engines
     chosen = settings.gpu
     gpu = GPUSpec(chosen.name, chosen.capacity) if chosen is not None else None
     reserve = settings.memory_reserve.value if settings.memory_reserve is not None else None
@@ -476,7 +285,7 @@ def estimate_memory(
     trainings: list[TrainingSettings | None] = []
     missing: list[str | None] = []
     for engine in engines:
-        arch, note = _model(cfg, engine) if engine.active else (None, None)
+        arch, note = engine.model.architecture() if engine.active else (None, None)
         models.append(arch)
         trainings.append(None)
         # a model named but not found: said beside the engine, never only in the notes
@@ -487,21 +296,18 @@ def estimate_memory(
             estimates.append(None)
             continue
         allocation = engine.allocation
-        path = engine.backend_key.rsplit(".", 1)[0]
         if allocation.is_inference:
-            serve = _inference_settings(cfg, engine, reserve, device)
+            serve = _inference_settings(engine, reserve, device)
             estimates.append(
                 estimate_allocation(allocation, arch, capacity, None, serve, engine.key)
             )
         else:
-            train = _training_settings(
-                _section(cfg, path), path, engine.key, reserve, notes, cfg, allocation
-            )
+            train = _training_settings(engine, experiment.run, reserve, notes)
             trainings[-1] = train
             estimates.append(
                 estimate_allocation(allocation, arch, capacity, train, None, engine.key)
             )
-    estimates = _add_colocated(cfg, engines, estimates, notes)
+    estimates = _add_colocated(experiment, estimates, notes)
     return Fit(
         tuple(estimates),
         gpu,
@@ -513,8 +319,7 @@ def estimate_memory(
 
 
 def _add_colocated(
-    cfg: object,
-    engines: Sequence[EngineLike],
+    experiment: Experiment,
     estimates: list[MemoryEstimate | None],
     notes: list[str],
 ) -> list[MemoryEstimate | None]:
@@ -525,6 +330,7 @@ def _add_colocated(
     server: the memory fraction it claimed) or is offloaded by the reference's
     trainer (:func:`_offloaded_while`). Each engine is checked with what stays.
     """
+    engines = experiment.engines
     index = {e.key: i for i, e in enumerate(engines)}
     groups: dict[str, list[int]] = {}
     for i, engine in enumerate(engines):
@@ -552,7 +358,7 @@ def _add_colocated(
                     term = _resident_term(engines, runner, other, there, there.at_load, "weights")
                     if term is not None:
                         loading.append(term)
-                why = _offloaded_while(cfg, engines, runner, other)
+                why = _offloaded_while(experiment, runner, other)
                 if why is not None:
                     notes.append(
                         f"{engines[runner].key} and {engines[other].key} share GPUs; {why}, so "
@@ -643,9 +449,7 @@ def _offload_key(engines: Sequence[EngineLike], i: int) -> str:
     return f"{engine.backend_key.rsplit('.', 1)[0]}.offload"
 
 
-def _offloaded_while(
-    cfg: object, engines: Sequence[EngineLike], runner: int, other: int
-) -> str | None:
+def _offloaded_while(experiment: Experiment, runner: int, other: int) -> str | None:
     """Why ``other`` is off the GPU while ``runner`` runs, or None when it stays.
 
     The reference's trainer (areal/trainer/rl_trainer.py, reference commit
@@ -659,14 +463,11 @@ def _offloaded_while(
     values until after its own update, so it stays while the actor trains; the
     actor is onloaded after ref and teacher and stays through the critic's update.
     """
+    engines = experiment.engines
     keys = [e.key for e in engines]
     by_key = dict(zip(keys, engines, strict=True))
     run, off = engines[runner].key, engines[other].key
-    actor = child(cfg, "actor")
-    awex = child(actor, "weight_update_mode") == "awex" and child(actor, "_version") in (
-        None,
-        "v1",
-    )
+    awex = experiment.awex_v1
 
     def colocated(a: str, b: str) -> bool:
         ea, eb = by_key.get(a), by_key.get(b)
@@ -678,9 +479,7 @@ def _offloaded_while(
     actor_rollout = colocated("actor", "rollout")
 
     def flag(key: str) -> bool:
-        path = _offload_key(engines, keys.index(key))
-        section = _section(cfg, path.rsplit(".", 1)[0])
-        return _flag(section, "offload", False, path)
+        return by_key[key].offload
 
     if off == "rollout" and (actor_rollout or awex) and "actor" in keys:
         return (

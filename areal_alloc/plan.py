@@ -239,7 +239,11 @@ def _check_startup(experiment: Experiment) -> list[str]:
 
 
 def _with_memory(
-    cfg: object, engines: list[EnginePlan], on_memory: str, per_node: int, machine: Resolved
+    experiment: Experiment,
+    engines: list[EnginePlan],
+    on_memory: str,
+    per_node: int,
+    machine: Resolved,
 ) -> tuple[list[EnginePlan], list[str], list[str], str | None, int | None, Pace | None]:
     """Each engine's memory estimate; refuses (``fail``) or warns of what does not fit.
 
@@ -249,7 +253,7 @@ def _with_memory(
     from areal_alloc.fit import estimate_memory, memory_problems
     from areal_alloc.pace import estimate_pace
 
-    fit = estimate_memory(cfg, engines, machine)
+    fit = estimate_memory(experiment, machine)
     errors, warnings = memory_problems(engines, fit)
     chosen = machine.gpu
     # a GPU the config does not name: the refusal says where it came from
@@ -273,7 +277,9 @@ def _with_memory(
         for e, m, why in zip(engines, fit.estimates, missing, strict=True)
     ]
     gpu = fit.gpu
-    pace = estimate_pace(cfg, engines, fit.estimates, fit.models, per_node, fit.training, machine)
+    pace = estimate_pace(
+        experiment.config, engines, fit.estimates, fit.models, per_node, fit.training, machine
+    )
     return (
         engines,
         warnings,
@@ -322,8 +328,9 @@ def plan_config(
     pace: Pace | None = None
     if on_memory != "off" and experiment.names_a_model:
         machine = settings.resolve(cfg)
+        experiment = experiment.with_machine(machine)
         engines, memory_warnings, memory_notes, gpu, gpu_memory, pace = _with_memory(
-            cfg, engines, on_memory, per_node, machine
+            experiment, engines, on_memory, per_node, machine
         )
         gpu_source = machine.gpu.source if machine.gpu is not None else None
         warnings.extend(memory_warnings)

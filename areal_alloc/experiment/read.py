@@ -278,6 +278,10 @@ class Experiment:
     engines: tuple[Engine, ...]
     run: RunConfig
     warnings: tuple[str, ...] = ()
+    #: ``actor.weight_update_mode`` and ``actor._version`` as written (None: the
+    #: reference's defaults, xccl and v1)
+    weight_update_mode: str | None = None
+    actor_version: str | None = None
     #: the config as given, for the reference's start-up rules
     #: (``areal_alloc.experiment.rules``) only
     config: object = field(default=None, compare=False, repr=False)
@@ -292,6 +296,12 @@ class Experiment:
         return next((e for e in self.engines if e.key == key), None)
 
     @property
+    def awex_v1(self) -> bool:
+        """awex weight updates with the v1 controllers: the adapter hands the actor's GPUs
+        to the rollout and back (areal/trainer/rl_trainer.py _is_v1_awex_colocate)."""
+        return self.weight_update_mode == "awex" and self.actor_version in (None, "v1")
+
+    @property
     def names_a_model(self) -> bool:
         """Whether any engine's model is named (only then is memory estimated)."""
         return any(e.model.named for e in self.engines)
@@ -299,7 +309,10 @@ class Experiment:
     def resolved(self, settings: Settings) -> Experiment:
         """This experiment with the GPU and speeds ``settings`` resolve (flags, the hook's
         parameters, the environment, nvidia-smi, then the config's ``cluster`` keys)."""
-        machine = settings.resolve(self.config)
+        return self.with_machine(settings.resolve(self.config))
+
+    def with_machine(self, machine: Resolved) -> Experiment:
+        """This experiment with the GPU and speeds already resolved."""
         return replace(self, cluster=replace(self.cluster, machine=machine))
 
 
@@ -319,7 +332,18 @@ def read_experiment(cfg: object, settings: Settings | None = None) -> Experiment
     engines = _apply_run_rules(cfg, read)
     engines = [_with_details(cfg, e) for e in engines]
     run = _run(cfg)
-    experiment = Experiment(cluster, tuple(engines), run, tuple(warnings), cfg)
+    actor = child(cfg, "actor")
+    mode = child(actor, "weight_update_mode") if is_mapping(actor) else None
+    version = child(actor, "_version") if is_mapping(actor) else None
+    experiment = Experiment(
+        cluster,
+        tuple(engines),
+        run,
+        tuple(warnings),
+        None if mode is None else str(mode),
+        None if version is None else str(version),
+        cfg,
+    )
     return experiment.resolved(settings) if settings is not None else experiment
 
 
