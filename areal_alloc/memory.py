@@ -7,7 +7,8 @@ Training (``fsdp``, ``megatron``, ``archon``), for the most-loaded GPU:
 - activations from Korthikanti et al. 2022, "Reducing Activation Recomputation
   in Large Transformer Models" (arXiv:2205.05198), Table 2, generalised from
   GPT's MLP to grouped-query attention, SwiGLU and mixture-of-experts layers;
-- the logits of the whole vocabulary in float32 on the last pipeline stage;
+- the logits of the whole vocabulary on the last pipeline stage, as the loss holds them
+  (:data:`LOGITS`);
 - a reserve for the CUDA context, NCCL buffers and fragmentation (a stated
   number the user can override).
 
@@ -32,6 +33,7 @@ from areal_alloc.strategy import ParallelStrategy
 __all__ = [
     "DTYPE_BYTES",
     "GIB",
+    "LOGITS",
     "NON_TORCH_BYTES",
     "VLLM_MAX_NUM_SEQS",
     "VLLM_SAMPLER_BYTES",
@@ -45,6 +47,7 @@ __all__ = [
     "kv_bytes_per_token",
     "lora_parameters",
     "non_torch_bytes",
+    "op_sac_bytes_per_token",
     "readable_bytes",
     "training_memory",
     "vllm_default_batched_tokens",
@@ -74,8 +77,35 @@ DTYPE_BYTES = {
     "float8_e5m2": 1,
 }
 
-RECOMPUTE = ("none", "selective", "full")
+#: none | selective (Korthikanti's: the attention scores) | full (each layer's input) |
+#: op (torchtitan's and the archon engine's per-op selective checkpointing, see
+#: :func:`op_sac_bytes_per_token`)
+RECOMPUTE = ("none", "selective", "full", "op")
 OPTIMIZERS = ("adam", "adam_bf16", "sgd")
+
+#: Bytes per element of the [tokens, vocab/t] logits at the loss's peak, by how the loss
+#: holds them.
+#:
+#: ``areal``: the reference's log-probabilities (areal/utils/functional/vocab_parallel.py,
+#: areal-project/AReaL@cbff54d645d2cd8ee1f1c358a82f3f473588433d). Without tensor
+#: parallelism of the vocabulary, ``gather_logprobs`` runs ``log_softmax(logits.float())``
+#: (torch.compile'd) over chunks of ``logprobs_chunk_size`` = 1,024 tokens: the model's
+#: bfloat16 logits stay (2 B) and in the backward their bfloat16 gradient (2 B) takes
+#: each chunk's gradient, which ``slice_backward`` first writes into a full-size zero
+#: tensor (2 B): 6 B. Megatron at t > 1 (``_VocabParallelLogProbs``) keeps the bfloat16
+#: logits (2 B) and the float32 softmax it saves (4 B), turned into the gradient in place,
+#: and hands the output layer a bfloat16 copy of it (2 B): 8 B.
+#:
+#: ``float32``: a whole-vocabulary cross-entropy on ``logits.float()`` (torchtitan's
+#: ``cross_entropy(pred.flatten(0, 1).float(), ...)``, train.py at pytorch/torchtitan@
+#: 9dec370ad26b5f8e9a7333a0e36165018262644b; torchtune's ``output = self.output(h).float()``
+#: in torchtune/modules/transformer.py TransformerDecoder.forward): at the start of the
+#: backward the saved float32 log-softmax (4 B), the gradient ``nll_loss`` scatters into a
+#: zero tensor (4 B) and ``log_softmax``'s gradient (4 B): 12 B.
+#:
+#: ``float32_logits``: the float32 logits alone, 4 B, as Megatron-LM's
+#: theoretical_memory_usage.py counts the output layer (its anchors' figure).
+LOGITS = ("areal", "float32", "float32_logits")
 
 
 def dtype_bytes(name: str, key: str) -> int:
@@ -246,11 +276,18 @@ class TrainingSettings:
     critic: bool = False
     #: FSDP fsdp.memory_efficient_load: false makes every rank build the whole model
     memory_efficient_load: bool = False
+    #: how the loss holds the vocabulary logits (:data:`LOGITS`): the reference's
+    #: engines, a whole-vocabulary float32 cross-entropy, or the float32 logits alone
+    logits: str = "areal"
 
     def __post_init__(self) -> None:
         if self.recompute not in RECOMPUTE:
             raise AllocationValidationError(
                 f"recompute={self.recompute!r}: must be one of {', '.join(RECOMPUTE)}"
+            )
+        if self.logits not in LOGITS:
+            raise AllocationValidationError(
+                f"logits={self.logits!r}: must be one of {', '.join(LOGITS)}"
             )
         if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
             raise AllocationValidationError(
@@ -364,6 +401,8 @@ def activation_bytes_per_token(
         scores = (5 if dropout else 2) * arch.num_attention_heads * sequence_length
     if recompute == "full":
         return 2 * h / (tp if sequence_parallel else 1), f"2h = {2 * h} (full recomputation)"
+    if recompute == "op":
+        return op_sac_bytes_per_token(arch, moe=moe, tp=tp, sequence_parallel=sequence_parallel)
     if sequence_parallel or tp == 1:
         per_token = (replicated + split + scores) / tp
         how = (
@@ -376,6 +415,59 @@ def activation_bytes_per_token(
         how = f"{replicated} + ({split} + {scores})/t{tp}"
     text = f"2·(q{q} + k{k} + v{v} + o{proj}) + {mlp} + norms/inputs {replicated}: {how}"
     return per_token, text
+
+
+def op_sac_bytes_per_token(
+    arch: Architecture, *, moe: bool, tp: int, sequence_parallel: bool
+) -> tuple[float, str]:
+    """Bytes one token leaves stored in one layer under per-op selective checkpointing.
+
+    torchtitan's policy (torchtitan/parallelisms/parallelize_llama.py ``_save_list`` and
+    ``_custom_policy``, pytorch/torchtitan@9dec370ad26b5f8e9a7333a0e36165018262644b; the
+    archon engine's copy in areal/experimental/models/archon/activation_checkpoint.py,
+    areal-project/AReaL@cbff54d645d2cd8ee1f1c358a82f3f473588433d, its default
+    ``ac_mode: selective``, ``selective_ac_option: op``): each block keeps its input and
+    the outputs of the ops in the save list (``aten.mm`` but every second one counted per
+    block, flash/efficient attention, ``reduce_scatter``) and recomputes the rest (norms,
+    rotary, SiLU, products). A block's mms in order: wq, wk, wv, wo, then w1, w3, w2
+    (SwiGLU, torchtitan/models/llama/model.py ``w2(F.silu(w1(x)) * w3(x))``) or w1, w2; the
+    1st, 3rd, 5th and 7th are kept. Attention keeps its output (q width) and its float32
+    log-sum-exp per head. A column-parallel output is split by t; a row-parallel one (wo,
+    w2) is a full-width partial sum on every rank, its reduce-scatter output h/t kept
+    besides under sequence parallelism. An MoE block's routed experts run grouped mms,
+    not in the list: only its router and shared experts' mms count.
+    """
+    h = arch.hidden_size
+    if arch.is_mla:
+        a = arch.num_attention_heads
+        q = a * (arch.qk_nope_head_dim + arch.qk_rope_head_dim)
+        kv = a * arch.v_head_dim
+        out = a * arch.v_head_dim
+    else:
+        q, kv, out = arch.query_width, arch.kv_width, arch.query_width
+    if moe:
+        f = arch.shared_expert_intermediate_size
+        mlp: list[tuple[str, int, bool]] = [("router", arch.num_experts, False)]
+    else:
+        f = arch.intermediate_size
+        mlp = []
+    if f:
+        mlp += [("w1", f, True)] + ([("w3", f, True)] if arch.gated_mlp else [])
+        mlp += [("w2", h, False)]
+    # (name, width, column-parallel)
+    mms = [("wq", q, True), ("wk", kv, True), ("wv", kv, True), ("wo", h, False), *mlp]
+    kept = mms[0::2]
+    elements = float(h / tp if sequence_parallel else h)  # the block's input
+    for _, width, column in kept:
+        elements += width / tp if column else width
+    if sequence_parallel and tp > 1:  # the two reduce-scatter outputs
+        elements += 2 * h / tp
+    elements += out / tp  # attention output
+    per_token = 2 * elements + 4 * arch.num_attention_heads / tp  # bf16; float32 lse
+    names = "+".join(name for name, _, _ in kept)
+    return per_token, (
+        f"per-op SAC: input, kept mms {names}, attention output and log-sum-exp: {per_token:,.0f} B"
+    )
 
 
 # --- LoRA ---------------------------------------------------------------------------------
@@ -623,7 +715,7 @@ def training_memory(
             on_gpu = (tp_part + exp) / tp + rep
             shard_text = f"({_b(tp_part + exp)}/t{tp} + {_b(rep)} replicated)"
         stage_flight = in_flight if first else 1.0
-        if settings.recompute == "full" or forward_only:
+        if settings.recompute in ("full", "op") or forward_only:
             one_layer = max(
                 activation_bytes_per_token(
                     arch,
@@ -661,8 +753,9 @@ def training_memory(
                 + (f" + one layer recomputed {one_layer:,.0f} B/token" if one_layer else "")
             )
         logits = 0.0
+        per_logit, logits_text = _logit_bytes(settings.logits, megatron_like, tp, forward_only)
         if (not first or pp == 1) and not settings.critic:
-            logits = tokens * (arch.vocab_size / tp) * 4
+            logits = tokens * (arch.vocab_size / tp) * per_logit
         terms: list[Term] = []
         if megatron_like and lora is not None:
             terms.extend(
@@ -730,7 +823,8 @@ def training_memory(
                 Term(
                     "logits",
                     int(logits),
-                    f"{tokens:,} tokens × vocab {arch.vocab_size:,}/t{tp} × 4 B (float32 logits)",
+                    f"{tokens:,} tokens × vocab {arch.vocab_size:,}/t{tp} × {per_logit} B "
+                    f"({logits_text})",
                 )
             )
         terms.append(
@@ -769,6 +863,21 @@ def training_memory(
         at_load=at_load,
         training_terms=training_terms,
     )
+
+
+def _logit_bytes(mode: str, megatron: bool, tp: int, forward_only: bool) -> tuple[int, str]:
+    """:data:`LOGITS`: bytes per logit element and what holds them. A forward-only
+    engine (ref, a teacher) computes its log-probabilities without gradients: the
+    reference's keep only the bfloat16 logits, 1,024 tokens at a time in float32."""
+    if mode == "areal" and forward_only:
+        return 2, "bf16 logits; log-probs by chunks of 1,024 tokens, no gradient"
+    if mode == "float32":
+        return 12, "float32 cross-entropy: log-softmax, its gradient and nll's"
+    if mode == "float32_logits":
+        return 4, "float32 logits"
+    if megatron and tp > 1:
+        return 8, "bf16 logits + float32 vocab-parallel softmax + bf16 gradient"
+    return 6, "bf16 logits + bf16 gradient + one chunk's slice gradient"
 
 
 @dataclass(frozen=True, slots=True)

@@ -312,8 +312,13 @@ def _allocation(inputs: Mapping[str, Any], engine: str | None = None) -> ModelAl
 
 def _training_settings(inputs: Mapping[str, Any]) -> TrainingSettings:
     precision = str(inputs.get("precision") or "")
+    recompute = _recompute(inputs)
+    if inputs.get("activation_checkpointing") == "selective (op)":
+        recompute = "op"  # torchtitan's per-op policy (memory.op_sac_bytes_per_token)
     return TrainingSettings(
-        recompute=_recompute(inputs),
+        recompute=recompute,
+        # torchtitan's and torchtune's recipes: cross-entropy on float32 logits
+        logits="float32",
         tokens_per_micro_batch=int(inputs["micro_batch"]) * int(inputs["seq_len"]),
         # torchtune's single-device bf16 recipe keeps no float32 copy
         optimizer_dtype="bfloat16" if "no fp32 master" in precision else "float32",

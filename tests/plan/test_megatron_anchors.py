@@ -121,6 +121,7 @@ def ours(anchor: Anchor) -> dict[str, float]:
         micro_batches=anchor.micro_batches,
         dropout=True,
         sequence_parallel=True,
+        logits="float32_logits",  # Megatron's formula: the output layer's float32 logits
     )
     estimate = training_memory(
         "actor", "megatron", anchor.arch, allocation.parallel, settings, None

@@ -667,3 +667,61 @@ def test_any_actor_path_gives_a_plan_or_one_clear_error(text: str) -> None:
         assert plan.capacity == 8
         return
     assert "\n" not in message
+
+
+# --- per-op selective checkpointing and the logits as the loss holds them ----------------
+
+
+@pytest.mark.parametrize(
+    ("tp", "sp", "expected"),
+    [
+        # Llama-3.1-8B, h 4,096, q 4,096, kv 1,024, f 14,336, 32 heads: the block input,
+        # the kept mms wq, wv, w1, w2 (w2 row-parallel: full width), attention output, all
+        # bf16, and its float32 log-sum-exp: 2·(4096 + 4096 + 1024 + 14336 + 4096 + 4096)
+        # + 4·32
+        (1, False, 2 * (4096 + 4096 + 1024 + 14336 + 4096 + 4096) + 4 * 32),
+        # t2 with sequence parallelism: input, column outputs and attention output halve,
+        # w2's partial sum stays full, the two reduce-scatter outputs h/2 are kept too
+        (2, True, 2 * (2048 + 2048 + 512 + 7168 + 4096 + 2 * 2048 + 2048) + 4 * 16),
+    ],
+)
+def test_op_sac_keeps_the_block_input_every_other_mm_and_attention(
+    tp: int, sp: bool, expected: int
+) -> None:
+    from areal_alloc.memory import op_sac_bytes_per_token
+
+    arch = find_model("meta-llama/Llama-3.1-8B")
+    per_token, _ = op_sac_bytes_per_token(arch, moe=False, tp=tp, sequence_parallel=sp)
+    assert per_token == expected
+
+
+@pytest.mark.parametrize(
+    ("spec", "settings", "per_element"),
+    [
+        ("fsdp:d8", {}, 6),  # bf16 logits + bf16 gradient + one chunk's slice gradient
+        ("fsdp:d8", {"optimizer": None}, 2),  # forward only: the bf16 logits
+        ("megatron:d4t2", {}, 8),  # + float32 vocab-parallel softmax, bf16 gradient copy
+        ("fsdp:d8", {"logits": "float32"}, 12),  # torchtitan / torchtune cross-entropy
+        ("fsdp:d8", {"logits": "float32_logits"}, 4),  # Megatron-LM's formula
+    ],
+)
+def test_logits_bytes_as_the_loss_holds_them(
+    spec: str, settings: dict[str, Any], per_element: int
+) -> None:
+    allocation = ModelAllocation.from_str(spec)
+    tp = allocation.parallel.tp_size
+    estimate = training_memory(
+        "actor",
+        allocation.backend,
+        find_model("meta-llama/Llama-3.1-8B"),
+        allocation.parallel,
+        TrainingSettings(tokens_per_micro_batch=4096, memory_efficient_load=True, **settings),
+        None,
+    )
+    assert estimate.term("logits") == int(4096 * (128_256 / tp) * per_element)
+
+
+def test_an_unknown_logits_mode_is_refused() -> None:
+    with pytest.raises(AllocationValidationError) as caught:
+        TrainingSettings(logits="fp8")
+    assert str(caught.value) == "logits='fp8': must be one of areal, float32, float32_logits"
