@@ -26,10 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from areal_alloc import calibration, defaults
-from areal_alloc._config import section, whole_number
 from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationError, AllocationValidationError
-from areal_alloc.fit import EngineLike
+from areal_alloc.experiment.read import Experiment
 from areal_alloc.memory import MemoryEstimate, TrainingSettings
 from areal_alloc.settings import Resolved, Settings
 from areal_alloc.throughput import (
@@ -100,11 +99,6 @@ class Pace:
         }
 
 
-def _count(cfg: object, part: str, key: str, default: int | None) -> int | None:
-    found = whole_number(section(cfg, part, part), key, f"{part}.{key}")
-    return default if found is None else found
-
-
 def _hardware(settings: Resolved, arch: Architecture, per_node: int) -> Hardware | None:
     """The GPU's speeds (``areal_alloc.settings``: a flag, the hook, the environment,
     nvidia-smi or the config's ``cluster`` keys), else None; efficiencies from the
@@ -135,30 +129,31 @@ def _hardware(settings: Resolved, arch: Architecture, per_node: int) -> Hardware
 
 
 def estimate_pace(
-    cfg: object,
-    engines: Sequence[EngineLike],
+    experiment: Experiment,
     memory: Sequence[MemoryEstimate | None],
     models: Sequence[Architecture | None],
-    per_node: int,
     settings: Sequence[TrainingSettings | None],
     machine: Resolved | None = None,
 ) -> Pace | None:
-    """Each engine's seconds per RL step; None without a GPU whose speeds are known.
+    """Each engine of ``experiment``'s seconds per RL step (``memory``, ``models`` and
+    ``settings`` in its engines' order, from ``areal_alloc.fit``); None without a GPU
+    whose speeds are known.
 
-    ``machine``: the GPU, speeds and efficiencies (``areal_alloc.settings``; by default
-    the config's ``cluster`` keys only)."""
+    ``machine``: the GPU, speeds and efficiencies (``areal_alloc.settings``), else those
+    the experiment was resolved with, else the config's ``cluster`` keys only."""
+    engines = experiment.engines
+    per_node = experiment.cluster.n_gpus_per_node
     arch = next((m for m in models if m is not None), None)
     if arch is None or per_node < 1:
         return None
     if machine is None:
-        machine = Settings().resolve(cfg)
+        machine = experiment.cluster.machine or Settings().resolve(experiment.config)
     hardware = _hardware(machine, arch, per_node)
     if hardware is None:
         return None
-    batch = _count(cfg, "train_dataset", "batch_size", 1) or 1
-    samples = _count(cfg, "gconfig", "n_samples", 1) or 1
-    new_tokens = _count(cfg, "gconfig", "max_new_tokens", DEFAULT_NEW_TOKENS) or DEFAULT_NEW_TOKENS
-    prompt = _count(cfg, "train_dataset", "max_length", None)
+    run = experiment.run  # the run's shape, with the reference's defaults
+    batch, samples, new_tokens = run.batch, run.samples, run.new_tokens
+    prompt = run.max_length
     assumptions = list(hardware_assumptions(hardware))
     if prompt is None:
         prompt = DEFAULT_PROMPT

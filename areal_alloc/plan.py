@@ -277,9 +277,7 @@ def _with_memory(
         for e, m, why in zip(engines, fit.estimates, missing, strict=True)
     ]
     gpu = fit.gpu
-    pace = estimate_pace(
-        experiment.config, engines, fit.estimates, fit.models, per_node, fit.training, machine
-    )
+    pace = estimate_pace(experiment, fit.estimates, fit.models, fit.training, machine)
     return (
         engines,
         warnings,
