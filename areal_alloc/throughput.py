@@ -413,7 +413,8 @@ def training_step(
             )
         )
     if ep > 1 and arch.is_moe:
-        inside = _inside(tp * cp * ep, node)
+        # the expert group lies within a stage: never wider than its world // pp GPUs
+        inside = _inside(min(tp * cp * ep, world // pp), node)
         moe_here = arch.moe_layer_count / pp
         volume = 4 * moe_here * micro_batches * act * arch.experts_per_token * (ep - 1) / ep
         terms.append(

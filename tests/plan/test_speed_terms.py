@@ -493,3 +493,25 @@ def test_explain_prints_the_terms_as_text(capsys: pytest.CaptureFixture[str]) ->
     assert "generation (one instance; an estimate): " in out
     assert "decode GEMM compute (hidden)" in out
     assert "prefill tensor parallel" in out
+
+
+@pytest.mark.parametrize(
+    ("spec", "link"),
+    [
+        ("megatron:d2t4e4", "over NVLink"),  # 8 GPUs: the expert group is inside the node
+        ("megatron:d4t4e8", "over network"),  # 16 GPUs: t4 × e8 spans two nodes
+    ],
+)
+def test_the_expert_group_is_never_wider_than_a_stage(spec: str, link: str) -> None:
+    alloc = ModelAllocation.from_str(spec)
+    step = training_step(
+        "megatron",
+        find_model("Qwen3-30B-A3B"),
+        alloc.parallel,
+        H100,
+        tokens_per_step=1 << 20,
+        tokens_per_micro_batch=16384,
+        sequence_length=8192,
+    )
+    (term,) = (t for t in step.terms if t.name == "expert all-to-all")
+    assert link in term.formula
