@@ -177,6 +177,10 @@ class Architecture:
     intermediate_size: int = 0  # dense MLP width (dense models, dense-first layers)
     tie_word_embeddings: bool = False
     attention_bias: bool = False  # q, k and v projections with bias (Qwen2)
+    mlp_bias: bool = False  # MLP (and expert) projections with bias (config "mlp_bias")
+    #: learned absolute position embeddings: positions × h more embedding parameters
+    #: (0: rotary or none)
+    position_embeddings: int = 0
     qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3)
     gated_mlp: bool = True  # SwiGLU (gate, up, down); False: GPT's two-matrix GeLU MLP
     num_experts: int = 0
@@ -305,15 +309,24 @@ class Architecture:
                 attention += q + 2 * kv
             latent_norms = 2 * self.head_size if self.qk_norm else 0
         matrices = 3 if self.gated_mlp else 2
-        shared = matrices * h * self.shared_expert_intermediate_size
+
+        def mlp(width: int) -> int:
+            """One MLP of ``width``: its matrices, and with mlp_bias each output's bias
+            (gate and up f each, down h; LlamaMLP ``bias=config.mlp_bias``)."""
+            if not width:
+                return 0
+            bias = (matrices - 1) * width + h if self.mlp_bias else 0
+            return matrices * h * width + bias
+
+        shared = mlp(self.shared_expert_intermediate_size)
         if self.shared_expert_gate and self.shared_expert_intermediate_size:
             shared += h
-        one_expert = matrices * h * self.moe_intermediate_size
+        one_expert = mlp(self.moe_intermediate_size)
         return ParameterCount(
-            embedding=self.vocab_size * h,
+            embedding=self.vocab_size * h + self.position_embeddings * h,
             output=0 if self.tie_word_embeddings else self.vocab_size * h,
             attention=attention,
-            dense_mlp=matrices * h * self.intermediate_size,
+            dense_mlp=mlp(self.intermediate_size),
             shared_experts=shared if self.is_moe else 0,
             routed_experts=one_expert * self.num_experts,
             active_routed_experts=one_expert * self.experts_per_token,
@@ -350,6 +363,11 @@ class Architecture:
         values["attention_bias"] = _flag(
             data, source, model_type in ("qwen2", "qwen2_moe"), "attention_bias", "qkv_bias"
         )
+        values["mlp_bias"] = _flag(data, source, False, "mlp_bias")
+        # learned absolute positions (Megatron's position_embedding_type, BERT-style
+        # "absolute"); rotary models (rope) have none
+        if str(data.get("position_embedding_type") or "") in ("learned_absolute", "absolute"):
+            values["position_embeddings"] = _count(data, source, "max_position_embeddings")
         values["qk_norm"] = _flag(
             data, source, model_type.startswith("qwen3"), "qk_layernorm", "use_qk_norm"
         )

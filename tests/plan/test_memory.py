@@ -725,3 +725,37 @@ def test_an_unknown_logits_mode_is_refused() -> None:
     with pytest.raises(AllocationValidationError) as caught:
         TrainingSettings(logits="fp8")
     assert str(caught.value) == "logits='fp8': must be one of areal, float32, float32_logits"
+
+
+# --- biases and learned positions ---------------------------------------------------------
+
+_SMALL = {
+    "hidden_size": 1024,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 8,
+    "vocab_size": 1000,
+    "intermediate_size": 4096,
+}
+
+
+@pytest.mark.parametrize(
+    ("extra", "embedding", "dense_mlp"),
+    [
+        ({}, 1000 * 1024, 3 * 1024 * 4096),
+        # LlamaMLP(bias=config.mlp_bias): gate and up 4,096 each, down 1,024
+        ({"mlp_bias": True}, 1000 * 1024, 3 * 1024 * 4096 + 2 * 4096 + 1024),
+        # learned absolute positions: max_position_embeddings × h on the embedding
+        (
+            {"position_embedding_type": "learned_absolute", "max_position_embeddings": 2048},
+            1000 * 1024 + 2048 * 1024,
+            3 * 1024 * 4096,
+        ),
+        ({"position_embedding_type": "rope", "max_position_embeddings": 2048}, 1000 * 1024, None),
+    ],
+)
+def test_mlp_biases_and_learned_positions_are_counted(
+    extra: dict[str, Any], embedding: int, dense_mlp: int | None
+) -> None:
+    p = Architecture.from_mapping({**_SMALL, **extra}).parameters
+    assert p.embedding == embedding
+    assert p.dense_mlp == (3 * 1024 * 4096 if dense_mlp is None else dense_mlp)
