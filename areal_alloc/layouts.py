@@ -584,7 +584,9 @@ def fastest_layouts(
         else:
             widest = max(built, key=lambda p: p.ep_size * p.etp_size)
         widest_speed = speed_of(widest)
-        bound = sum(t.seconds for t in widest_speed.terms if t.name not in _EXPERT_TERMS)
+        bound = sum(
+            t.seconds for t in widest_speed.terms if t.name not in _EXPERT_TERMS and not t.hidden
+        )
         if beaten(bound):
             continue
         for offset, parallel in enumerate(members(family, built)):
