@@ -759,3 +759,38 @@ def test_mlp_biases_and_learned_positions_are_counted(
     p = Architecture.from_mapping({**_SMALL, **extra}).parameters
     assert p.embedding == embedding
     assert p.dense_mlp == (3 * 1024 * 4096 if dense_mlp is None else dense_mlp)
+
+
+# --- the first and last pipeline stages ---------------------------------------------------
+
+#: Llama-3.1-8B: 16 of its 32 layers per stage (attention 41,943,040 + SwiGLU 176,160,768
+#: + norms 8,192 = 218,112,000 each), the embedding 128,256 × 4,096 = 525,336,576 on the
+#: first stage, the untied output layer (as many) and the final norm 4,096 on the last.
+_HALF = 16 * 218_112_000
+_EMBED = 128_256 * 4096
+
+
+@pytest.mark.parametrize(
+    ("micro_batches", "stage", "params"),
+    [
+        # 1F1B keeps p = 2 micro-batches in flight on the first stage: it is the peak
+        (None, "first", _HALF + _EMBED),
+        # one micro-batch: the activations are even, the last stage adds the logits
+        (1, "last", _HALF + _EMBED + 4096),
+    ],
+)
+def test_the_peak_is_the_worst_pipeline_stage_with_its_embedding_or_output(
+    micro_batches: int | None, stage: str, params: int
+) -> None:
+    allocation = ModelAllocation.from_str("megatron:d2p2")
+    estimate = training_memory(
+        "actor",
+        "megatron",
+        find_model("meta-llama/Llama-3.1-8B"),
+        allocation.parallel,
+        TrainingSettings(tokens_per_micro_batch=4096, micro_batches=micro_batches),
+        None,
+    )
+    assert estimate.term("weights") == params * 2
+    assert f"most-loaded GPU: the {stage} pipeline stage" in estimate.assumptions
+    assert (estimate.term("logits") > 0) == (stage == "last")
