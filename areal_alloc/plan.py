@@ -15,9 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from areal_alloc._config import shown
-from areal_alloc.errors import AllocationValidationError
-from areal_alloc.experiment.read import read_experiment
+from areal_alloc.errors import AllocationValidationError, shown
+from areal_alloc.experiment.read import Experiment, read_experiment
 from areal_alloc.model import ModelAllocation
 from areal_alloc.placement import Placement, place
 from areal_alloc.settings import ON_MEMORY, Resolved, Settings, Sourced
@@ -27,7 +26,6 @@ from areal_alloc.vocab import (
 )
 
 if TYPE_CHECKING:
-    from areal_alloc.experiment.read import Experiment
     from areal_alloc.memory import MemoryEstimate
     from areal_alloc.pace import Pace
 
@@ -310,7 +308,9 @@ def plan_config(
         on_memory = settings.on_memory().value
     if on_memory not in ON_MEMORY:
         raise AllocationValidationError(f"on_memory={on_memory!r}: must be 'fail', 'warn' or 'off'")
-    experiment = read_experiment(cfg)  # the one reading of the config
+    # the one reading of the config (or one already read: suggest --config)
+    experiment = cfg if isinstance(cfg, Experiment) else read_experiment(cfg)
+    cfg = experiment.config
     n_nodes, per_node = experiment.cluster.n_nodes, experiment.cluster.n_gpus_per_node
     assumptions = list(experiment.cluster.assumptions)
     warnings = list(experiment.warnings)

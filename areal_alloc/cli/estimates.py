@@ -11,7 +11,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from areal_alloc import calibration
-from areal_alloc._config import child, section, whole_number
 from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import find_model
 from areal_alloc.cli.args import command_parser, count, fraction, positive, real, speed
@@ -19,6 +18,7 @@ from areal_alloc.cli.render import table
 from areal_alloc.compose import compose_file
 from areal_alloc.defaults import CONTEXT_LENGTH, MEMORY_FRACTION
 from areal_alloc.errors import AllocationError, AllocationValidationError
+from areal_alloc.experiment.read import read_experiment
 from areal_alloc.fit import GPUSpec, estimate_allocation
 from areal_alloc.layouts import (
     LayoutConstraints,
@@ -662,25 +662,25 @@ def _stored_calibrations(ns: argparse.Namespace) -> int:
 def _suggest_from_config(ns: argparse.Namespace) -> tuple[bool, bool]:
     """Fill what the flags left unset from an experiment config, composed as the
     reference composes it; returns whether it has a ref and a critic."""
-    cfg = compose_file(ns.config, list(ns.overrides))
-    plan = plan_config(cfg, on_memory="off")
-
-    def whole(part: str, key: str) -> int | None:  # as check reads it: one reader
-        return whole_number(section(cfg, part, part), key, f"{part}.{key}")
+    experiment = read_experiment(compose_file(ns.config, list(ns.overrides)))
+    plan = plan_config(experiment, on_memory="off")
+    run = experiment.run
 
     if ns.model is None:
-        path = child(child(cfg, "actor"), "path")
+        actor = experiment.get("actor")
+        sources = actor.model.sources if actor is not None else ()
+        path = next((s.value for s in sources if s.key == "actor.path"), None)
         if isinstance(path, str) and path:
             # a path that exists only on the cluster is matched by its last part
             local = local_config(path) is not None
             ns.model = path if local else Path(path.rstrip("/")).name or path
     if ns.gpus is None:
         ns.gpus = plan.capacity or None
-    machine(ns, cfg)  # the flags, the environment, nvidia-smi, then cluster.gpu & co
+    machine(ns, experiment.config)  # the flags, the environment, nvidia-smi, then cluster.gpu & co
     if ns.gpus_per_node is None:
         ns.gpus_per_node = plan.n_gpus_per_node or None
     if ns.batch is None:
-        batch, samples = whole("train_dataset", "batch_size"), whole("gconfig", "n_samples")
+        batch, samples = run.batch_size, run.n_samples
         ns.batch = batch * (samples or 1) if batch else None
         if ns.batch is not None and ns.batch > MAX_COUNT:
             raise AllocationValidationError(
@@ -688,9 +688,9 @@ def _suggest_from_config(ns: argparse.Namespace) -> tuple[bool, bool]:
                 f"{ns.batch:,} sequences per step: the limit is {MAX_COUNT:,}"
             )
     if ns.prompt_len is None:
-        ns.prompt_len = whole("train_dataset", "max_length")
+        ns.prompt_len = run.max_length
     if ns.gen_len is None:
-        ns.gen_len = whole("gconfig", "max_new_tokens")
+        ns.gen_len = run.max_new_tokens
     by_key = {e.key: e for e in plan.engines if e.active}
     if ns.train_backend is None and "actor" in by_key:
         ns.train_backend = by_key["actor"].allocation.backend

@@ -424,3 +424,9 @@ def test_a_rollout_path_is_estimated_as_sglang_model_path_is() -> None:
         if "path" not in rollout:
             cfg["sglang"] = {"model_path": "Qwen/Qwen3-8B"}
         assert _estimated(cfg) == {"rollout": True, "actor": False}
+
+
+def test_a_plan_of_an_experiment_read_once_is_the_plan_of_its_config() -> None:
+    # suggest --config reads the experiment once and plans it
+    cfg = compose_file(str(ROOT / "tests/data/real_grpo.yaml"))
+    assert plan_config(read_experiment(cfg), on_memory="off") == plan_config(cfg, on_memory="off")
