@@ -216,3 +216,29 @@ def test_the_layer_test_sees_imports() -> None:
     assert {"areal_alloc._parse", "areal_alloc._build"} <= _imports("areal_alloc.model")
     assert "areal_alloc.plan" in _imports("areal_alloc.resolvers")
     assert "areal_alloc.cli.commands" in _imports("areal_alloc.cli")
+
+
+#: The only modules that read a raw config: the experiment's one reading (with the
+#: reference's rules of which model an engine runs, and its start-up rules, which read
+#: the few keys only a rule needs), and the settings' last source, the config's own
+#: ``cluster`` keys (areal_alloc.settings, issue 16 item 3).
+READS_THE_RAW_CONFIG = {
+    "areal_alloc.experiment.models",
+    "areal_alloc.experiment.read",
+    "areal_alloc.experiment.rules",
+    "areal_alloc.settings",
+}
+
+
+def test_only_the_experiment_reads_the_raw_config() -> None:
+    readers = {module for module in LAYERS if "areal_alloc._config" in _imports(module)}
+    assert readers == READS_THE_RAW_CONFIG
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["areal_alloc.plan", "areal_alloc.fit", "areal_alloc.pace", "areal_alloc.cli.estimates"],
+)
+def test_the_consumers_take_the_experiment(module: str) -> None:
+    # plan, memory, speed and suggest --config read what experiment.read read
+    assert "areal_alloc.experiment.read" in _imports(module)

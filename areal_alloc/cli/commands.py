@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import Any
 
-from areal_alloc._config import child
 from areal_alloc.cli.args import command_parser, positive
 from areal_alloc.cli.estimates import (
     calibrate,
@@ -37,6 +36,7 @@ from areal_alloc.cli.estimates import (
 from areal_alloc.cli.render import not_estimated_lines, render_memory, render_plan, table
 from areal_alloc.compose import compose_file, read_launch_args, script_args
 from areal_alloc.errors import AllocationError, AllocationValidationError, shown
+from areal_alloc.experiment.read import has_engines
 from areal_alloc.format import layout_parts
 from areal_alloc.layouts import (
     LayoutConstraints,
@@ -47,7 +47,7 @@ from areal_alloc.model import ModelAllocation
 from areal_alloc.model_shape import ModelShape
 from areal_alloc.plan import plan_config
 from areal_alloc.rankgroups import order_refusal, summarize_rank_groups
-from areal_alloc.vocab import DEFAULT_ORDER, ENGINE_ORDER
+from areal_alloc.vocab import DEFAULT_ORDER
 
 __all__ = ["COMMANDS", "run_command"]
 
@@ -367,7 +367,7 @@ def check(args: list[str]) -> int:
     for path in files:
         try:
             cfg = compose_file(path, overrides)
-            if ns.skip_without_engines and all(child(cfg, key) is None for key in ENGINE_ORDER):
+            if ns.skip_without_engines and not has_engines(cfg):
                 continue
             plan = plan_config(cfg, settings=settings)
         except AllocationError as error:

@@ -77,6 +77,7 @@ __all__ = [
     "ModelChoice",
     "RunConfig",
     "TrainConfig",
+    "has_engines",
     "model_from_path",
     "read_experiment",
     "shape_from_path",
@@ -314,6 +315,11 @@ class Experiment:
     def with_machine(self, machine: Resolved) -> Experiment:
         """This experiment with the GPU and speeds already resolved."""
         return replace(self, cluster=replace(self.cluster, machine=machine))
+
+
+def has_engines(cfg: object) -> bool:
+    """Whether the config has any engine section (``check --skip-without-engines``)."""
+    return any(child(cfg, key) is not None for key in ENGINE_ORDER)
 
 
 def read_experiment(cfg: object, settings: Settings | None = None) -> Experiment:
