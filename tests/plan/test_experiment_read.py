@@ -430,3 +430,90 @@ def test_a_plan_of_an_experiment_read_once_is_the_plan_of_its_config() -> None:
     # suggest --config reads the experiment once and plans it
     cfg = compose_file(str(ROOT / "tests/data/real_grpo.yaml"))
     assert plan_config(read_experiment(cfg), on_memory="off") == plan_config(cfg, on_memory="off")
+
+
+@dataclasses.dataclass
+class _Cluster:
+    n_nodes: int = 1
+    n_gpus_per_node: int = 8
+
+
+@dataclasses.dataclass
+class _MicroBatches:
+    max_tokens_per_mb: int | None = 8192
+    n_mbs: int = 1
+
+
+@dataclasses.dataclass
+class _Actor:
+    backend: str = "fsdp:d4"
+    path: str = "Qwen/Qwen3-8B"
+    kl_ctl: float = 0.0
+    gradient_checkpointing: bool = True
+    mb_spec: _MicroBatches = dataclasses.field(default_factory=_MicroBatches)
+
+
+@dataclasses.dataclass
+class _Rollout:
+    backend: str = "sglang:d2t2"
+    max_concurrent_rollouts: int = 64
+
+
+@dataclasses.dataclass
+class _Dataset:
+    batch_size: int = 16
+    max_length: int | None = None
+
+
+@dataclasses.dataclass
+class _Config:
+    """The shape of the objects the reference's load_expr_config returns."""
+
+    cluster: _Cluster = dataclasses.field(default_factory=_Cluster)
+    actor: _Actor = dataclasses.field(default_factory=_Actor)
+    rollout: _Rollout = dataclasses.field(default_factory=_Rollout)
+    train_dataset: _Dataset = dataclasses.field(default_factory=_Dataset)
+
+
+def test_the_reference_dataclasses_read_as_their_mapping() -> None:
+    objects = _Config()
+    assert _summary(read_experiment(objects)) == _summary(
+        read_experiment(dataclasses.asdict(objects))
+    )
+    assert _summary(read_experiment(objects)) == [
+        "cluster 1x8 run batch_size=16 max_concurrent_rollouts=64",
+        "rollout sglang:d2t2 inference active on=- offload=False model=actor.path=Qwen/Qwen3-8B "
+        "arch=Qwen/Qwen3-8B | max_concurrent_rollouts=64",
+        "actor fsdp:d4 training active on=- offload=False model=actor.path=Qwen/Qwen3-8B "
+        "arch=Qwen/Qwen3-8B | optimizer_assumed=True gradient_checkpointing=True recompute=full "
+        "max_tokens_per_mb=8192",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        # read once for every engine, whether or not a model is named (the reference's
+        # loader refuses these too); once ignored unless memory was estimated
+        ({"gconfig": "abc"}, "gconfig='abc': must be a section (a mapping of keys), not str"),
+        (
+            {"actor": {"backend": "fsdp:d4", "gradient_checkpointing": "maybe"}},
+            "actor.gradient_checkpointing='maybe': must be true or false",
+        ),
+        (
+            {"actor": {"backend": "fsdp:d4", "offload": "maybe"}},
+            "actor.offload='maybe': must be true or false",
+        ),
+        (
+            {"rollout": {"backend": "sglang:d4", "max_head_offpolicyness": -1}},
+            "rollout.max_head_offpolicyness=-1: must be an integer from 0 to "
+            "1,099,511,627,776, e.g. rollout.max_head_offpolicyness=0",
+        ),
+    ],
+)
+def test_a_bad_setting_is_one_line_without_a_model(extra: dict[str, Any], message: str) -> None:
+    cfg: dict[str, Any] = {"cluster": {"n_nodes": 1, "n_gpus_per_node": 8}, **extra}
+    cfg.setdefault("actor", {"backend": "fsdp:d4"})
+    with pytest.raises(AllocationValidationError) as info:
+        plan_config(cfg, on_memory="off")
+    assert info.value.message == message
