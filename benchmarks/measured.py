@@ -271,7 +271,8 @@ def _unmodelled(inputs: Mapping[str, Any], kind: str) -> str | None:
 
 _RECOMPUTE = {
     "none": "none",
-    "selective (op)": "selective",
+    # torchtitan's per-op policy (memory.op_sac_bytes_per_token, throughput.training_step)
+    "selective (op)": "op",
     "selective": "selective",
     "full": "full",
 }
@@ -312,11 +313,8 @@ def _allocation(inputs: Mapping[str, Any], engine: str | None = None) -> ModelAl
 
 def _training_settings(inputs: Mapping[str, Any]) -> TrainingSettings:
     precision = str(inputs.get("precision") or "")
-    recompute = _recompute(inputs)
-    if inputs.get("activation_checkpointing") == "selective (op)":
-        recompute = "op"  # torchtitan's per-op policy (memory.op_sac_bytes_per_token)
     return TrainingSettings(
-        recompute=recompute,
+        recompute=_recompute(inputs),
         # torchtitan's and torchtune's recipes: cross-entropy on float32 logits
         logits="float32",
         tokens_per_micro_batch=int(inputs["micro_batch"]) * int(inputs["seq_len"]),
@@ -380,10 +378,7 @@ def _train_tps(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float, 
         tokens_per_step=tokens,
         tokens_per_micro_batch=micro,
         sequence_length=seq,
-        # torchtitan's per-op policy recomputes every second matmul (throughput.training_step)
-        recompute="op"
-        if inputs.get("activation_checkpointing") == "selective (op)"
-        else _recompute(inputs),
+        recompute=_recompute(inputs),
     )
     gpus = alloc.parallel.world_size
     if row["measured"]["unit"] == "TFLOPS/gpu":
