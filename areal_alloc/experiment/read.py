@@ -63,7 +63,7 @@ from areal_alloc.vocab import (
 
 if TYPE_CHECKING:
     from areal_alloc.architecture import Architecture
-    from areal_alloc.settings import Resolved, Settings
+    from areal_alloc.settings import ChosenGPU, Resolved, Settings
 
 __all__ = [
     "DEFAULT_GPUS_PER_NODE",
@@ -110,6 +110,11 @@ class Cluster:
     @property
     def capacity(self) -> int:
         return self.n_nodes * self.n_gpus_per_node
+
+    @property
+    def gpu(self) -> ChosenGPU | None:
+        """The GPU the settings resolved (with where it came from), once resolved."""
+        return self.machine.gpu if self.machine is not None else None
 
 
 @dataclass(frozen=True, slots=True)

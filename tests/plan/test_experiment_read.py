@@ -517,3 +517,14 @@ def test_a_bad_setting_is_one_line_without_a_model(extra: dict[str, Any], messag
     with pytest.raises(AllocationValidationError) as info:
         plan_config(cfg, on_memory="off")
     assert info.value.message == message
+
+
+def test_the_cluster_carries_the_gpu_the_settings_resolve() -> None:
+    from areal_alloc.settings import Settings
+
+    cfg = {"cluster": {"n_nodes": 2, "n_gpus_per_node": 8}, "actor": {"backend": "fsdp:d16"}}
+    settings = Settings.from_sources(flags={"gpu": "H800"}, environ={}, detect=False)
+    cluster = read_experiment(cfg, settings).cluster
+    assert cluster.gpu is not None
+    assert (cluster.capacity, cluster.gpu.name, cluster.gpu.source) == (16, "H800", "--gpu")
+    assert read_experiment(cfg).cluster.gpu is None  # not resolved: no detection, no flags
