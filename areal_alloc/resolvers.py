@@ -111,7 +111,7 @@ def _gpu_count(gpus: object) -> object:
     else is left for the layout search to refuse in its own words."""
     if not isinstance(gpus, str) or not is_number_text(gpus):
         return gpus
-    return read_int(gpus, "alloc.layouts: the GPU count", maximum=MAX_GPUS)
+    return read_int(gpus, "alloc.layouts: gpus", maximum=MAX_GPUS)
 
 
 RESOLVERS: dict[str, Callable[..., Any]] = {

@@ -59,7 +59,7 @@ USAGE_ERRORS = [
     (
         ["layouts", "fsdp", "8", "--recompute", "most"],
         "areal-alloc layouts: argument --recompute: invalid choice: 'most' (choose from "
-        "'none', 'selective', 'full') (see areal-alloc layouts --help)",
+        "'none', 'selective', 'full', 'op') (see areal-alloc layouts --help)",
     ),
     (
         ["check", "x.yaml", "--on-memory", "maybe"],
@@ -367,7 +367,7 @@ def test_a_self_referencing_value_is_said_once(
         ),
         (
             "${alloc.layouts:fsdp,'" + "9" * 38_000 + "'}",
-            "alloc.layouts: the GPU count is a 38,000-digit number; the limit is 1,048,576",
+            "alloc.layouts: gpus=a 38000-digit number: the limit is 1,048,576",
         ),
         (
             "${alloc.layouts:fsdp,8,'" + "x" * 38_000 + "'}",

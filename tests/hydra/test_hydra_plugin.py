@@ -233,9 +233,10 @@ RESOLVED = [
     ("${alloc.total_gpus:}", 16),
     ("${alloc.layouts:fsdp,4}", "fsdp:d4,fsdp:d2t2,fsdp:d2c2,fsdp:d1t4,fsdp:d1t2c2,fsdp:d1c4"),
     (
+        # tensor parallelism stays inside a 4-GPU node: no sglang:d1t8
         "${alloc.layouts:sglang,8,'gpus_per_node=4'}",
         "sglang:d8,sglang:d4t2,sglang:d4p2,"
-        "sglang:d2t4,sglang:d2p2t2,sglang:d2p4,sglang:d1t8,sglang:d1p2t4,sglang:d1p4t2,sglang:d1p8",
+        "sglang:d2t4,sglang:d2p2t2,sglang:d2p4,sglang:d1p2t4,sglang:d1p4t2,sglang:d1p8",
     ),
 ]
 
