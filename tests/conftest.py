@@ -28,6 +28,18 @@ Cli = Callable[..., "subprocess.CompletedProcess[str]"]
 
 _CACHE = tempfile.mkdtemp(prefix="areal-alloc-test-cache-")
 
+#: ``AREAL_ALLOC_FULL_PROPERTIES=1`` runs the heavy Hypothesis properties (marked
+#: ``slow``) with their full example counts: .ci/run's second phase does. Without it
+#: (the README's ``python -m pytest``) every one of them still runs, on a tenth.
+FULL_PROPERTIES_ENV = "AREAL_ALLOC_FULL_PROPERTIES"
+FULL_PROPERTIES = os.environ.get(FULL_PROPERTIES_ENV) == "1"
+
+
+def examples(full: int) -> int:
+    """``max_examples`` of a heavy property (``@pytest.mark.slow``): ``full`` when
+    ``AREAL_ALLOC_FULL_PROPERTIES=1``, else a tenth of it (at least 20)."""
+    return full if FULL_PROPERTIES else max(20, full // 10)
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """The tests parse thousands of strings: their parse cache is theirs, not the user's.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +15,7 @@ from areal_alloc import (
 )
 from areal_alloc.legacy import parse_allocation_mode
 from areal_alloc.vocab import BACKEND_DIMS
+from tests.conftest import examples
 
 # small sizes, and sizes up to the documented bound (areal_alloc.limits.MAX_GPUS)
 sizes = st.one_of(
@@ -44,7 +46,8 @@ def allocations(draw: st.DrawFn) -> ModelAllocation:
     return ModelAllocation(backend, draw(names), parallel)
 
 
-@settings(max_examples=400, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=examples(400), deadline=None)
 @given(allocations())
 def test_every_valid_allocation_round_trips(alloc: ModelAllocation) -> None:
     assert ModelAllocation.from_str(str(alloc)) == alloc
@@ -77,7 +80,8 @@ def _only_allocation_errors(text: str) -> None:
         assert parse(str(parsed)) == parsed
 
 
-@settings(max_examples=1500, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=examples(1500), deadline=None)
 @given(mutations)
 @example("megatron:(attn:d2|ffn:d2")
 @example("((((((")
@@ -107,7 +111,8 @@ def mutated(draw: st.DrawFn) -> str:
     return "".join(text)
 
 
-@settings(max_examples=1500, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=examples(1500), deadline=None)
 @given(mutated())
 def test_mutated_valid_strings_raise_only_allocation_errors(text: str) -> None:
     _only_allocation_errors(text)
@@ -143,7 +148,8 @@ def legacy_modes(draw: st.DrawFn) -> str:
     return text
 
 
-@settings(max_examples=200, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=examples(200), deadline=None)
 @given(legacy_modes())
 def test_legacy_modes_round_trip(text: str) -> None:
     mode = parse_allocation_mode(text)
@@ -153,7 +159,8 @@ def test_legacy_modes_round_trip(text: str) -> None:
     )
 
 
-@settings(max_examples=200, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=examples(200), deadline=None)
 @given(allocations(), st.sampled_from(["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"]))
 def test_rank_groups_partition_the_world(alloc: ModelAllocation, order: str) -> None:
     from areal_alloc import AllocationValidationError
@@ -239,7 +246,8 @@ configs = st.dictionaries(
 )
 
 
-@settings(max_examples=500, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=examples(500), deadline=None)
 @given(configs)
 def test_any_config_gives_a_plan_or_an_allocation_error(config: dict[str, object]) -> None:
     from omegaconf import OmegaConf
@@ -266,7 +274,8 @@ def test_any_config_gives_a_plan_or_an_allocation_error(config: dict[str, object
         assert all(a[1] <= b[0] for a, b in itertools.pairwise(runs))
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.sampled_from(["fsdp", "megatron", "sglang"]),
     st.integers(1, 2**64),
@@ -301,7 +310,8 @@ def test_sizes_of_any_magnitude_give_a_plan_or_a_bounded_error(
         assert len(render_plan(plan).splitlines()) < 70  # a summarised node map
 
 
-@settings(max_examples=1500, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=examples(1500), deadline=None)
 @given(st.one_of(mutations, mutated(), legacy_modes()), st.sampled_from(["single", "legacy"]))
 def test_the_lean_loop_parses_exactly_as_lark(text: str, start: str) -> None:
     """The lean LALR loop over lark's tables gives lark's result, or steps aside for its error."""
