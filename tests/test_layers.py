@@ -21,12 +21,59 @@ MODULES = sorted(
 )
 
 
-@pytest.mark.parametrize("module", MODULES)
-def test_module_imports_first(module: str) -> None:
+# One fresh interpreter that imports nothing of ours and forks once per module: each
+# child imports its module first, as ``python -c "import M"`` would, without paying
+# the interpreter's start-up once per module. It prints (module, exit status, output).
+_IMPORT_EACH_FIRST = """\
+import os, sys
+assert not [m for m in sys.modules if m.split('.')[0] in ('areal_alloc', 'hydra_plugins')]
+for name in sys.argv[1:]:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        os.dup2(write, 1)
+        os.dup2(write, 2)
+        try:
+            __import__(name)
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+            sys.stderr.flush()
+            os._exit(1)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, 'rb') as pipe:
+        output = pipe.read().decode(errors='replace')
+    _, status = os.waitpid(pid, 0)
+    print(repr((name, status, output)))
+"""
+
+
+@pytest.fixture(scope="module")
+def imported_first() -> dict[str, tuple[int, str]]:
+    """Each module's exit status and output, imported first in a fresh interpreter."""
+    if not hasattr(os, "fork"):  # one interpreter per module, then
+        runs = {
+            m: subprocess.run([sys.executable, "-c", f"import {m}"], capture_output=True, text=True)
+            for m in MODULES
+        }
+        return {m: (done.returncode, done.stderr) for m, done in runs.items()}
     done = subprocess.run(
-        [sys.executable, "-c", f"import {module}"], capture_output=True, text=True
+        [sys.executable, "-c", _IMPORT_EACH_FIRST, *MODULES], capture_output=True, text=True
     )
-    assert done.returncode == 0, done.stderr
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    results = [ast.literal_eval(line) for line in done.stdout.splitlines()]
+    assert [name for name, _, _ in results] == MODULES
+    return {name: (status, output) for name, status, output in results}
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_module_imports_first(module: str, imported_first: dict[str, tuple[int, str]]) -> None:
+    status, output = imported_first[module]
+    assert status == 0, output
 
 
 def test_import_areal_alloc_is_light_and_registers_resolvers() -> None:
@@ -52,7 +99,8 @@ def test_the_parse_cache_lives_in_a_private_user_folder(tmp_path: Path) -> None:
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     # JSON only: lark's grammar cache is a pickle and is never written or read
     (cache,) = folder.iterdir()
-    assert cache.name.startswith("parsed-") and cache.suffix == ".json"
+    assert cache.name.startswith("parsed-")
+    assert cache.suffix == ".json"
     assert stat.S_IMODE(cache.stat().st_mode) == 0o600
 
 
