@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,38 @@ def cli(tmp_path: Path) -> Cli:
             timeout=300,
             **options,
         )
+
+    return run
+
+
+@dataclass(frozen=True)
+class Ran:
+    """What one in-process run of ``areal_alloc.cli.main`` returned and printed."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+MainCli = Callable[..., Ran]
+
+
+@pytest.fixture
+def main_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> MainCli:
+    """``main_cli("explain", "fsdp:d4")``: ``areal_alloc.cli.main(argv)`` in this process,
+    in ``tmp_path`` (or ``cwd``), with its exit code and captured stdout and stderr: the
+    ``cli`` fixture's answer without a process, for what a process adds nothing to."""
+    from areal_alloc.cli import main
+
+    def run(*args: str, cwd: Path | None = None) -> Ran:
+        monkeypatch.chdir(cwd or tmp_path)
+        monkeypatch.setattr(sys, "argv", [COMMAND])  # the app sets it; it is given back
+        capsys.readouterr()
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return Ran(code, out, err)
 
     return run
 

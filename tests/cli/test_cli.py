@@ -1,4 +1,4 @@
-"""The `areal-alloc` command, run as users run it: the installed console script."""
+"""The `areal-alloc` command: the installed console script once, then ``main(argv)`` in process."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import MainCli
 
 Cli = Callable[..., "subprocess.CompletedProcess[str]"]  # the `cli` fixture (conftest)
 
@@ -87,9 +89,9 @@ def test_default_run_prints_the_plan_and_writes_nothing(tmp_path: Path, cli: Cli
     ],
 )
 def test_overrides_and_experiments(
-    tmp_path: Path, args: list[str], lines: list[str], cli: Cli
+    tmp_path: Path, args: list[str], lines: list[str], main_cli: MainCli
 ) -> None:
-    done = cli(*args)
+    done = main_cli(*args)
     assert done.returncode == 0, done.stderr
     for line in lines:
         assert line in done.stdout.splitlines()
@@ -120,13 +122,13 @@ def test_overrides_and_experiments(
         ),
     ],
 )
-def test_bad_overrides(tmp_path: Path, args: list[str], stderr: str, cli: Cli) -> None:
-    done = cli(*args)
+def test_bad_overrides(tmp_path: Path, args: list[str], stderr: str, main_cli: MainCli) -> None:
+    done = main_cli(*args)
     assert (done.returncode, done.stdout, done.stderr) == (1, "", stderr)
 
 
-def test_json_output(tmp_path: Path, cli: Cli) -> None:
-    done = cli("output=json")
+def test_json_output(tmp_path: Path, main_cli: MainCli) -> None:
+    done = main_cli("output=json")
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)
     assert plan["total_gpus"] == 16
@@ -140,8 +142,8 @@ def test_json_output(tmp_path: Path, cli: Cli) -> None:
     }
 
 
-def test_bad_sweep_launches_nothing(tmp_path: Path, cli: Cli) -> None:
-    done = cli("-m", "actor.backend=fsdp:d4t2,fsdp:d8t2")
+def test_bad_sweep_launches_nothing(tmp_path: Path, main_cli: MainCli) -> None:
+    done = main_cli("-m", "actor.backend=fsdp:d4t2,fsdp:d8t2")
     assert done.returncode == 1
     assert "allocation plan" not in done.stdout
     assert done.stderr.splitlines()[0].startswith(
@@ -149,8 +151,8 @@ def test_bad_sweep_launches_nothing(tmp_path: Path, cli: Cli) -> None:
     )
 
 
-def test_sweep_over_a_config_group(tmp_path: Path, cli: Cli) -> None:
-    done = cli("-m", "experiment=grpo_1x8,grpo_2x8", "actor.backend=fsdp:d8")
+def test_sweep_over_a_config_group(tmp_path: Path, main_cli: MainCli) -> None:
+    done = main_cli("-m", "experiment=grpo_1x8,grpo_2x8", "actor.backend=fsdp:d8")
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr.splitlines() == [
         "areal-alloc: job 0 [experiment=grpo_1x8 actor.backend=fsdp:d8]: the engines need 12 "
@@ -161,8 +163,8 @@ def test_sweep_over_a_config_group(tmp_path: Path, cli: Cli) -> None:
     ]
 
 
-def test_sweep_over_quoted_hybrid_layouts(cli: Cli) -> None:
-    done = cli(
+def test_sweep_over_quoted_hybrid_layouts(main_cli: MainCli) -> None:
+    done = main_cli(
         "-m",
         "actor.backend='megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)',"
         "'megatron:(attn:d4p2t2c2|ffn:d2p2t4e3)'",
@@ -175,8 +177,8 @@ def test_sweep_over_quoted_hybrid_layouts(cli: Cli) -> None:
     )
 
 
-def test_explain(tmp_path: Path, cli: Cli) -> None:
-    done = cli("explain", "megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)")
+def test_explain(tmp_path: Path, main_cli: MainCli) -> None:
+    done = main_cli("explain", "megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[:6] == [
@@ -191,15 +193,15 @@ def test_explain(tmp_path: Path, cli: Cli) -> None:
     assert "  etp        4     8      [0, 1, 2, 3] [4, 5, 6, 7] [8, 9, 10, 11] … (5 more)" in lines
 
 
-def test_explain_json_has_every_group(tmp_path: Path, cli: Cli) -> None:
-    done = cli("explain", "megatron:d2p2t2", "--json")
+def test_explain_json_has_every_group(tmp_path: Path, main_cli: MainCli) -> None:
+    done = main_cli("explain", "megatron:d2p2t2", "--json")
     data = json.loads(done.stdout)
     assert data["world_size"] == 8
     assert data["rank_groups"]["pp"] == [[0, 4], [1, 5], [2, 6], [3, 7]]
 
 
-def test_migrate(tmp_path: Path, cli: Cli) -> None:
-    done = cli("migrate", "sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4")
+def test_migrate(tmp_path: Path, main_cli: MainCli) -> None:
+    done = main_cli("migrate", "sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4")
     assert done.returncode == 0, done.stderr
     assert done.stdout == (
         "# allocation_mode: sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4\n"
@@ -214,8 +216,8 @@ def test_migrate(tmp_path: Path, cli: Cli) -> None:
     )
 
 
-def test_layouts(tmp_path: Path, cli: Cli) -> None:
-    done = cli("layouts", "fsdp", "8")
+def test_layouts(tmp_path: Path, main_cli: MainCli) -> None:
+    done = main_cli("layouts", "fsdp", "8")
     assert done.stdout.split() == [
         "fsdp:d8",
         "fsdp:d4t2",
@@ -228,28 +230,28 @@ def test_layouts(tmp_path: Path, cli: Cli) -> None:
         "fsdp:d1t2c4",
         "fsdp:d1c8",
     ]
-    sweep = cli("layouts", "megatron", "8", "--max-tp", "2", "--max-cp", "1", "--sweep")
+    sweep = main_cli("layouts", "megatron", "8", "--max-tp", "2", "--max-cp", "1", "--sweep")
     assert (
         sweep.stdout == "megatron:d8,megatron:d4t2,megatron:d4p2,megatron:d2p2t2,"
         "megatron:d2p4,megatron:d1p4t2,megatron:d1p8\n"
     )
 
 
-def test_layouts_feed_a_sweep(tmp_path: Path, cli: Cli) -> None:
+def test_layouts_feed_a_sweep(tmp_path: Path, main_cli: MainCli) -> None:
     # the app's model (28 heads) takes no t8: --model drops the layout the run would refuse
     model = "Qwen/Qwen2.5-7B-Instruct"
-    values = cli("layouts", "fsdp", "8", "--max-cp", "1", "--model", model, "--sweep").stdout
+    values = main_cli("layouts", "fsdp", "8", "--max-cp", "1", "--model", model, "--sweep").stdout
     assert values.strip() == "fsdp:d8,fsdp:d4t2,fsdp:d2t4"
-    done = cli("-m", f"actor.backend={values.strip()}", "rollout.backend=sglang:d2t4")
+    done = main_cli("-m", f"actor.backend={values.strip()}", "rollout.backend=sglang:d2t4")
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("allocation plan:") == 3
 
 
-def test_layouts_with_a_model_config(tmp_path: Path, cli: Cli) -> None:
+def test_layouts_with_a_model_config(tmp_path: Path, main_cli: MainCli) -> None:
     (tmp_path / "config.json").write_text(
         json.dumps({"num_hidden_layers": 6, "num_attention_heads": 6, "num_key_value_heads": 2})
     )
-    done = cli("layouts", "megatron", "4", "--model-config", str(tmp_path), "--sweep")
+    done = main_cli("layouts", "megatron", "4", "--model-config", str(tmp_path), "--sweep")
     # heads 6 and kv heads 2 allow t1, t2; the reference's Megatron engine splits 6 layers
     # unevenly over p1, p2 and p4 (areal/engine/megatron_utils/pipeline_parallel.py)
     assert (
@@ -258,16 +260,16 @@ def test_layouts_with_a_model_config(tmp_path: Path, cli: Cli) -> None:
     )
 
 
-def test_check_an_existing_experiment_file(tmp_path: Path, cli: Cli, data: Path) -> None:
-    done = cli("check", str(data / "real_grpo.yaml"))
+def test_check_an_existing_experiment_file(tmp_path: Path, main_cli: MainCli, data: Path) -> None:
+    done = main_cli("check", str(data / "real_grpo.yaml"))
     assert done.returncode == 0, done.stderr
     assert (
         "  ref      fsdp:d8      d8     8      -          separate    0     inactive: "
         "actor.kl_ctl=0.0, so the run creates no reference model" in done.stdout.splitlines()
     )
-    as_json = json.loads(cli("check", str(data / "real_grpo.yaml"), "--json").stdout)
+    as_json = json.loads(main_cli("check", str(data / "real_grpo.yaml"), "--json").stdout)
     assert as_json["total_gpus"] == 16
-    bad = cli("check", str(data / "real_grpo.yaml"), "actor.backend=fsdp:d16")
+    bad = main_cli("check", str(data / "real_grpo.yaml"), "actor.backend=fsdp:d16")
     assert bad.returncode == 1
     assert bad.stderr == (
         "areal-alloc check: the engines need 24 GPUs but the cluster has cluster.n_nodes=2 × "
@@ -287,29 +289,29 @@ def test_check_an_existing_experiment_file(tmp_path: Path, cli: Cli, data: Path)
         ),
     ],
 )
-def test_command_errors(tmp_path: Path, args: list[str], stderr: str, cli: Cli) -> None:
-    done = cli(*args)
+def test_command_errors(tmp_path: Path, args: list[str], stderr: str, main_cli: MainCli) -> None:
+    done = main_cli(*args)
     assert done.returncode == 1
     assert done.stderr.startswith(stderr)
     assert "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize("command", ["explain", "migrate", "layouts", "check"])
-def test_every_command_has_help(tmp_path: Path, command: str, cli: Cli) -> None:
-    done = cli(command, "--help")
+def test_every_command_has_help(tmp_path: Path, command: str, main_cli: MainCli) -> None:
+    done = main_cli(command, "--help")
     assert done.returncode == 0
     assert done.stdout.startswith(f"usage: areal-alloc {command}")
 
 
-def test_app_help_lists_the_commands(tmp_path: Path, cli: Cli) -> None:
-    done = cli("--help")
+def test_app_help_lists_the_commands(tmp_path: Path, main_cli: MainCli) -> None:
+    done = main_cli("--help")
     assert done.returncode == 0
     assert "areal-alloc explain SPEC" in done.stdout
     assert "experiment: distill_teacher, grpo_1x8, grpo_2x8, moe_32, ppo_critic" in done.stdout
 
 
-def test_explain_says_why_megatron_core_refuses_an_order(cli: Cli) -> None:
-    done = cli("explain", "megatron:d8t2p2", "--order", "tp-cp-ep-pp-dp")
+def test_explain_says_why_megatron_core_refuses_an_order(main_cli: MainCli) -> None:
+    done = main_cli("explain", "megatron:d8t2p2", "--order", "tp-cp-ep-pp-dp")
     assert done.returncode == 1
     assert done.stdout.splitlines()[-1] == (
         "rank groups: megatron-core refuses this layout in order tp-cp-ep-pp-dp"
@@ -319,7 +321,7 @@ def test_explain_says_why_megatron_core_refuses_an_order(cli: Cli) -> None:
         "the same data-parallel size for attention and experts: dp 8 ≠ edp 16 "
         "(world 32 / p2·etp1·e1)\n"
     )
-    bad = cli("explain", "megatron:d8t2p2", "--order", "tp-xx")
+    bad = main_cli("explain", "megatron:d8t2p2", "--order", "tp-xx")
     assert bad.returncode == 1
     assert bad.stdout == ""
     assert bad.stderr.startswith("areal-alloc explain: order 'tp-xx' is not allowed")
