@@ -6,16 +6,13 @@ import json
 import os
 import signal
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
 from areal_alloc import AllocationValidationError, validate
-
-Cli = Callable[..., "subprocess.CompletedProcess[str]"]  # the `cli` fixture (conftest)
-
+from tests.conftest import MainCli
 
 # --- closed pipes -----------------------------------------------------------------
 
@@ -111,9 +108,9 @@ HUGE = "99999999999999999999"
     ],
 )
 def test_absurd_sizes_get_one_clear_error(
-    tmp_path: Path, args: list[str], stderr: str, cli: Cli
+    tmp_path: Path, args: list[str], stderr: str, main_cli: MainCli
 ) -> None:
-    done = cli(*args)
+    done = main_cli(*args)
     assert done.returncode in (1, 2)
     assert done.stderr.endswith(stderr)
     assert "Traceback" not in done.stderr
@@ -127,8 +124,8 @@ def test_absurd_sizes_get_one_clear_error(
         ["--seq-len", "1099511627776"],
     ],
 )
-def test_large_token_counts_get_an_estimate(flags: list[str], cli: Cli) -> None:
-    done = cli("layouts", "megatron", "16", "--model", "Qwen3-8B", "--gpu", "H100-80GB",
+def test_large_token_counts_get_an_estimate(flags: list[str], main_cli: MainCli) -> None:
+    done = main_cli("layouts", "megatron", "16", "--model", "Qwen3-8B", "--gpu", "H100-80GB",
                "--rank", "--json", "--top", "1", *flags)  # fmt: skip
     assert done.returncode == 0, done.stderr
     (best,) = json.loads(done.stdout)
@@ -154,9 +151,11 @@ def test_large_token_counts_get_an_estimate(flags: list[str], cli: Cli) -> None:
         ),
     ],
 )
-def test_check_rejects_absurd_files(tmp_path: Path, yaml: str, message: str, cli: Cli) -> None:
+def test_check_rejects_absurd_files(
+    tmp_path: Path, yaml: str, message: str, main_cli: MainCli
+) -> None:
     (tmp_path / "exp.yaml").write_text(yaml)
-    done = cli("check", "exp.yaml")
+    done = main_cli("check", "exp.yaml")
     assert done.returncode == 1
     assert done.stderr.splitlines()[0] == f"areal-alloc check: {message}"
     with pytest.raises(AllocationValidationError) as info:
@@ -164,8 +163,8 @@ def test_check_rejects_absurd_files(tmp_path: Path, yaml: str, message: str, cli
     assert info.value.message == message
 
 
-def test_a_huge_cluster_gets_a_summarised_node_map(tmp_path: Path, cli: Cli) -> None:
-    done = cli("cluster.n_nodes=131072", "rollout.backend=sglang:d100000t2")
+def test_a_huge_cluster_gets_a_summarised_node_map(tmp_path: Path, main_cli: MainCli) -> None:
+    done = main_cli("cluster.n_nodes=131072", "rollout.backend=sglang:d100000t2")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert len(lines) < 30
@@ -174,19 +173,19 @@ def test_a_huge_cluster_gets_a_summarised_node_map(tmp_path: Path, cli: Cli) -> 
     assert "  R/r = rollout sglang:d100000t2, 100000 instances of 2 GPUs  (nodes 0–24999)" in lines
 
 
-def test_explain_of_a_million_ranks_lists_a_few_groups(tmp_path: Path, cli: Cli) -> None:
-    done = cli("explain", "megatron:d1024p8t8c16")
+def test_explain_of_a_million_ranks_lists_a_few_groups(tmp_path: Path, main_cli: MainCli) -> None:
+    done = main_cli("explain", "megatron:d1024p8t8c16")
     assert done.returncode == 0, done.stderr
     assert "  tp        8       131,072  [0, 1, 2, 3, 4, 5, 6, 7] " in done.stdout
     assert "(131,069 more)" in done.stdout
-    as_json = cli("explain", "megatron:d1024p8t8c16", "--json")
+    as_json = main_cli("explain", "megatron:d1024p8t8c16", "--json")
     data = __import__("json").loads(as_json.stdout)
     assert data["rank_group_counts"]["tp"] == {"size": 8, "count": 131072, "omitted": 129024}
     assert len(data["rank_groups"]["tp"]) == 2048  # 16,384 ranks listed per kind
 
 
-def test_too_many_layouts_asks_for_constraints(tmp_path: Path, cli: Cli) -> None:
-    done = cli("layouts", "megatron", "720720", "--hybrid")
+def test_too_many_layouts_asks_for_constraints(tmp_path: Path, main_cli: MainCli) -> None:
+    done = main_cli("layouts", "megatron", "720720", "--hybrid")
     assert done.returncode == 1
     assert done.stderr.startswith("areal-alloc layouts: ")
     assert "narrow the search" in done.stderr

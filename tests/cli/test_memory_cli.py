@@ -6,16 +6,15 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-Cli = Callable[..., "subprocess.CompletedProcess[str]"]  # the `cli` fixture (conftest)
+from tests.conftest import MainCli
 
 
-def test_explain_prints_every_term_with_its_inputs(cli: Cli) -> None:
-    done = cli("explain", "megatron:d2t4", "--model", "Qwen3-8B", "--gpu", "H100-80GB")
+def test_explain_prints_every_term_with_its_inputs(main_cli: MainCli) -> None:
+    done = main_cli("explain", "megatron:d2t4", "--model", "Qwen3-8B", "--gpu", "H100-80GB")
     assert done.returncode == 0, done.stderr
     text = done.stdout
     assert "memory per GPU (Qwen3-8B on H100-80GB; an estimate):" in text
@@ -26,8 +25,8 @@ def test_explain_prints_every_term_with_its_inputs(cli: Cli) -> None:
     assert "per GPU of 80.0 GiB:" in text
 
 
-def test_explain_json_has_memory_and_kv_cache(cli: Cli) -> None:
-    done = cli(
+def test_explain_json_has_memory_and_kv_cache(main_cli: MainCli) -> None:
+    done = main_cli(
         "explain", "sglang:d2t4", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "80", "--json"
     )
     assert done.returncode == 0, done.stderr
@@ -59,34 +58,40 @@ def test_explain_json_has_memory_and_kv_cache(cli: Cli) -> None:
         (["--gpu", "H100-80GB"], "areal-alloc explain: --gpu needs --model"),
     ],
 )
-def test_explain_memory_errors_are_one_line(cli: Cli, args: list[str], message: str) -> None:
-    done = cli("explain", "fsdp:d8", *args)
+def test_explain_memory_errors_are_one_line(
+    main_cli: MainCli, args: list[str], message: str
+) -> None:
+    done = main_cli("explain", "fsdp:d8", *args)
     assert done.returncode == 1
     assert done.stderr.startswith(message)
     assert done.stderr.count("\n") == 1
 
 
-def test_layouts_lists_only_those_that_fit(cli: Cli) -> None:
-    everything = cli("layouts", "fsdp", "8").stdout.split()
-    done = cli("layouts", "fsdp", "8", "--model", "Qwen2.5-72B", "--gpu", "H100-80GB")
+def test_layouts_lists_only_those_that_fit(main_cli: MainCli) -> None:
+    everything = main_cli("layouts", "fsdp", "8").stdout.split()
+    done = main_cli("layouts", "fsdp", "8", "--model", "Qwen2.5-72B", "--gpu", "H100-80GB")
     # 72.7B parameters: fp32 weights, grads and two fp32 Adam states need 16 B each,
     # 1.16 TB in all, far more than 8 × 80 GiB: no FSDP layout of 8 GPUs holds it
     assert done.returncode == 1
     assert done.stderr.startswith(
         f"areal-alloc layouts: none of the {len(everything)} fsdp layouts of 8 GPUs fits"
     )
-    fits = cli("layouts", "megatron", "16", "--model", "Qwen3-8B", "--gpu", "H100-80GB", "--sweep")
+    fits = main_cli(
+        "layouts", "megatron", "16", "--model", "Qwen3-8B", "--gpu", "H100-80GB", "--sweep"
+    )
     assert fits.returncode == 0, fits.stderr
     fitting = fits.stdout.strip().split(",")
     assert fitting
-    listed = cli("layouts", "megatron", "16", "--model-config", "none", "--max-tp", "1")
+    listed = main_cli("layouts", "megatron", "16", "--model-config", "none", "--max-tp", "1")
     assert listed.returncode == 1  # a model config that does not exist: one clear error
-    shaped = cli("layouts", "megatron", "16", "--num-attention-heads", "32", "--num-layers", "36")
+    shaped = main_cli(
+        "layouts", "megatron", "16", "--num-attention-heads", "32", "--num-layers", "36"
+    )
     assert set(fitting) <= set(shaped.stdout.split())
     assert everything
 
 
-def test_check_and_the_hook_refuse_what_does_not_fit(tmp_path: Path, cli: Cli) -> None:
+def test_check_and_the_hook_refuse_what_does_not_fit(tmp_path: Path, main_cli: MainCli) -> None:
     experiment = tmp_path / "exp.yaml"
     experiment.write_text(
         "cluster: {n_nodes: 1, n_gpus_per_node: 8, gpu: A100-40GB}\n"
@@ -95,11 +100,11 @@ def test_check_and_the_hook_refuse_what_does_not_fit(tmp_path: Path, cli: Cli) -
         "  path: Qwen/Qwen2.5-72B\n"
         "  mb_spec: {max_tokens_per_mb: 8192}\n"
     )
-    done = cli("check", str(experiment))
+    done = main_cli("check", str(experiment))
     assert done.returncode == 1
     assert done.stderr.startswith("areal-alloc check: actor.backend='fsdp:d8': needs about ")
     assert "over the 40.0 GiB of a A100-40GB; largest term" in done.stderr
-    warned = cli("check", str(experiment), "--on-memory", "warn", "--json")
+    warned = main_cli("check", str(experiment), "--on-memory", "warn", "--json")
     assert warned.returncode == 0, warned.stderr
     plan = json.loads(warned.stdout)
     assert plan["engines"][0]["memory"]["fits"] is False

@@ -8,13 +8,15 @@ from collections.abc import Callable
 
 import pytest
 
+from tests.conftest import MainCli
+
 Cli = Callable[..., "subprocess.CompletedProcess[str]"]  # the `cli` fixture (conftest)
 
 RANK = ["layouts", "megatron", "16", "--model", "Qwen3-8B", "--gpu", "H100-80GB", "--rank"]
 
 
-def test_rank_lists_the_fitting_layouts_fastest_first(cli: Cli) -> None:
-    done = cli(*RANK, "--tokens", "16384", "--recompute", "full", "--top", "5")
+def test_rank_lists_the_fitting_layouts_fastest_first(main_cli: MainCli) -> None:
+    done = main_cli(*RANK, "--tokens", "16384", "--recompute", "full", "--top", "5")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].split() == ["layout", "per", "GPU", "step", "tokens/s", "MFU", "bottleneck"]
@@ -23,8 +25,8 @@ def test_rank_lists_the_fitting_layouts_fastest_first(cli: Cli) -> None:
     assert "# assumed: 0.5 of peak compute" in done.stdout
 
 
-def test_rank_json_has_the_documented_keys(cli: Cli) -> None:
-    done = cli(*RANK, "--tokens", "16384", "--recompute", "full", "--json", "--top", "3")
+def test_rank_json_has_the_documented_keys(main_cli: MainCli) -> None:
+    done = main_cli(*RANK, "--tokens", "16384", "--recompute", "full", "--json", "--top", "3")
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
     assert len(rows) == 3
@@ -38,20 +40,20 @@ def test_rank_json_has_the_documented_keys(cli: Cli) -> None:
             "bottleneck",
         } <= set(row)
         assert row["memory_total"] <= 80 * 2**30
-    sweep = cli(*RANK, "--tokens", "16384", "--recompute", "full", "--sweep", "--top", "3")
+    sweep = main_cli(*RANK, "--tokens", "16384", "--recompute", "full", "--sweep", "--top", "3")
     assert sweep.stdout.strip().split(",") == [r["backend"] for r in rows]
 
 
-def test_rank_needs_a_model_and_a_gpu_with_speeds(cli: Cli) -> None:
-    done = cli("layouts", "fsdp", "8", "--rank")
+def test_rank_needs_a_model_and_a_gpu_with_speeds(main_cli: MainCli) -> None:
+    done = main_cli("layouts", "fsdp", "8", "--rank")
     assert (done.returncode, done.stderr) == (
         1,
         "areal-alloc layouts: --rank needs --model and --gpu\n",
     )
-    unknown = cli("layouts", "fsdp", "8", "--model", "Qwen3-8B", "--gpu", "80", "--rank")
+    unknown = main_cli("layouts", "fsdp", "8", "--model", "Qwen3-8B", "--gpu", "80", "--rank")
     assert unknown.returncode == 1
     assert "is not in the catalogue: give --peak-tflops and --hbm-tbps" in unknown.stderr
-    given = cli(
+    given = main_cli(
         "layouts",
         "fsdp",
         "8",
@@ -72,8 +74,10 @@ def test_rank_needs_a_model_and_a_gpu_with_speeds(cli: Cli) -> None:
     assert given.returncode == 0, given.stderr
 
 
-def test_suggest_prints_proposals_with_overrides_and_yaml(cli: Cli) -> None:
-    done = cli("suggest", "--model", "Qwen3-8B", "--gpus", "32", "--gpu", "H100-80GB", "--top", "2")
+def test_suggest_prints_proposals_with_overrides_and_yaml(main_cli: MainCli) -> None:
+    done = main_cli(
+        "suggest", "--model", "Qwen3-8B", "--gpus", "32", "--gpu", "H100-80GB", "--top", "2"
+    )
     assert done.returncode == 0, done.stderr
     text = done.stdout
     assert text.startswith("32 × H100-80GB, Qwen3-8B: 512 sequences of 1,024 + 8,192 tokens")
@@ -84,21 +88,21 @@ def test_suggest_prints_proposals_with_overrides_and_yaml(cli: Cli) -> None:
     assert "scheduling_strategy: {type: colocation, target: actor}" in text
 
 
-def test_suggest_json_and_sweep(cli: Cli) -> None:
+def test_suggest_json_and_sweep(main_cli: MainCli) -> None:
     args = ["suggest", "--model", "Qwen3-8B", "--gpus", "32", "--gpu", "H100-80GB", "--top", "2"]
-    data = json.loads(cli(*args, "--json").stdout)
+    data = json.loads(main_cli(*args, "--json").stdout)
     assert len(data) == 2
     for proposal in data:
         assert proposal["rollout"]["gpus"] + proposal["actor"]["gpus"] == 32
         assert proposal["rollout"]["backend"].startswith("sglang:")
         assert {"step_seconds", "balance", "advice", "overrides"} <= set(proposal)
-    sweep = cli(*args, "--sweep").stdout.splitlines()
+    sweep = main_cli(*args, "--sweep").stdout.splitlines()
     jobs = [line for line in sweep if not line.startswith("#")]
     assert jobs == [" ".join(p["overrides"]) for p in data]
 
 
-def test_suggest_errors_are_one_line(cli: Cli) -> None:
-    done = cli("suggest", "--model", "Qwen2.5-72B", "--gpus", "2", "--gpu", "L40S")
+def test_suggest_errors_are_one_line(main_cli: MainCli) -> None:
+    done = main_cli("suggest", "--model", "Qwen2.5-72B", "--gpus", "2", "--gpu", "L40S")
     assert done.returncode == 1
     assert done.stderr.startswith("areal-alloc suggest: no split of 2 L40S GPUs fits Qwen2.5-72B")
     assert done.stderr.count("\n") == 1
@@ -138,9 +142,9 @@ def test_calibrate_refuses_impossible_measurements(
     assert capsys.readouterr().err == stderr
 
 
-def test_suggest_answers_for_the_largest_cluster(cli: Cli) -> None:
+def test_suggest_answers_for_the_largest_cluster(main_cli: MainCli) -> None:
     # 131,071 whole-node splits: searched, not tried one by one (it used to run for hours)
-    done = cli("suggest", "--model", "Qwen3-8B", "--gpus", "1048576", "--gpu", "H100-80GB")
+    done = main_cli("suggest", "--model", "Qwen3-8B", "--gpus", "1048576", "--gpu", "H100-80GB")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("1048576 × H100-80GB, Qwen3-8B:")
     assert "\n1. rollout " in done.stdout
@@ -173,7 +177,7 @@ def test_calibrate_keeps_the_fit_and_rank_starts_from_it(cli: Cli, tmp_path: obj
     assert "an inference layout: give --tokens-per-second" in wrong.stderr
 
 
-def test_suggest_reads_an_experiment_config(cli: Cli, tmp_path: object) -> None:
+def test_suggest_reads_an_experiment_config(main_cli: MainCli, tmp_path: object) -> None:
     from pathlib import Path
 
     experiment = Path(str(tmp_path)) / "exp.yaml"
@@ -185,24 +189,28 @@ def test_suggest_reads_an_experiment_config(cli: Cli, tmp_path: object) -> None:
         "train_dataset: {batch_size: 32, max_length: 2048}\n"
         "gconfig: {n_samples: 4, max_new_tokens: 4096}\n"
     )
-    done = cli("suggest", "--config", str(experiment), "--top", "1", "--json")
+    done = main_cli("suggest", "--config", str(experiment), "--top", "1", "--json")
     assert done.returncode == 0, done.stderr
     (proposal,) = json.loads(done.stdout)
     assert proposal["rollout"]["gpus"] + proposal["actor"]["gpus"] == 32
     assert proposal["rollout"]["backend"].startswith("vllm:")  # the config's backends
     assert proposal["actor"]["backend"].startswith("fsdp:")
-    text = cli("suggest", "--config", str(experiment), "cluster.n_nodes=2", "--top", "1").stdout
+    text = main_cli(
+        "suggest", "--config", str(experiment), "cluster.n_nodes=2", "--top", "1"
+    ).stdout
     assert text.startswith("16 × H100-80GB, Qwen3-8B: 128 sequences of 2,048 + 4,096 tokens")
-    missing = cli("suggest", "--model", "Qwen3-8B", "--gpus", "16")
+    missing = main_cli("suggest", "--model", "Qwen3-8B", "--gpus", "16")
     assert missing.returncode == 1
     assert "--gpu is needed (or an experiment --config that sets it)" in missing.stderr
 
 
-def test_layouts_json_without_rank(cli: Cli) -> None:
-    plain = json.loads(cli("layouts", "fsdp", "4", "--json").stdout)
-    assert plain == [{"backend": spec} for spec in cli("layouts", "fsdp", "4").stdout.split()]
+def test_layouts_json_without_rank(main_cli: MainCli) -> None:
+    plain = json.loads(main_cli("layouts", "fsdp", "4", "--json").stdout)
+    assert plain == [{"backend": spec} for spec in main_cli("layouts", "fsdp", "4").stdout.split()]
     fitting = json.loads(
-        cli("layouts", "fsdp", "8", "--model", "Qwen3-4B", "--gpu", "H100-80GB", "--json").stdout
+        main_cli(
+            "layouts", "fsdp", "8", "--model", "Qwen3-4B", "--gpu", "H100-80GB", "--json"
+        ).stdout
     )
     assert fitting
     for row in fitting:
