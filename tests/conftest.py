@@ -9,11 +9,12 @@ layouts, Ray), ``hydra/`` (plugin, hook, sweeps), ``cli/`` (the command), and
 from __future__ import annotations
 
 import os
+import runpy
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,6 +106,38 @@ def main_cli(
         monkeypatch.setattr(sys, "argv", [COMMAND])  # the app sets it; it is given back
         capsys.readouterr()
         code = main(list(args))
+        out, err = capsys.readouterr()
+        return Ran(code, out, err)
+
+    return run
+
+
+AppRun = Callable[..., Ran]
+
+
+@pytest.fixture
+def app_in_process(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> AppRun:
+    """``app_in_process(script, *argv, cwd=DIR, env={...})``: a user's Hydra app script
+    run as ``python script ARGV`` runs it, in this process: the exit code its
+    SystemExit stands for (a message is printed to stderr and means 1, as the
+    interpreter does) and the captured stdout and stderr."""
+
+    def run(script: Path, *args: str, cwd: Path, env: Mapping[str, str] | None = None) -> Ran:
+        monkeypatch.chdir(cwd)
+        for name, value in (env or {}).items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setattr(sys, "argv", [str(script), *args])
+        monkeypatch.setattr(sys, "path", [str(script.parent), *sys.path])  # as python does
+        capsys.readouterr()
+        try:
+            runpy.run_path(str(script), run_name="__main__")
+            code = 0
+        except SystemExit as exit:
+            if exit.code is None or isinstance(exit.code, int):
+                code = exit.code or 0
+            else:
+                print(exit.code, file=sys.stderr)
+                code = 1
         out, err = capsys.readouterr()
         return Ran(code, out, err)
 

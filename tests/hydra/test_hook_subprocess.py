@@ -1,14 +1,14 @@
-"""The validation hook as users meet it: a real Hydra app run in a subprocess."""
+"""The validation hook as users meet it: a real Hydra app script, run as ``python app.py``
+runs it (in this process: ``app_in_process``)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import AppRun
 
 APP = Path(__file__).parents[1] / "apps" / "user_app" / "my_app.py"
 
@@ -22,23 +22,21 @@ class Run:
     cwd: Path
 
 
-def run_app(tmp_path: Path, *overrides: str, config_name: str | None = None) -> Run:
+def run_app(app: AppRun, tmp_path: Path, *overrides: str, config_name: str | None = None) -> Run:
+    """``python my_app.py OVERRIDES`` in ``tmp_path/work``, run in this process."""
     markers = tmp_path / "markers"
     markers.mkdir(exist_ok=True)
     cwd = tmp_path / "work"
     cwd.mkdir(exist_ok=True)
-    env = {**os.environ, "MARKER_DIR": str(markers), "HYDRA_FULL_ERROR": "0"}
-    args = [sys.executable, str(APP), *overrides]
-    if config_name:
-        args += ["--config-name", config_name]
-    done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    args = [*overrides, *(["--config-name", config_name] if config_name else [])]
+    done = app(APP, *args, cwd=cwd, env={"MARKER_DIR": str(markers), "HYDRA_FULL_ERROR": "0"})
     return Run(
         done.returncode, done.stdout, done.stderr, sorted(p.name for p in markers.iterdir()), cwd
     )
 
 
-def test_good_run_keeps_the_users_own_callback(tmp_path: Path) -> None:
-    run = run_app(tmp_path)
+def test_good_run_keeps_the_users_own_callback(tmp_path: Path, app_in_process: AppRun) -> None:
+    run = run_app(app_in_process, tmp_path)
     assert run.code == 0, run.err
     assert "RAN actor.backend=fsdp:d4t2 total_gpus=16" in run.out
     assert run.markers == ["ran-fsdp_d4t2", "user-callback-ran"]
@@ -76,9 +74,9 @@ BAD_RUNS = [
 
 @pytest.mark.parametrize(("overrides", "stderr"), BAD_RUNS)
 def test_bad_run_stops_before_anything_is_written(
-    tmp_path: Path, overrides: list[str], stderr: str
+    tmp_path: Path, overrides: list[str], stderr: str, app_in_process: AppRun
 ) -> None:
-    run = run_app(tmp_path, *overrides)
+    run = run_app(app_in_process, tmp_path, *overrides)
     assert run.code == 1
     assert run.err == stderr
     assert "Traceback" not in run.err
@@ -95,21 +93,21 @@ MIGRATION = (
 )
 
 
-def test_legacy_allocation_mode_on_the_command_line(tmp_path: Path) -> None:
-    run = run_app(tmp_path, "+allocation_mode=sglang:d4+fsdp:d4")
+def test_legacy_allocation_mode_on_the_command_line(tmp_path: Path, app_in_process: AppRun) -> None:
+    run = run_app(app_in_process, tmp_path, "+allocation_mode=sglang:d4+fsdp:d4")
     assert (run.code, run.err, run.markers) == (1, MIGRATION, [])
 
 
-def test_bare_allocation_mode_gets_hydras_own_hint(tmp_path: Path) -> None:
+def test_bare_allocation_mode_gets_hydras_own_hint(tmp_path: Path, app_in_process: AppRun) -> None:
     # the hook declares no allocation_mode (no key of ours reaches the task), so
     # without + Hydra refuses the override itself and says to use +
-    run = run_app(tmp_path, "allocation_mode=sglang:d4+fsdp:d4")
+    run = run_app(app_in_process, tmp_path, "allocation_mode=sglang:d4+fsdp:d4")
     assert run.code == 1
     assert run.markers == []
     assert "To append to your config use +allocation_mode=sglang:d4+fsdp:d4" in run.err
 
 
-def test_legacy_allocation_mode_in_yaml(tmp_path: Path) -> None:
+def test_legacy_allocation_mode_in_yaml(tmp_path: Path, app_in_process: AppRun) -> None:
     conf = APP.parent / "conf"
     legacy = conf / "legacy_test.yaml"
     legacy.write_text(
@@ -117,7 +115,7 @@ def test_legacy_allocation_mode_in_yaml(tmp_path: Path) -> None:
         "allocation_mode: sglang[rollout]:d2+fsdp[actor]:d4|fsdp[critic]:d4\n"
     )
     try:
-        run = run_app(tmp_path, config_name="legacy_test")
+        run = run_app(app_in_process, tmp_path, config_name="legacy_test")
     finally:
         legacy.unlink()
     assert run.code == 1
@@ -143,8 +141,10 @@ BAD_JOBS = (
 
 
 @pytest.mark.parametrize("launcher", [[], ["hydra/launcher=joblib"]])
-def test_bad_sweep_launches_nothing(tmp_path: Path, launcher: list[str]) -> None:
-    run = run_app(tmp_path, "-m", SWEEP, *launcher)
+def test_bad_sweep_launches_nothing(
+    tmp_path: Path, launcher: list[str], app_in_process: AppRun
+) -> None:
+    run = run_app(app_in_process, tmp_path, "-m", SWEEP, *launcher)
     assert run.code == 1
     assert run.err == BAD_JOBS + (
         "areal-alloc: 2 of 4 sweep jobs are invalid; nothing was launched (set "
@@ -155,8 +155,17 @@ def test_bad_sweep_launches_nothing(tmp_path: Path, launcher: list[str]) -> None
 
 
 @pytest.mark.parametrize("launcher", [[], ["hydra/launcher=joblib"]])
-def test_skip_invalid_runs_the_rest(tmp_path: Path, launcher: list[str]) -> None:
-    run = run_app(tmp_path, "-m", SWEEP, "hydra.callbacks.areal_alloc.on_invalid=skip", *launcher)
+def test_skip_invalid_runs_the_rest(
+    tmp_path: Path, launcher: list[str], app_in_process: AppRun
+) -> None:
+    run = run_app(
+        app_in_process,
+        tmp_path,
+        "-m",
+        SWEEP,
+        "hydra.callbacks.areal_alloc.on_invalid=skip",
+        *launcher,
+    )
     assert run.code == 0, run.err
     skipped = BAD_JOBS.replace("areal-alloc: job", "areal-alloc: skipping job")
     assert run.err.startswith(
@@ -165,7 +174,9 @@ def test_skip_invalid_runs_the_rest(tmp_path: Path, launcher: list[str]) -> None
     assert run.markers == ["ran-fsdp_d4t2", "ran-fsdp_d8", "user-callback-ran"]
 
 
-def test_sweep_values_from_a_resolver_in_sweeper_params(tmp_path: Path) -> None:
+def test_sweep_values_from_a_resolver_in_sweeper_params(
+    tmp_path: Path, app_in_process: AppRun
+) -> None:
     conf = APP.parent / "conf"
     swept = conf / "params_test.yaml"
     swept.write_text(
@@ -174,7 +185,7 @@ def test_sweep_values_from_a_resolver_in_sweeper_params(tmp_path: Path) -> None:
         "      actor.backend: ${alloc.layouts:fsdp,16,'max_tp=2','max_cp=1'}\n"
     )
     try:
-        run = run_app(tmp_path, "-m", config_name="params_test")
+        run = run_app(app_in_process, tmp_path, "-m", config_name="params_test")
     finally:
         swept.unlink()
     # fsdp:d16 and fsdp:d8t2 both need 16 GPUs next to the rollout's 8: both rejected
@@ -187,8 +198,11 @@ def test_sweep_values_from_a_resolver_in_sweeper_params(tmp_path: Path) -> None:
     assert run.markers == []
 
 
-def test_skip_with_every_job_invalid_launches_nothing(tmp_path: Path) -> None:
+def test_skip_with_every_job_invalid_launches_nothing(
+    tmp_path: Path, app_in_process: AppRun
+) -> None:
     run = run_app(
+        app_in_process,
         tmp_path,
         "-m",
         "actor.backend=fsdp:d4p2,fsdp:d2p2",
@@ -201,8 +215,8 @@ def test_skip_with_every_job_invalid_launches_nothing(tmp_path: Path) -> None:
     assert run.markers == []
 
 
-def test_a_wrong_setting_stops_the_run(tmp_path: Path) -> None:
-    run = run_app(tmp_path, "hydra.callbacks.areal_alloc.on_invalid=sometimes")
+def test_a_wrong_setting_stops_the_run(tmp_path: Path, app_in_process: AppRun) -> None:
+    run = run_app(app_in_process, tmp_path, "hydra.callbacks.areal_alloc.on_invalid=sometimes")
     assert run.code == 1
     assert run.err == (
         "areal-alloc: hydra.callbacks.areal_alloc.on_invalid='sometimes': must be 'fail' or "
@@ -211,8 +225,9 @@ def test_a_wrong_setting_stops_the_run(tmp_path: Path) -> None:
     assert run.markers == []
 
 
-def test_good_sweep_runs_every_job(tmp_path: Path) -> None:
+def test_good_sweep_runs_every_job(tmp_path: Path, app_in_process: AppRun) -> None:
     run = run_app(
+        app_in_process,
         tmp_path,
         "-m",
         "actor.backend=fsdp:d8,fsdp:d2t4",
