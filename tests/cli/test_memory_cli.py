@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import MainCli
+from tests.conftest import AppRun, MainCli, Ran
 
 
 def test_explain_prints_every_term_with_its_inputs(main_cli: MainCli) -> None:
@@ -135,34 +132,40 @@ actor:
 """
 
 
-def _hook(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
+def _hook(app: AppRun, tmp_path: Path, *overrides: str) -> Ran:
+    """``python app.py OVERRIDES`` of a user's app with the hook, run in this process."""
     (tmp_path / "conf").mkdir(exist_ok=True)
     (tmp_path / "conf" / "config.yaml").write_text(HOOK_CONFIG)
     (tmp_path / "app.py").write_text(HOOK_APP)
     flags = [o for o in overrides if o.startswith("-")]
     values = [o for o in overrides if not o.startswith("-")]
-    return subprocess.run(
-        [sys.executable, "app.py", *flags, "hydra.run.dir=.", "hydra.output_subdir=null", *values],
+    return app(
+        tmp_path / "app.py",
+        *flags,
+        "hydra.run.dir=.",
+        "hydra.output_subdir=null",
+        *values,
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "HYDRA_FULL_ERROR": "0"},
+        env={"HYDRA_FULL_ERROR": "0"},
     )
 
 
-def test_the_hook_stops_a_run_that_would_not_fit(tmp_path: Path) -> None:
-    ok = _hook(tmp_path)
+def test_the_hook_stops_a_run_that_would_not_fit(tmp_path: Path, app_in_process: AppRun) -> None:
+    ok = _hook(app_in_process, tmp_path)
     assert ok.returncode == 0, ok.stderr
     assert "RAN fsdp:d8" in ok.stdout
     bad = _hook(
-        tmp_path, "actor.gradient_checkpointing=false", "actor.mb_spec.max_tokens_per_mb=65536"
+        app_in_process,
+        tmp_path,
+        "actor.gradient_checkpointing=false",
+        "actor.mb_spec.max_tokens_per_mb=65536",
     )
     assert bad.returncode == 1
     assert bad.stdout == ""
     assert bad.stderr.startswith("areal-alloc: actor.backend='fsdp:d8': needs about ")
     assert bad.stderr.count("\n") == 1
     warned = _hook(
+        app_in_process,
         tmp_path,
         "actor.gradient_checkpointing=false",
         "actor.mb_spec.max_tokens_per_mb=65536",
@@ -173,8 +176,9 @@ def test_the_hook_stops_a_run_that_would_not_fit(tmp_path: Path) -> None:
     assert "RAN fsdp:d8" in warned.stdout
 
 
-def test_every_sweep_job_is_checked_for_memory(tmp_path: Path) -> None:
+def test_every_sweep_job_is_checked_for_memory(tmp_path: Path, app_in_process: AppRun) -> None:
     done = _hook(
+        app_in_process,
         tmp_path,
         "-m",
         "actor.mb_spec.max_tokens_per_mb=16384,1048576",
