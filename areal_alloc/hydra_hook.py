@@ -10,6 +10,7 @@ message on stderr, exit code 1, no traceback, and (from ``on_run_start`` and
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Any
 
@@ -24,7 +25,6 @@ from areal_alloc.errors import (
     reading_of,
     shown,
 )
-from areal_alloc.plan import plan_config
 from areal_alloc.settings import Settings
 
 __all__ = ["SKIPPING_SWEEPER", "ValidateAllocations"]
@@ -122,7 +122,38 @@ class ValidateAllocations(Callback):
             }
         )
 
+    def _verdict_key(self, config: DictConfig) -> str | None:
+        """The digest a PASS of ``config`` is kept under (``areal_alloc._verdicts``)."""
+        from areal_alloc import _verdicts
+
+        if not _verdicts.enabled():
+            return None
+        smi = None
+        if self.settings.detect and self.settings.first("gpu") is None:
+            import shutil  # the GPU nvidia-smi would report depends on it
+
+            smi = shutil.which("nvidia-smi")
+        hook = (self.on_invalid, self.verbose, self.settings, smi)
+        return _verdicts.verdict_key(config, hook)
+
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        # the fast path: an allocation validated before (a PASS), replayed without the plan
+        try:
+            key = self._verdict_key(config)
+            if key is not None:
+                from areal_alloc._verdicts import lookup
+
+                seen = lookup(key)
+                if seen is not None:
+                    for line in seen.lines:
+                        print(line, file=sys.stderr)
+                    return
+        except KeyboardInterrupt:
+            raise _interrupted() from None
+        except Exception:  # only a cache: the full check decides
+            key = None
+        from areal_alloc.plan import plan_config  # the full path
+
         try:
             plan = plan_config(config, settings=self.settings)
         except AllocationError as error:
@@ -136,10 +167,15 @@ class ValidateAllocations(Callback):
             ) from None
         except Exception as error:  # Hydra would turn it into a warning and run anyway
             raise SystemExit(_internal(error, kwargs.get("config_name"))) from None
-        for line in plan.warnings:
-            print(f"{PREFIX}warning: {line}", file=sys.stderr)
-        for line in plan.assumptions:
-            print(f"{PREFIX}assumed: {line}", file=sys.stderr)
+        lines = [f"{PREFIX}warning: {line}" for line in plan.warnings]
+        lines += [f"{PREFIX}assumed: {line}" for line in plan.assumptions]
+        for line in lines:
+            print(line, file=sys.stderr)
+        if key is not None:
+            from areal_alloc._verdicts import remember
+
+            with contextlib.suppress(Exception):  # only a cache
+                remember(key, lines)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:

@@ -168,6 +168,7 @@ LAYERS = [
     # string → syntax
     "areal_alloc._syntax",
     "areal_alloc._cache",
+    "areal_alloc._verdicts",
     "areal_alloc._parse",
     # syntax → model
     "areal_alloc.strategy",
