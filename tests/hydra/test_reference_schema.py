@@ -49,7 +49,8 @@ LOGGED = (
 
 
 def _readme_blocks() -> list[str]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    pages = (ROOT / "README.md", ROOT / "docs" / "hydra.md")  # the engines; the sweep
+    text = "".join(page.read_text(encoding="utf-8") for page in pages)
     return re.findall(r"```yaml\n(.*?)```", text, flags=re.DOTALL)
 
 

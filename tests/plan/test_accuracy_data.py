@@ -4,7 +4,7 @@ benchmark that reads it (``benchmarks/accuracy.py``).
 The file's schema is ``benchmarks/MEASUREMENTS.md``: every row names a source the file
 describes, quotes the line its figure is read from, and gives the figure with a unit the
 schema lists; the benchmark answers every row, with an estimate or the reason it has none,
-and the README shows its summary.
+and docs/accuracy.md shows its summary.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from benchmarks.measured import KINDS, compare_all, load, rows, summary
 
 DATA = load()
 ROWS = rows(DATA)
-README = Path(__file__).parents[2] / "README.md"
+ACCURACY_PAGE = Path(__file__).parents[2] / "docs" / "accuracy.md"
 
 
 def test_the_kinds_are_the_schemas() -> None:
@@ -93,6 +93,6 @@ def test_the_text_lists_every_row_and_the_goals(capsys: pytest.CaptureFixture[st
     assert "median ≤ 25%, worst ≤ 50%" in out  # the RL-step goal of issue 17
 
 
-def test_the_readme_shows_the_accuracy_table() -> None:
+def test_the_docs_show_the_accuracy_table() -> None:
     table = accuracy.markdown(summary(compare_all(DATA)))
-    assert table in README.read_text(encoding="utf-8"), table
+    assert table in ACCURACY_PAGE.read_text(encoding="utf-8"), table

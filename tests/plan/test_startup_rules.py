@@ -589,11 +589,11 @@ def test_every_interface_checks_the_shape(
     assert capsys.readouterr().err.strip().splitlines()[-1] == message
 
 
-def test_the_readme_table_names_every_rules_source() -> None:
+def test_the_docs_table_names_every_rules_source() -> None:
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    table = readme.split("### The reference's start-up rules", 1)[1].split("\n## ", 1)[0]
+    page = (Path(__file__).resolve().parents[2] / "docs" / "checks.md").read_text(encoding="utf-8")
+    table = page.split("## The reference's start-up rules", 1)[1].split("\n## ", 1)[0]
     for rule in RULES:
         for part in rule.source.split("; "):
             assert part.split()[0] in table, rule
