@@ -24,7 +24,7 @@ error still comes from it. The file lives in the parse cache's private folder
 ``fstat`` on the opened descriptors), is JSON, never a pickle, and keeps the
 :data:`MAX_ENTRIES` most recently used verdicts. ``AREAL_ALLOC_NO_VERDICT_CACHE=1``
 turns it off (the parse cache has its own switch, ``AREAL_ALLOC_NO_PARSE_CACHE``).
-This module imports nothing of the plan: the fast path must stay light.
+This module imports nothing of the plan (the fast path must stay light).
 """
 
 from __future__ import annotations
@@ -34,13 +34,12 @@ import json
 import os
 import sys
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from areal_alloc._cache import read_private, write_private
 
-__all__ = ["MAX_ENTRIES", "SWITCH", "Verdict", "enabled", "lookup", "remember", "verdict_key"]
+__all__ = ["MAX_ENTRIES", "SWITCH", "enabled", "lookup", "remember", "verdict_key"]
 
 #: Verdicts kept at most.
 MAX_ENTRIES = 64
@@ -53,13 +52,6 @@ _FILE = f"verdicts-py{sys.version_info[0]}{sys.version_info[1]}.json"
 _ENV = ("HF_HOME", "HF_HUB_CACHE", "HOME", "XDG_CACHE_HOME")
 _PACKAGE = Path(__file__).parent
 _MAX_TEXT = 4096  # a longer string names no file the check would read
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """A PASS seen before: the lines the hook printed then, in order."""
-
-    lines: tuple[str, ...]
 
 
 def enabled(environ: Mapping[str, str] | None = None) -> bool:
@@ -233,9 +225,11 @@ def _save(entries: dict[str, list[str]]) -> None:
     write_private(_FILE, json.dumps({"entries": rows}).encode("utf-8"))
 
 
-def lookup(key: str) -> Verdict | None:
-    """The PASS kept under ``key``, or None. A hit becomes the most recently used; the
-    file is rewritten only when the hit had aged into the older half."""
+def lookup(key: str) -> tuple[str, ...] | None:
+    """The lines a PASS kept under ``key`` printed, in order, or None.
+
+    A hit becomes the most recently used; the file is rewritten only when the hit
+    had aged into the older half."""
     entries = _load()
     lines = entries.get(key)
     if lines is None:
@@ -244,7 +238,7 @@ def lookup(key: str) -> Verdict | None:
     if order.index(key) < len(order) // 2:
         entries[key] = entries.pop(key)
         _save(entries)
-    return Verdict(tuple(lines))
+    return tuple(lines)
 
 
 def remember(key: str, lines: list[str] | tuple[str, ...]) -> None:

@@ -145,7 +145,7 @@ class ValidateAllocations(Callback):
 
                 seen = lookup(key)
                 if seen is not None:
-                    for line in seen.lines:
+                    for line in seen:
                         print(line, file=sys.stderr)
                     return
         except KeyboardInterrupt:
