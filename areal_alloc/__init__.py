@@ -1,7 +1,8 @@
 """areal-alloc: GPU allocation for distributed RL training as a typed, validated config.
 
 ``ModelAllocation.from_str("fsdp:d4t2")`` parses one engine's ``backend`` field;
-``validate(cfg)`` checks a composed config and returns its plan.
+``validate(cfg)`` checks a composed config and returns its plan (the GPU from the
+environment, ``AREAL_ALLOC_GPU``, or nvidia-smi, as the Hydra hook finds it).
 
 Hydra imports our plugin, and so this package, on every start of every Hydra
 app: importing it loads only the error types and registers the ``alloc.*``
@@ -25,8 +26,7 @@ from areal_alloc.resolvers import register_resolvers
 
 if TYPE_CHECKING:
     from areal_alloc.model import ModelAllocation
-    from areal_alloc.plan import EnginePlan, Plan
-    from areal_alloc.plan import plan_config as validate
+    from areal_alloc.plan import EnginePlan, Plan, validate
     from areal_alloc.rankgroups import rank_groups
     from areal_alloc.strategy import ParallelStrategy, SchedulingStrategy
 
@@ -55,7 +55,7 @@ _LAZY = {
     "SchedulingStrategy": ("areal_alloc.strategy", "SchedulingStrategy"),
     "EnginePlan": ("areal_alloc.plan", "EnginePlan"),
     "Plan": ("areal_alloc.plan", "Plan"),
-    "validate": ("areal_alloc.plan", "plan_config"),
+    "validate": ("areal_alloc.plan", "validate"),
     "rank_groups": ("areal_alloc.rankgroups", "rank_groups"),
 }
 

@@ -11,19 +11,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
+    "AGENT_MODE",
+    "BRIDGE_TYPE",
     "CONTEXT_LENGTH",
     "DTYPE",
+    "ENABLE_OFFLOAD",
+    "ENGINE_VERSION",
     "LORA_ALPHA",
     "LORA_RANK",
     "MEMORY_FRACTION",
     "MICRO_BATCHES",
     "NEW_TOKENS",
     "OPTIMIZER_DTYPE",
+    "PPO_MINIBATCHES",
     "PROMPT_TOKENS",
     "REFERENCE_COMMIT",
     "REFERENCE_DEFAULTS",
     "SAMPLES",
     "TRAIN_BATCH",
+    "TRAIN_EPOCHS",
+    "WEIGHT_UPDATE_MODE",
     "ReferenceDefault",
 ]
 
@@ -63,6 +70,22 @@ TRAIN_BATCH = 1
 #: not a reference default: _DatasetConfig.max_length is None (no limit); areal-alloc
 #: assumes prompts of this many tokens and says so
 PROMPT_TOKENS = 1024
+#: The keys only the start-up rules read (areal_alloc.experiment.rules), each with its
+#: line in areal/api/cli_args.py at REFERENCE_COMMIT.
+#: BaseExperimentConfig.enable_offload (3206)
+ENABLE_OFFLOAD = False
+#: BaseExperimentConfig.total_train_epochs (3213)
+TRAIN_EPOCHS = 1
+#: TrainEngineConfig.weight_update_mode (1335)
+WEIGHT_UPDATE_MODE = "xccl"
+#: TrainEngineConfig._version (1419) and InferenceEngineConfig._version (2628)
+ENGINE_VERSION = "v1"
+#: PPOActorConfig.ppo_n_minibatches (1676)
+PPO_MINIBATCHES = 4
+#: MegatronEngineConfig.bridge_type (1064)
+BRIDGE_TYPE = "mbridge"
+#: AgentConfig.mode (2359)
+AGENT_MODE = "inline"
 
 _CLI_ARGS = f"areal/api/cli_args.py@{REFERENCE_COMMIT[:8]}"
 
@@ -130,4 +153,33 @@ REFERENCE_DEFAULTS: tuple[ReferenceDefault, ...] = (
         f"{_CLI_ARGS} _DatasetConfig.max_length (3121); areal-alloc assumes "
         f"{PROMPT_TOKENS:,}-token prompts",
     ),
+    ReferenceDefault(
+        "enable_offload", ENABLE_OFFLOAD, f"{_CLI_ARGS} BaseExperimentConfig.enable_offload (3206)"
+    ),
+    ReferenceDefault(
+        "total_train_epochs",
+        TRAIN_EPOCHS,
+        f"{_CLI_ARGS} BaseExperimentConfig.total_train_epochs (3213)",
+    ),
+    ReferenceDefault(
+        "<engine>.weight_update_mode",
+        WEIGHT_UPDATE_MODE,
+        f"{_CLI_ARGS} TrainEngineConfig.weight_update_mode (1335)",
+    ),
+    ReferenceDefault(
+        "<engine>._version",
+        ENGINE_VERSION,
+        f"{_CLI_ARGS} TrainEngineConfig._version (1419), InferenceEngineConfig._version (2628)",
+    ),
+    ReferenceDefault(
+        "actor.ppo_n_minibatches",
+        PPO_MINIBATCHES,
+        f"{_CLI_ARGS} PPOActorConfig.ppo_n_minibatches (1676)",
+    ),
+    ReferenceDefault(
+        "<engine>.megatron.bridge_type",
+        BRIDGE_TYPE,
+        f"{_CLI_ARGS} MegatronEngineConfig.bridge_type (1064)",
+    ),
+    ReferenceDefault("rollout.agent.mode", AGENT_MODE, f"{_CLI_ARGS} AgentConfig.mode (2359)"),
 )

@@ -4,10 +4,10 @@ Works on a DictConfig (from ``hydra.compose`` or ``OmegaConf.load``), a plain
 mapping, or the dataclass object the reference's loader returns. The config is
 read once, by :func:`areal_alloc.experiment.read.read_experiment` (the cluster,
 each engine's backend, scheduling, model and settings, the run shape); the plan
-checks that :class:`~areal_alloc.experiment.read.Experiment` (colocation targets,
-the cluster's capacity, the reference's start-up rules and each engine's shape in
-``areal_alloc.experiment``), estimates memory and pace from it, and places the
-engines on the nodes.
+checks that :class:`~areal_alloc.experiment.read.Experiment`
+(:func:`areal_alloc.experiment.checks.check_experiment`: colocation targets, the
+cluster's capacity, the reference's start-up rules and each engine's shape),
+estimates memory and pace from it, and places the engines on the nodes.
 """
 
 from __future__ import annotations
@@ -15,15 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from areal_alloc.errors import AllocationValidationError, shown
+from areal_alloc.errors import AllocationValidationError
+from areal_alloc.experiment.checks import check_experiment
 from areal_alloc.experiment.read import Experiment, read_experiment
 from areal_alloc.model import ModelAllocation
 from areal_alloc.placement import Placement, place
 from areal_alloc.settings import ON_MEMORY, Resolved, Settings, Sourced
-from areal_alloc.vocab import (
-    ENGINE_ORDER,
-    colocation_size_problem,
-)
+from areal_alloc.vocab import ENGINE_ORDER
 
 if TYPE_CHECKING:
     from areal_alloc.memory import MemoryEstimate
@@ -35,6 +33,7 @@ __all__ = [
     "Placement",
     "Plan",
     "plan_config",
+    "validate",
 ]
 
 
@@ -176,66 +175,6 @@ def _memory_dict(memory: MemoryEstimate | None) -> dict[str, Any]:
     return out
 
 
-def _check_scheduling(engines: list[EnginePlan]) -> None:
-    by_key = {e.key: e for e in engines}
-    for engine in engines:
-        strategy = engine.allocation.scheduling_strategy
-        if not engine.active or not strategy.is_colocated:
-            continue
-        path = f"{engine.key}.scheduling_strategy.target"
-        target = by_key.get(strategy.target or "")
-        if target is None:
-            raise AllocationValidationError(
-                f"{path}={shown(strategy.target)}: no such engine; configured engines: "
-                f"{', '.join(e.key for e in engines if e.key != engine.key)}"
-            )
-        if not target.active:
-            raise AllocationValidationError(
-                f"{path}={shown(strategy.target)}: {target.key} is inactive ({target.note}), "
-                f"so there are no GPUs to share"
-            )
-        if target.allocation.scheduling_strategy.is_colocated:
-            raise AllocationValidationError(
-                f"{path}={shown(strategy.target)}: {target.key} is itself colocated onto "
-                f"{shown(target.allocation.scheduling_strategy.target)}; colocate onto an engine "
-                f"with its own GPUs"
-            )
-        problem = colocation_size_problem(
-            engine.allocation.parallel.world_size,
-            target.key,
-            target.allocation.parallel.world_size,
-        )
-        if problem is not None:
-            raise AllocationValidationError(
-                f"{engine.backend_key}={engine.spec!r} ({target.backend_key}={target.spec!r}): "
-                f"{problem}"
-            )
-
-
-def _check_capacity(engines: list[EnginePlan], n_nodes: int, per_node: int) -> None:
-    if per_node == 0:
-        return
-    separated = [e for e in engines if e.gpus]
-    total = sum(e.gpus for e in separated)
-    capacity = n_nodes * per_node
-    if total > capacity:
-        parts = " + ".join(f"{e.key} {e.spec} {e.gpus}" for e in separated)
-        raise AllocationValidationError(
-            f"the engines need {total} GPUs but the cluster has cluster.n_nodes={n_nodes} × "
-            f"cluster.n_gpus_per_node={per_node} = {capacity}: {parts} = {total}"
-        )
-
-
-def _check_startup(experiment: Experiment) -> list[str]:
-    """The reference's start-up rules and each engine's shape (``areal_alloc.experiment``)."""
-    from areal_alloc.experiment.rules import check_startup, startup_warnings
-    from areal_alloc.experiment.shapes import check_engine_shapes
-
-    check_startup(experiment)
-    check_engine_shapes(experiment)
-    return startup_warnings(experiment)
-
-
 def _with_memory(
     experiment: Experiment,
     engines: list[EnginePlan],
@@ -317,9 +256,8 @@ def plan_config(
     engines = [
         EnginePlan(e.key, e.backend_key, e.allocation, e.active, e.note) for e in experiment.engines
     ]
-    _check_scheduling(engines)
-    _check_capacity(engines, n_nodes, per_node)
-    warnings.extend(_check_startup(experiment))
+    # colocation targets, capacity, the reference's start-up rules, shapes (experiment.checks)
+    warnings.extend(check_experiment(experiment))
     gpu: str | None = None
     gpu_memory: int | None = None
     gpu_source: str | None = None
@@ -346,3 +284,20 @@ def plan_config(
         pace,
         gpu_source,
     )
+
+
+def validate(cfg: object, on_memory: str | None = None, settings: Settings | None = None) -> Plan:
+    """``areal_alloc.validate``: :func:`plan_config` with the settings resolved as the hook
+    resolves them.
+
+    Without ``settings``, the GPU, speeds, efficiencies, reserve and ``on_memory`` come
+    from the environment (``AREAL_ALLOC_GPU=H800``, ``AREAL_ALLOC_ON_MEMORY`` …), then
+    detection (``nvidia-smi``, on a launch node; ``AREAL_ALLOC_DETECT=0`` turns it off),
+    then the config's own ``cluster`` keys: a config read by the reference's loader (which
+    refuses our ``cluster.gpu``) is still checked for memory. Give ``settings=Settings()``
+    to read the config's keys only, or ``Settings.from_sources(flags={"gpu": "H800"})``
+    for flags of your own.
+    """
+    if settings is None:
+        settings = Settings.from_sources()
+    return plan_config(cfg, on_memory, settings)

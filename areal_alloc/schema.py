@@ -103,6 +103,8 @@ class MegatronConfig:
     recompute_granularity: str | None = None
     virtual_pipeline_parallel_size: int | None = None
     use_precision_aware_optimizer: bool | None = None
+    #: mbridge (the reference's default) or megatron-bridge (needed with use_lora)
+    bridge_type: str | None = None
     ddp: DistributedDataParallelConfig = field(default_factory=DistributedDataParallelConfig)
 
 

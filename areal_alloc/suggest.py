@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from areal_alloc.architecture import Architecture
 from areal_alloc.defaults import CONTEXT_LENGTH
@@ -246,8 +246,13 @@ def suggest(
     training: TrainingSettings | None = None,
     context_length: int = CONTEXT_LENGTH,
     top: int = 3,
+    memory_reserve: int | None = None,
 ) -> list[Proposal]:
-    """The best ``top`` splits of ``gpus`` between rollout and training, fastest first."""
+    """The best ``top`` splits of ``gpus`` between rollout and training, fastest first.
+
+    ``memory_reserve``: bytes kept back per GPU by both engines (``--memory-reserve-gib``);
+    None keeps the settings' defaults (4 GiB training, 2 GiB inference).
+    """
     if gpus < 2:
         raise AllocationValidationError(f"{gpus} GPU(s): a rollout and a trainer need at least 2")
     per_node = hardware.gpus_per_node
@@ -259,6 +264,9 @@ def suggest(
     if shape.critic:
         forward_cost += 1.0
     inference = InferenceSettings(context_length=context_length)
+    if memory_reserve is not None:
+        training = replace(training, reserve_bytes=memory_reserve)
+        inference = replace(inference, reserve_bytes=memory_reserve)
     constraints = LayoutConstraints(gpus_per_node=per_node)
     sequence = shape.prompt_len + shape.gen_len
     best_rollout: dict[int, RankedLayout | None] = {}

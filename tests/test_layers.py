@@ -186,6 +186,7 @@ LAYERS = [
     "areal_alloc.experiment",
     "areal_alloc.experiment.shapes",
     "areal_alloc.experiment.rules",
+    "areal_alloc.experiment.checks",
     "areal_alloc.memory",
     "areal_alloc.fit",
     "areal_alloc.throughput",
@@ -268,13 +269,12 @@ def test_the_layer_test_sees_imports() -> None:
 
 
 #: The only modules that read a raw config: the experiment's one reading (with the
-#: reference's rules of which model an engine runs, and its start-up rules, which read
-#: the few keys only a rule needs), and the settings' last source, the config's own
-#: ``cluster`` keys (areal_alloc.settings, issue 16 item 3).
+#: reference's rules of which model an engine runs), and the settings' last source, the
+#: config's own ``cluster`` keys (areal_alloc.settings, issue 16 item 3). The start-up
+#: rules read the typed ``Experiment.startup`` the reading gives them.
 READS_THE_RAW_CONFIG = {
     "areal_alloc.experiment.models",
     "areal_alloc.experiment.read",
-    "areal_alloc.experiment.rules",
     "areal_alloc.settings",
 }
 

@@ -720,7 +720,7 @@ def suggest_command(args: list[str]) -> int:
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides for --config")
     parser.add_argument("--model", metavar="M", help="path, hub id or name")
     parser.add_argument("--gpus", type=positive, metavar="N", help="GPUs in all")
-    parser.add_argument("--gpu", metavar="G", help="a catalogue GPU, e.g. H100-80GB")
+    gpu_flags(parser)  # --gpu and --memory-reserve-gib, as check, layouts and explain take them
     parser.add_argument("--gpus-per-node", type=positive, default=None, metavar="N")
     parser.add_argument("--batch", type=count, default=None, help="sequences per RL step (512)")
     parser.add_argument("--prompt-len", type=count, default=None, metavar="N", help="(1024)")
@@ -784,6 +784,7 @@ def suggest_command(args: list[str]) -> int:
         asynchronous=not ns.sync,
     )
     training = TrainingSettings(tokens_per_micro_batch=ns.tokens, recompute=ns.recompute)
+    reserve = machine(ns).memory_reserve  # --memory-reserve-gib, the environment, cluster keys
     proposals = suggest(
         arch,
         ns.gpus,
@@ -795,6 +796,7 @@ def suggest_command(args: list[str]) -> int:
         training=training,
         context_length=ns.context_length,
         top=ns.top,
+        memory_reserve=reserve.value if reserve is not None else None,
     )
     if not proposals:
         raise AllocationError(

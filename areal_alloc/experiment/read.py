@@ -146,6 +146,10 @@ class TrainConfig:
     precision_aware_optimizer: bool = False
     #: ``megatron.virtual_pipeline_parallel_size`` as written (None: 1)
     virtual_pipeline_size: int | None = None
+    #: ``init_from_scratch`` (TrainEngineConfig.init_from_scratch, default false)
+    init_from_scratch: bool = False
+    #: ``megatron.bridge_type`` (MegatronEngineConfig.bridge_type, ``defaults.BRIDGE_TYPE``)
+    bridge_type: str = defaults.BRIDGE_TYPE
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +205,37 @@ class RunConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class StartupConfig:
+    """The keys only the reference's start-up rules read, with its defaults
+    (areal/api/cli_args.py at cbff54d6; each default is a row of ``areal_alloc.defaults``)."""
+
+    #: ``enable_offload`` (BaseExperimentConfig)
+    enable_offload: bool = defaults.ENABLE_OFFLOAD
+    #: ``total_train_epochs`` as written (None: ``defaults.TRAIN_EPOCHS``); a bool is None
+    total_train_epochs: int | None = None
+    #: ``total_train_steps`` (BaseExperimentConfig; None: not set), read in online mode only
+    total_train_steps: int | None = None
+    #: ``valid_dataset`` is set (not absent, null or an all-null section)
+    valid_dataset: bool = False
+    #: ``scheduler.type`` (SchedulerConfig.type; None: not set)
+    scheduler_type: str | None = None
+    #: ``dynamic_bs`` (PPOConfig.dynamic_bs, default false)
+    dynamic_bs: bool = False
+    #: ``rollout.agent`` is given, and its ``mode`` (AgentConfig.mode; None without an agent)
+    agent_mode: str | None = None
+    #: ``rollout.return_routed_experts`` (InferenceEngineConfig, default false)
+    return_routed_experts: bool = False
+    #: ``actor.enable_delta_weight_update`` (TrainEngineConfig, default false)
+    enable_delta_weight_update: bool = False
+    #: ``actor.ppo_n_minibatches`` (``defaults.PPO_MINIBATCHES``)
+    ppo_n_minibatches: int = defaults.PPO_MINIBATCHES
+
+    @property
+    def epochs(self) -> int:
+        return defaults.TRAIN_EPOCHS if self.total_train_epochs is None else self.total_train_epochs
+
+
+@dataclass(frozen=True, slots=True)
 class ModelChoice:
     """The model an engine runs: every key naming it, first to last
     (:func:`areal_alloc.experiment.models.model_sources`), resolved once on demand."""
@@ -243,6 +278,8 @@ class Engine:
     model: ModelChoice = field(default_factory=ModelChoice)
     training: TrainConfig | None = None
     inference: InferenceConfig | None = None
+    #: ``<engine>._version`` (``defaults.ENGINE_VERSION`` when not written)
+    version: str = defaults.ENGINE_VERSION
 
     @property
     def role(self) -> str:
@@ -288,9 +325,12 @@ class Experiment:
     #: reference's defaults, xccl and v1)
     weight_update_mode: str | None = None
     actor_version: str | None = None
-    #: the config as given, for the reference's start-up rules
-    #: (``areal_alloc.experiment.rules``) only
+    #: the config as given: its ``cluster`` keys are the settings' last source
+    #: (:meth:`resolved`); nothing else reads it
     config: object = field(default=None, compare=False, repr=False)
+    #: what only the start-up rules read (``areal_alloc.experiment.rules``), with the
+    #: reference's defaults (``areal_alloc.defaults``)
+    startup: StartupConfig = field(default_factory=lambda: StartupConfig())
 
     def __getitem__(self, key: str) -> Engine:
         for engine in self.engines:
@@ -300,6 +340,12 @@ class Experiment:
 
     def get(self, key: str) -> Engine | None:
         return next((e for e in self.engines if e.key == key), None)
+
+    @property
+    def update_mode(self) -> str:
+        """``actor.weight_update_mode``, else the reference's default (xccl)."""
+        mode = self.weight_update_mode
+        return defaults.WEIGHT_UPDATE_MODE if mode is None else mode
 
     @property
     def awex_v1(self) -> bool:
@@ -342,6 +388,7 @@ def read_experiment(cfg: object, settings: Settings | None = None) -> Experiment
     read, warnings = _read_engines(cfg)
     engines = _apply_run_rules(cfg, read)
     engines = [_with_details(cfg, e) for e in engines]
+    engines = [replace(e, version=_version(cfg, e)) for e in engines]
     run = _run(cfg)
     actor = child(cfg, "actor")
     mode = child(actor, "weight_update_mode") if is_mapping(actor) else None
@@ -354,6 +401,7 @@ def read_experiment(cfg: object, settings: Settings | None = None) -> Experiment
         None if mode is None else str(mode),
         None if version is None else str(version),
         cfg,
+        _startup(cfg),
     )
     return experiment.resolved(settings) if settings is not None else experiment
 
@@ -690,6 +738,8 @@ def _train_config(node: object, path: str, key: str) -> TrainConfig:
             megatron, f"{path}.megatron.virtual_pipeline_parallel_size", 1, 1, MAX_VPP
         )
     offload = _flag(fsdp, "offload_params", False, f"{path}.fsdp.offload_params")
+    scratch = _flag(node, "init_from_scratch", False, f"{path}.init_from_scratch")
+    bridge = _text(megatron, "bridge_type", defaults.BRIDGE_TYPE)
     return TrainConfig(
         dtype=_text(node, "dtype", defaults.DTYPE),
         optimizer=optimizer,
@@ -708,6 +758,8 @@ def _train_config(node: object, path: str, key: str) -> TrainConfig:
         distributed_optimizer=distributed,
         precision_aware_optimizer=precision_aware,
         virtual_pipeline_size=vpp,
+        init_from_scratch=scratch,
+        bridge_type=bridge,
     )
 
 
@@ -760,6 +812,62 @@ def _inference_config(cfg: object, engine: Engine) -> InferenceConfig:
         max_num_batched_tokens=batched,
         fraction_key=f"{backend}.{fraction_key}",
         length_key=f"{backend}.{length_key}",
+    )
+
+
+# --- the cluster and the run -----------------------------------------------------------
+
+
+def _version(cfg: object, engine: Engine) -> str:
+    """``<engine>._version`` as the reference's str field holds it (default v1)."""
+    node = _at(cfg, engine.path)
+    value = child(node, "_version") if is_mapping(node) else None
+    return defaults.ENGINE_VERSION if value is None else str(value)
+
+
+def _startup(cfg: object) -> StartupConfig:
+    """The keys only the start-up rules read (areal/api/cli_args.py at cbff54d6:
+    BaseExperimentConfig, SchedulerConfig, PPOConfig, AgentConfig, InferenceEngineConfig,
+    TrainEngineConfig, PPOActorConfig)."""
+    from areal_alloc.numbers import read_int
+
+    epochs_raw = child(cfg, "total_train_epochs")
+    epochs = None
+    if epochs_raw is not None and not isinstance(epochs_raw, bool):
+        # the one reader of numbers: 2.5, 'abc' or a Unicode digit are refused naming the key
+        epochs = read_int(epochs_raw, "total_train_epochs", minimum=-MAX_COUNT, maximum=MAX_COUNT)
+    scheduler = child(cfg, "scheduler")
+    kind = child(scheduler, "type") if is_mapping(scheduler) else None
+    rollout = child(cfg, "rollout")
+    rollout = rollout if is_mapping(rollout) else None
+    agent = child(rollout, "agent") if rollout is not None else None
+    agent_mode = None
+    if agent is not None:
+        mode = child(agent, "mode") if is_mapping(agent) else None
+        agent_mode = defaults.AGENT_MODE if mode is None else str(mode)
+    actor = child(cfg, "actor")
+    actor = actor if is_mapping(actor) else None
+    minibatches = whole_number(actor, "ppo_n_minibatches", "actor.ppo_n_minibatches")
+    return StartupConfig(
+        enable_offload=_flag(cfg, "enable_offload", defaults.ENABLE_OFFLOAD, "enable_offload"),
+        total_train_epochs=epochs,
+        # read for online RL only, the one mode whose rule counts steps (rl_trainer._init_impl)
+        total_train_steps=(
+            whole_number(cfg, "total_train_steps", "total_train_steps")
+            if agent_mode == "online"
+            else None
+        ),
+        valid_dataset=not unset(child(cfg, "valid_dataset")),
+        scheduler_type=None if kind is None else str(kind),
+        dynamic_bs=_flag(cfg, "dynamic_bs", False, "dynamic_bs"),
+        agent_mode=agent_mode,
+        return_routed_experts=_flag(
+            rollout, "return_routed_experts", False, "rollout.return_routed_experts"
+        ),
+        enable_delta_weight_update=_flag(
+            actor, "enable_delta_weight_update", False, "actor.enable_delta_weight_update"
+        ),
+        ppo_n_minibatches=defaults.PPO_MINIBATCHES if minibatches is None else minibatches,
     )
 
 

@@ -8,9 +8,11 @@ the reference's order and raises the first violation; :func:`startup_warnings`
 names what only one of the reference's launch paths refuses.
 
 Rules read the experiment's one reading (:class:`areal_alloc.experiment.read.Experiment`):
-its engines (key, backend key, allocation, ``offload``, settings) and run shape; the
-few keys only a rule needs (``enable_offload``, ``weight_update_mode``, ``_version`` …)
-are read from the config it was read from, here and nowhere else.
+its engines (key, backend key, allocation, ``offload``, ``_version``, settings), its run
+shape, and the keys only a rule needs (``enable_offload``, ``weight_update_mode``,
+``scheduler.type``, ``dynamic_bs``, ``rollout.agent.mode`` …) as the typed
+:class:`~areal_alloc.experiment.read.StartupConfig` with the reference's defaults
+(``areal_alloc.defaults``); never the raw config.
 """
 
 from __future__ import annotations
@@ -19,13 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from areal_alloc._config import child, shown, unset, whole_number
-from areal_alloc.errors import AllocationValidationError
-from areal_alloc.limits import MAX_COUNT
-from areal_alloc.numbers import read_int
+from areal_alloc.errors import AllocationValidationError, shown
 
 if TYPE_CHECKING:
-    from areal_alloc.experiment.read import Engine, Experiment
+    from areal_alloc.experiment.read import Engine, Experiment, StartupConfig
 
 
 __all__ = ["RULES", "Rule", "Run", "check_startup", "startup_warnings"]
@@ -39,8 +38,8 @@ class Run:
     n_gpus_per_node: int
 
     @property
-    def cfg(self) -> object:
-        return self.experiment.config
+    def startup(self) -> StartupConfig:
+        return self.experiment.startup
 
     @property
     def engines(self) -> tuple[Engine, ...]:
@@ -56,18 +55,10 @@ class Run:
         engine = self.engine(key)
         return engine.allocation.backend if engine is not None else None
 
-    def setting(self, section: str, key: str, default: object) -> object:
-        """``section.key`` as written, or the reference's default when absent or null."""
-        node = child(self.cfg, section) if section else self.cfg
-        value = child(node, key) if node is not None else None
-        return default if value is None else value
-
-    def flag(self, section: str, key: str) -> bool:
-        """A boolean setting whose reference default is False (strings as OmegaConf reads them)."""
-        value = self.setting(section, key, False)
-        if isinstance(value, str):
-            return value.strip().lower() in ("true", "yes", "on", "1")
-        return bool(value)
+    def version(self, key: str) -> str | None:
+        """``<key>._version`` (the reference's default v1), None without the engine."""
+        engine = self.engine(key)
+        return engine.version if engine is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +99,7 @@ def _rl(run: Run) -> bool:
 
 def offload_needs_enable_offload(run: Run) -> str | None:
     """Colocated actor and rollout, or any engine's ``offload``, need ``enable_offload: true``."""
-    if not _rl(run) or run.flag("", "enable_offload"):
+    if not _rl(run) or run.startup.enable_offload:
         return None
     reasons = []
     colocated = _colocation(run)
@@ -134,10 +125,10 @@ def offload_needs_enable_offload(run: Run) -> str | None:
 def colocation_needs_disk_or_awex(run: Run) -> str | None:
     """Colocated actor and rollout hand weights over by disk or awex only."""
     colocated = _colocation(run) if _rl(run) else None
-    mode = run.setting("actor", "weight_update_mode", "xccl")
+    mode = run.experiment.update_mode
     if colocated is None or mode in ("disk", "awex"):
         return None
-    written = child(child(run.cfg, "actor"), "weight_update_mode")
+    written = run.experiment.weight_update_mode
     default = "" if written is not None else " (the reference's default)"
     return (
         f"actor.weight_update_mode={mode!r}{default} with actor and rollout colocated "
@@ -179,7 +170,7 @@ def vllm_cannot_return_routed_experts(run: Run) -> str | None:
     rollout = run.engine("rollout")
     if rollout is None or rollout.allocation.backend != "vllm":
         return None
-    if not run.flag("rollout", "return_routed_experts"):
+    if not run.startup.return_routed_experts:
         return None
     return (
         f"rollout.return_routed_experts=true needs an sglang rollout, but "
@@ -201,12 +192,39 @@ def megatron_lora_cannot_update_sglang(run: Run) -> str | None:
     )
 
 
+def megatron_lora_needs_megatron_bridge(run: Run) -> str | None:
+    """A Megatron engine with ``use_lora`` builds through megatron-bridge only.
+
+    areal/engine/megatron_engine.py MegatronEngine.__init__ (line 475 at cbff54d6):
+    ``NotImplementedError: MegatronEngine LoRA POC currently only supports
+    bridge_type='megatron-bridge'`` when ``use_lora`` and ``megatron.bridge_type`` is
+    the default ``mbridge`` (MegatronEngineConfig.bridge_type, areal/api/cli_args.py).
+    """
+    for engine in run.engines:
+        training = engine.training
+        if (
+            not engine.active
+            or engine.allocation.backend != "megatron"
+            or training is None
+            or not training.use_lora
+            or training.bridge_type == "megatron-bridge"
+        ):
+            continue
+        return (
+            f"{engine.path}.use_lora=true with {engine.backend_key}={engine.spec!r} needs "
+            f"{engine.path}.megatron.bridge_type='megatron-bridge', got "
+            f"{training.bridge_type!r}: the reference's Megatron engine builds LoRA through "
+            f"megatron-bridge only; set {engine.path}.megatron.bridge_type=megatron-bridge"
+        )
+    return None
+
+
 def versions_are_known(run: Run) -> str | None:
     """``_version`` is 'v1' or 'v2' (TrainEngineConfig / InferenceEngineConfig.__post_init__)."""
     for key in ("actor", "critic", "ref", "rollout"):
-        if run.engine(key) is None:
+        version = run.version(key)
+        if version is None:
             continue
-        version = run.setting(key, "_version", "v1")
         if version not in ("v1", "v2"):
             return f"{key}._version={shown(version)}: must be 'v1' or 'v2'"
     return None
@@ -215,8 +233,8 @@ def versions_are_known(run: Run) -> str | None:
 def versions_match(run: Run) -> str | None:
     if not _rl(run):
         return None
-    actor = run.setting("actor", "_version", "v1")
-    rollout = run.setting("rollout", "_version", "v1")
+    actor = run.version("actor")
+    rollout = run.version("rollout")
     if actor == rollout:
         return None
     return (
@@ -257,7 +275,7 @@ def batch_splits_over_data_parallel(run: Run) -> str | None:
     if found is None:
         return None
     batch, items, dp, actor = found
-    if batch % dp == 0 or items % dp == 0 or run.flag("", "dynamic_bs"):
+    if batch % dp == 0 or items % dp == 0 or run.startup.dynamic_bs:
         return None  # the single controller may run it: startup_warnings names the SPMD launchers
     trajectories = ""
     if items != batch:
@@ -313,7 +331,7 @@ def slurm_takes_whole_nodes(run: Run) -> str | None:
     multiple of n_gpus_per_node.
     """
     per_node = run.n_gpus_per_node
-    if per_node == 0 or run.setting("scheduler", "type", None) != "slurm":
+    if per_node == 0 or run.startup.scheduler_type != "slurm":
         return None
     for engine in run.engines:
         if engine.gpus and engine.gpus % per_node:
@@ -328,21 +346,17 @@ def slurm_takes_whole_nodes(run: Run) -> str | None:
 
 def epochs_are_positive(run: Run) -> str | None:
     """BaseExperimentConfig.__post_init__ (areal/api/cli_args.py): total_train_epochs > 0."""
-    value = child(run.cfg, "total_train_epochs")
-    if value is None or isinstance(value, bool):
+    epochs = run.startup.total_train_epochs  # read by the one reader of numbers
+    if epochs is None or epochs > 0:
         return None
-    # the one reader of numbers: 2.5, 'abc' or a Unicode digit are refused naming the key
-    epochs = read_int(value, "total_train_epochs", minimum=-MAX_COUNT, maximum=MAX_COUNT)
-    if epochs > 0:
-        return None
-    return f"total_train_epochs={value!r}: must be ≥ 1 (the reference's loader refuses it)"
+    return f"total_train_epochs={epochs!r}: must be ≥ 1 (the reference's loader refuses it)"
 
 
 def delta_update_needs_one_minibatch(run: Run) -> str | None:
     """PPOActorConfig.__post_init__ (areal/api/cli_args.py): delta updates need one minibatch."""
-    if run.engine("actor") is None or not run.flag("actor", "enable_delta_weight_update"):
+    if run.engine("actor") is None or not run.startup.enable_delta_weight_update:
         return None
-    minibatches = run.setting("actor", "ppo_n_minibatches", 4)  # the reference's default
+    minibatches = run.startup.ppo_n_minibatches  # defaults.PPO_MINIBATCHES when not written
     if minibatches == 1:
         return None
     return (
@@ -355,7 +369,7 @@ def memory_efficient_load_needs_weights(run: Run) -> str | None:
     """TrainEngineConfig.__post_init__ (areal/api/cli_args.py): a CPU load needs weights to load."""
     for key in ("actor", "critic", "ref"):
         engine = run.engine(key)
-        if engine is None or engine.training is None or not run.flag(key, "init_from_scratch"):
+        if engine is None or engine.training is None or not engine.training.init_from_scratch:
             continue
         if engine.training.memory_efficient_load:
             return (
@@ -366,9 +380,7 @@ def memory_efficient_load_needs_weights(run: Run) -> str | None:
 
 
 def _online(run: Run) -> bool:
-    return run.setting("rollout", "agent", None) is not None and (
-        child(child(child(run.cfg, "rollout"), "agent"), "mode") == "online"
-    )
+    return run.startup.agent_mode == "online"
 
 
 def online_mode_runs_by_steps(run: Run) -> str | None:
@@ -378,13 +390,13 @@ def online_mode_runs_by_steps(run: Run) -> str | None:
     """
     if not _rl(run) or not _online(run):
         return None
-    if not unset(child(run.cfg, "valid_dataset")):
+    if run.startup.valid_dataset:
         return (
             "valid_dataset is set, but rollout.agent.mode='online' has no validation: remove "
             "valid_dataset (or ~valid_dataset on the command line)"
         )
-    steps = whole_number(run.cfg, "total_train_steps", "total_train_steps")
-    epochs = whole_number(run.cfg, "total_train_epochs", "total_train_epochs") or 1
+    steps = run.startup.total_train_steps
+    epochs = run.startup.epochs
     if steps is None:
         return (
             f"rollout.agent.mode='online' needs total_train_steps (each epoch runs "
@@ -403,7 +415,8 @@ def online_mode_runs_by_steps(run: Run) -> str | None:
 _RL = "areal/trainer/rl_trainer.py"
 
 #: Every rule, in the order the reference meets them: its loader (``__post_init__``), then
-#: the RL trainer's ``_validate_cfg``, then the dataloader and the launchers.
+#: the RL trainer's ``_validate_cfg`` and ``_init_impl``, the engines' construction, then the
+#: dataloader and the launchers.
 RULES: tuple[Rule, ...] = (
     Rule(
         "total_train_epochs ≥ 1",
@@ -452,6 +465,11 @@ RULES: tuple[Rule, ...] = (
         "online RL: no valid_dataset, total_train_steps ≥ total_train_epochs",
         f"{_RL} _init_impl",
         online_mode_runs_by_steps,
+    ),
+    Rule(
+        "megatron engine with use_lora needs megatron.bridge_type megatron-bridge",
+        "areal/engine/megatron_engine.py MegatronEngine.__init__ (line 475)",
+        megatron_lora_needs_megatron_bridge,
     ),
     Rule(
         "train_dataset.batch_size splits over the actor's data-parallel ranks",

@@ -207,7 +207,7 @@ EXPECTED = [
         [
             "cluster 1x8 run batch_size=256 max_length=1024 n_samples=4 max_new_tokens=1024 max_concurrent_rollouts=256",
             "rollout vllm:d4 inference active on=- offload=False model=vllm.model=Qwen/Qwen3-0.6B arch=Qwen/Qwen3-0.6B | max_concurrent_rollouts=256",
-            "actor megatron:d4 training active on=- offload=False model=actor.path=Qwen/Qwen3-0.6B arch=Qwen/Qwen3-0.6B | max_tokens_per_mb=10240 use_lora=True lora_rank=16",
+            "actor megatron:d4 training active on=- offload=False model=actor.path=Qwen/Qwen3-0.6B arch=Qwen/Qwen3-0.6B | max_tokens_per_mb=10240 use_lora=True lora_rank=16 bridge_type=megatron-bridge",
             "ref megatron:d4 training inactive on=actor offload=False model=ref.path=Qwen/Qwen3-0.6B arch=- | -",
         ],
     ),
@@ -216,7 +216,7 @@ EXPECTED = [
         [
             "cluster 1x8 run batch_size=16 max_length=1024 n_samples=4 max_new_tokens=1024 max_concurrent_rollouts=256",
             "rollout vllm:d1t2 inference active on=- offload=False model=vllm.model=Qwen/Qwen3-30B-A3B-Base arch=- | max_concurrent_rollouts=256",
-            "actor megatron:d1p6 training active on=- offload=False model=actor.path=Qwen/Qwen3-30B-A3B-Base arch=- | max_tokens_per_mb=10240 use_lora=True",
+            "actor megatron:d1p6 training active on=- offload=False model=actor.path=Qwen/Qwen3-30B-A3B-Base arch=- | max_tokens_per_mb=10240 use_lora=True bridge_type=megatron-bridge",
             "ref megatron:d1p6 training inactive on=actor offload=False model=ref.path=Qwen/Qwen3-30B-A3B-Base arch=- | -",
         ],
     ),

@@ -30,6 +30,13 @@ def colocated(backend: str, target: str = "actor") -> dict[str, Any]:
     return {"backend": backend, "scheduling_strategy": {"type": "colocation", "target": target}}
 
 
+#: A Megatron LoRA actor as the reference runs it (examples/math/gsm8k_grpo_megatron_lora.yaml)
+MEGATRON_LORA: dict[str, Any] = {
+    "backend": "megatron:d8",
+    "use_lora": True,
+    "megatron": {"bridge_type": "megatron-bridge"},
+}
+
 # rule -> (config the reference refuses, our exact message, the nearest config it starts)
 REFUSED: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
     (  # areal/api/cli_args.py BaseExperimentConfig.__post_init__
@@ -167,7 +174,16 @@ REFUSED: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
         "actor.use_lora=true with a megatron actor cannot update an sglang rollout (the "
         "reference's RL trainer refuses it): serve with vllm:…, set actor.use_lora=false, or "
         "train with fsdp:…",
+        cfg(rollout={"backend": "vllm:d8"}, actor=MEGATRON_LORA),
+    ),
+    (  # areal/engine/megatron_engine.py MegatronEngine.__init__, line 475 at cbff54d6
+        "megatron engine with use_lora needs megatron.bridge_type megatron-bridge",
         cfg(rollout={"backend": "vllm:d8"}, actor={"backend": "megatron:d8", "use_lora": True}),
+        "actor.use_lora=true with actor.backend='megatron:d8' needs "
+        "actor.megatron.bridge_type='megatron-bridge', got 'mbridge': the reference's Megatron "
+        "engine builds LoRA through megatron-bridge only; set "
+        "actor.megatron.bridge_type=megatron-bridge",
+        cfg(rollout={"backend": "vllm:d8"}, actor=MEGATRON_LORA),
     ),
     (  # areal/trainer/rl_trainer.py _validate_cfg
         "actor._version equals rollout._version",
@@ -334,8 +350,8 @@ def test_v1_awex_hands_over_itself_no_enable_offload() -> None:
 
 
 def test_an_sft_config_has_no_rl_trainer_rules() -> None:
-    # no rollout: the SFT trainer runs, _validate_cfg does not
-    plan = validate(cfg(actor={"backend": "megatron:d8", "use_lora": True, "offload": True}))
+    # no rollout: the SFT trainer runs, _validate_cfg does not (the engine's own rule does)
+    plan = validate(cfg(actor={**MEGATRON_LORA, "offload": True}))
     assert plan.total_gpus == 8
 
 
@@ -617,6 +633,7 @@ def test_the_strict_schema_declares_every_key_the_rules_read(tmp_path: Any) -> N
         "actor:\n  backend: 'fsdp:d8'\n  weight_update_mode: disk\n  use_lora: false\n"
         "  _version: v1\n  enable_delta_weight_update: false\n  ppo_n_minibatches: 1\n"
         "  init_from_scratch: false\n  fsdp: {memory_efficient_load: true}\n  offload: false\n"
+        "  megatron: {bridge_type: megatron-bridge}\n"
     )
     with initialize_config_dir(str(conf), version_base=None):
         cfg = compose("strict")
