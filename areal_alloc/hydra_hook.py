@@ -11,8 +11,9 @@ message on stderr, exit code 1, no traceback, and (from ``on_run_start`` and
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
@@ -25,13 +26,24 @@ from areal_alloc.errors import (
     reading_of,
     shown,
 )
-from areal_alloc.settings import Settings
+
+if TYPE_CHECKING:
+    from areal_alloc.settings import Settings
 
 __all__ = ["SKIPPING_SWEEPER", "ValidateAllocations"]
 
 SKIPPING_SWEEPER = "hydra_plugins.areal_alloc.areal_alloc_sweeper.SkipInvalidSweeper"
 _BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 PREFIX = "areal-alloc: "
+
+
+def __getattr__(name: str) -> Any:
+    """``plan_config``, imported on first use: a run whose verdict is known needs no plan."""
+    if name == "plan_config":
+        from areal_alloc.plan import plan_config
+
+        return plan_config
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _interrupted() -> SystemExit:
@@ -108,32 +120,38 @@ class ValidateAllocations(Callback):
             )
         self.on_invalid = on_invalid
         self.verbose = verbose
-        self.settings = Settings.from_sources(
-            hook={
-                "on_memory": on_memory,
-                "gpu": gpu,
-                "peak_tflops": peak_tflops,
-                "hbm_tbps": hbm_tbps,
-                "nvlink_gbps": nvlink_gbps,
-                "inter_node_gbps": inter_node_gbps,
-                "compute_efficiency": compute_efficiency,
-                "comm_efficiency": comm_efficiency,
-                "memory_reserve_gib": memory_reserve_gib,
-            }
-        )
+        self._hook_settings: dict[str, object] = {
+            "on_memory": on_memory,
+            "gpu": gpu,
+            "peak_tflops": peak_tflops,
+            "hbm_tbps": hbm_tbps,
+            "nvlink_gbps": nvlink_gbps,
+            "inter_node_gbps": inter_node_gbps,
+            "compute_efficiency": compute_efficiency,
+            "comm_efficiency": comm_efficiency,
+            "memory_reserve_gib": memory_reserve_gib,
+        }
+
+    @functools.cached_property
+    def settings(self) -> Settings:
+        """The hook's parameters with the environment (built on first use: a run whose
+        verdict is known never needs them)."""
+        from areal_alloc.settings import Settings
+
+        return Settings.from_sources(hook=self._hook_settings)
 
     def _verdict_key(self, config: DictConfig) -> str | None:
-        """The digest a PASS of ``config`` is kept under (``areal_alloc._verdicts``)."""
+        """The digest a PASS of ``config`` is kept under (``areal_alloc._verdicts``): the
+        environment's ``AREAL_ALLOC_*`` are in it, the hook's parameters and where
+        nvidia-smi is (the GPU it reports may be the one checked against) are added here."""
+        import shutil
+
         from areal_alloc import _verdicts
 
         if not _verdicts.enabled():
             return None
-        smi = None
-        if self.settings.detect and self.settings.first("gpu") is None:
-            import shutil  # the GPU nvidia-smi would report depends on it
-
-            smi = shutil.which("nvidia-smi")
-        hook = (self.on_invalid, self.verbose, self.settings, smi)
+        params = sorted((k, repr(v)) for k, v in self._hook_settings.items())
+        hook = (self.on_invalid, self.verbose, params, shutil.which("nvidia-smi"))
         return _verdicts.verdict_key(config, hook)
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -152,10 +170,8 @@ class ValidateAllocations(Callback):
             raise _interrupted() from None
         except Exception:  # only a cache: the full check decides
             key = None
-        from areal_alloc.plan import plan_config  # the full path
-
-        try:
-            plan = plan_config(config, settings=self.settings)
+        try:  # the full path (the module's plan_config: a test may replace it)
+            plan = sys.modules[__name__].plan_config(config, settings=self.settings)
         except AllocationError as error:
             raise SystemExit(f"{PREFIX}{error}") from None
         except KeyboardInterrupt:
