@@ -43,6 +43,9 @@ def plans(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[object]:
             monkeypatch.delenv(name)
     monkeypatch.setenv("AREAL_ALLOC_DETECT", "0")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    # the package's own files are part of the key (test_an_edited_package_file_is_new_code);
+    # fixed here, so an edit elsewhere in the tree during the test cannot make a miss
+    monkeypatch.setattr(_verdicts, "_code_identity", lambda: ["this test's code"])
     calls: list[object] = []
     full = areal_alloc.plan.plan_config
 
@@ -127,6 +130,20 @@ def test_a_change_takes_the_full_check(
     assert len(plans) == 2, what
     _run(config, capsys, **hook)  # and that one is known now
     assert len(plans) == 2, what
+
+
+def test_an_edited_package_file_is_new_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    package = tmp_path / "package"
+    (package / "sub").mkdir(parents=True)
+    (package / "sub" / "rules.py").write_text("LIMIT = 1\n")
+    monkeypatch.setattr(_verdicts, "_PACKAGE", package)
+    before = _verdicts._code_identity()
+    assert before == _verdicts._code_identity()
+    (package / "sub" / "rules.py").write_text("LIMIT = 2\n")
+    os.utime(package / "sub" / "rules.py", ns=(1, 1))
+    assert _verdicts._code_identity() != before
 
 
 def test_a_changed_config_json_takes_the_full_check(
