@@ -109,6 +109,14 @@ class MegatronConfig:
 
 
 @dataclass
+class ArchonConfig:
+    """The archon engine's activation checkpointing (with gradient_checkpointing)."""
+
+    ac_mode: str | None = None
+    selective_ac_option: str | None = None
+
+
+@dataclass
 class FSDPConfig:
     offload_params: bool | None = None
     memory_efficient_load: bool | None = None
@@ -144,6 +152,7 @@ class EngineConfig:
     mb_spec: MicroBatchConfig = field(default_factory=MicroBatchConfig)
     megatron: MegatronConfig = field(default_factory=MegatronConfig)
     fsdp: FSDPConfig = field(default_factory=FSDPConfig)
+    archon: ArchonConfig = field(default_factory=ArchonConfig)
     offload: bool | None = None
     max_concurrent_rollouts: int | None = None
     # read by the reference's start-up rules (areal_alloc.experiment.rules)

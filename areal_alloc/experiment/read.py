@@ -655,7 +655,9 @@ def _with_details(cfg: object, engine: Engine) -> Engine:
         return replace(
             engine, model=choice, offload=offload, inference=_inference_config(cfg, engine)
         )
-    training = _train_config(_at(cfg, engine.path), engine.path, engine.key)
+    training = _train_config(
+        _at(cfg, engine.path), engine.path, engine.key, engine.allocation.backend
+    )
     return replace(engine, model=choice, offload=offload, training=training)
 
 
@@ -698,7 +700,7 @@ def _text(node: object, key: str, default: str) -> str:
     return str(value) if value not in (None, "") else default
 
 
-def _train_config(node: object, path: str, key: str) -> TrainConfig:
+def _train_config(node: object, path: str, key: str, backend: str | None = None) -> TrainConfig:
     """A training engine's settings (areal/api/cli_args.py TrainEngineConfig at cbff54d6)."""
     optimizer_node = section(node, "optimizer", f"{path}.optimizer")
     assumed = False
@@ -710,7 +712,9 @@ def _train_config(node: object, path: str, key: str) -> TrainConfig:
     megatron = section(node, "megatron", f"{path}.megatron")
     checkpointing = _flag(node, "gradient_checkpointing", False, f"{path}.gradient_checkpointing")
     recompute = "none"
-    if checkpointing:
+    if checkpointing and backend == "archon":
+        recompute = _archon_recompute(section(node, "archon", f"{path}.archon"), path)
+    elif checkpointing:
         granularity = _text(megatron, "recompute_granularity", "full")
         recompute = "selective" if granularity == "selective" else "full"
     mb_spec = section(node, "mb_spec", f"{path}.mb_spec")
@@ -761,6 +765,44 @@ def _train_config(node: object, path: str, key: str) -> TrainConfig:
         init_from_scratch=scratch,
         bridge_type=bridge,
     )
+
+
+#: ArchonEngineConfig.ac_mode's choices (areal/api/cli_args.py line 631 at cbff54d6)
+_ARCHON_AC_MODES = ("none", "full", "selective", "memory_budget")
+
+
+def _archon_recompute(archon: object, path: str) -> str:
+    """What the archon engine checkpoints when ``gradient_checkpointing`` is on.
+
+    areal/experimental/engine/archon_utils.py build_ac_config and
+    areal/experimental/models/archon/activation_checkpoint.py apply_ac (AReaL cbff54d6):
+    ``archon.ac_mode`` (default ``selective``, cli_args.py line 631) with
+    ``archon.selective_ac_option`` (default ``op``, line 639) is torchtitan's per-op
+    policy ('op': every second mm and the attention outputs saved, no activation
+    offload); ``full`` checkpoints every block; a layer option ``'1'`` (or ``'0'``) wraps
+    every block, as full does. Every N-th block (N ≥ 2) and ``memory_budget`` (torch.compile's
+    min-cut) are not modelled: estimated as without recomputation, an upper bound.
+    """
+    mode = _text(archon, "ac_mode", "selective")
+    if mode not in _ARCHON_AC_MODES:
+        raise AllocationValidationError(
+            f"{path}.archon.ac_mode={shown(mode)}: must be none, full, selective or "
+            f"memory_budget (the archon engine's ActivationCheckpointConfig refuses it)"
+        )
+    if mode in ("none", "full"):
+        return mode
+    if mode == "memory_budget":
+        return "none"
+    option = _text(archon, "selective_ac_option", "op").strip()
+    if option == "op":
+        return "op"
+    if not option.isdigit():
+        raise AllocationValidationError(
+            f"{path}.archon.selective_ac_option={shown(option)}: must be 'op' or a "
+            f"positive integer string such as '2' (every N-th block; the archon engine's "
+            f"ActivationCheckpointConfig refuses it)"
+        )
+    return "full" if int(option) <= 1 else "none"
 
 
 def _lora(node: object, path: str) -> tuple[bool, int, tuple[str, ...]]:

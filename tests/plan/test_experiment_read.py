@@ -303,7 +303,7 @@ EXPECTED = [
         [
             "cluster 3x8 run batch_size=30 max_length=1024 n_samples=8 max_new_tokens=8192 max_concurrent_rollouts=256",
             "rollout sglang:d16 inference active on=- offload=False model=sglang.model_path=Qwen/Qwen3-8B arch=Qwen/Qwen3-8B | memory_fraction=0.8 max_concurrent_rollouts=256",
-            "actor archon:d8 training active on=- offload=False model=actor.path=Qwen/Qwen3-8B arch=Qwen/Qwen3-8B | gradient_checkpointing=True recompute=full max_tokens_per_mb=32768",
+            "actor archon:d8 training active on=- offload=False model=actor.path=Qwen/Qwen3-8B arch=Qwen/Qwen3-8B | gradient_checkpointing=True recompute=op max_tokens_per_mb=32768",
             "ref archon:d8 training inactive on=- offload=False model=ref.path=Qwen/Qwen3-8B arch=- | -",
         ],
     ),
@@ -528,3 +528,49 @@ def test_the_cluster_carries_the_gpu_the_settings_resolve() -> None:
     assert cluster.gpu is not None
     assert (cluster.capacity, cluster.gpu.name, cluster.gpu.source) == (16, "H800", "--gpu")
     assert read_experiment(cfg).cluster.gpu is None  # not resolved: no detection, no flags
+
+
+# the archon engine's checkpointing with gradient_checkpointing on (archon_utils.py
+# build_ac_config, models/archon/activation_checkpoint.py apply_ac, AReaL cbff54d6)
+ARCHON_RECOMPUTE: list[tuple[dict[str, Any], bool, str]] = [
+    ({}, True, "op"),  # ac_mode selective, selective_ac_option op: the reference's defaults
+    ({}, False, "none"),
+    ({"ac_mode": "full"}, True, "full"),
+    ({"ac_mode": "none"}, True, "none"),
+    ({"ac_mode": "selective", "selective_ac_option": "1"}, True, "full"),  # every block
+    ({"ac_mode": "selective", "selective_ac_option": 2}, True, "none"),  # an upper bound
+    ({"ac_mode": "memory_budget"}, True, "none"),  # torch.compile's min-cut: an upper bound
+]
+
+
+@pytest.mark.parametrize(("archon", "checkpointing", "expected"), ARCHON_RECOMPUTE)
+def test_the_archon_engines_checkpointing(
+    archon: dict[str, Any], checkpointing: bool, expected: str
+) -> None:
+    actor = {"backend": "archon:d8", "gradient_checkpointing": checkpointing, "archon": archon}
+    training = read_experiment({"actor": actor})["actor"].training
+    assert training is not None
+    assert training.recompute == expected
+
+
+@pytest.mark.parametrize(
+    ("archon", "message"),
+    [
+        (
+            {"ac_mode": "partial"},
+            "actor.archon.ac_mode='partial': must be none, full, selective or memory_budget "
+            "(the archon engine's ActivationCheckpointConfig refuses it)",
+        ),
+        (
+            {"selective_ac_option": "half"},
+            "actor.archon.selective_ac_option='half': must be 'op' or a positive integer "
+            "string such as '2' (every N-th block; the archon engine's ActivationCheckpointConfig "
+            "refuses it)",
+        ),
+    ],
+)
+def test_an_unknown_archon_checkpointing_is_one_line(archon: dict[str, Any], message: str) -> None:
+    actor = {"backend": "archon:d8", "gradient_checkpointing": True, "archon": archon}
+    with pytest.raises(AllocationValidationError) as info:
+        read_experiment({"actor": actor})
+    assert info.value.message == message

@@ -5,8 +5,9 @@ YAMLs (areal-project/AReaL ``examples/…`` at cbff54d645d2cd8ee1f1c358a82f3f473
 model, layouts, cluster and memory-relevant settings, values only, interpolations resolved.
 The GPU is the one the reference's docs name for it: examples/math/README.md ("Devices: 8
 Nvidia H800 GPUs"), docs/en/tutorial/installation.md ("GPU: 8x H800 per node") for the
-others, examples/skypilot/README.md (``accelerators: A100:8``, SkyPilot's A100 being the
-40 GB one) for the SkyPilot example; None where the docs name none for a model this large.
+others but the tau2 8B example (the H200 of the tau2 team's model card),
+examples/skypilot/README.md (``accelerators: A100:8``, SkyPilot's A100 being the 40 GB one)
+for the SkyPilot example; None where the docs name none for a model this large.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ DATA = Path(__file__).resolve().parent.parent / "data" / "reference"
 
 MATH_README = "examples/math/README.md"
 INSTALL = "docs/en/tutorial/installation.md"
+TAU2_CARD = "huggingface.co/inclusionAI/AReaL-SEA-235B-A22B (80 H200 GPUs, 10 nodes)"
 
 # fact file -> (GPU the docs name, where)
 STARTS: list[tuple[str, str | None, str]] = [
@@ -45,8 +47,14 @@ STARTS: list[tuple[str, str | None, str]] = [
     # Qwen3-235B-A22B, 94 layers over p12: the reference's Megatron engine splits them
     # unevenly; no doc names its GPU (our estimate puts the actor over 80 GB)
     ("tau2__config_235b_moe_airline.yaml", None, "no GPU named"),
-    # batch 30 over archon:d8: 240 trajectories split evenly (only the SPMD launchers refuse 30)
-    ("tau2__config_8b_airline.yaml", "H800", INSTALL),
+    # batch 30 over archon:d8: 240 trajectories split evenly (only the SPMD launchers refuse 30).
+    # The archon engine's default per-op checkpointing (archon.ac_mode selective, option op)
+    # keeps ~58 KiB per token and layer: at 32,768 padded tokens per micro-batch
+    # (pad_to_maximum) the actor needs about 112 GiB, over an H800. The tau2 team's GPU is
+    # the H200: "All RL training is conducted using the AReaL framework on 80 H200 GPUs
+    # (10 nodes)" (huggingface.co/inclusionAI/AReaL-SEA-235B-A22B, the tau2 paper's model;
+    # 10 nodes × 8 is the 235B example's cluster)
+    ("tau2__config_8b_airline.yaml", "H200", TAU2_CARD),
     ("skypilot__gsm8k_grpo_ray.yaml", "A100-40GB", "examples/skypilot/README.md"),
     ("vlm__clevr_count_70k_grpo.yaml", "H800", INSTALL),  # sglang:d1 + fsdp:d7, batch 28
     ("search_agent__tongyi_deepresearch__config.yaml", "H800", INSTALL),  # megatron:d2p2
