@@ -13,6 +13,7 @@ import pytest
 
 from areal_alloc import AllocationError
 from areal_alloc.compose import read_launch_args, script_args
+from tests.conftest import MainCli
 
 ROOT = Path(__file__).parents[2]
 LAUNCH = Path(__file__).parents[1] / "apps" / "launch"
@@ -174,18 +175,12 @@ def test_a_command_that_does_not_exist(workdir: Path, preflight: Preflight) -> N
 # --- check, several files at once ------------------------------------------------------
 
 
-def test_check_several_files(tmp_path: Path, command: str) -> None:
+def test_check_several_files(tmp_path: Path, main_cli: MainCli) -> None:
     (tmp_path / "good.yaml").write_text(GOOD)
     (tmp_path / "bad.yaml").write_text(GOOD.replace("fsdp:d4", "fsdp:d4p2"))
     (tmp_path / "base.yaml").write_text(GOOD)
     (tmp_path / "derived.yaml").write_text("defaults:\n  - base\n  - _self_\n")
-    done = subprocess.run(
-        [command, "check", "good.yaml", "bad.yaml", "--config", "derived.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = main_cli("check", "good.yaml", "bad.yaml", "--config", "derived.yaml")
     assert done.returncode == 1
     assert done.stderr.splitlines() == [
         "areal-alloc check: bad.yaml: actor.backend='fsdp:d4p2': FSDP backend only supports "
@@ -202,25 +197,18 @@ def test_check_several_files(tmp_path: Path, command: str) -> None:
     ]
 
 
-def test_check_skips_files_without_engines_when_asked(tmp_path: Path, command: str) -> None:
+def test_check_skips_files_without_engines_when_asked(tmp_path: Path, main_cli: MainCli) -> None:
     (tmp_path / "good.yaml").write_text(GOOD)
     (tmp_path / "other.yaml").write_text("name: ci\non: push\n")
-    args = [command, "check", "good.yaml", "other.yaml"]
-    strict = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    args = ["check", "good.yaml", "other.yaml"]
+    strict = main_cli(*args)
     assert strict.returncode == 1
     assert "other.yaml: no engine found" in strict.stderr
-    lenient = subprocess.run(
-        [*args, "--skip-without-engines"], cwd=tmp_path, capture_output=True, text=True
-    )
+    lenient = main_cli(*args, "--skip-without-engines")
     assert lenient.returncode == 0, lenient.stderr
     # an engine that cannot be resolved is not "no engine": it is reported, by key
     (tmp_path / "broken.yaml").write_text("actor: ${nothing}\n")
-    broken = subprocess.run(
-        [command, "check", "broken.yaml", "--skip-without-engines"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
+    broken = main_cli("check", "broken.yaml", "--skip-without-engines")
     assert (broken.returncode, broken.stderr) == (
         1,
         "areal-alloc check: actor: cannot be resolved: Interpolation key 'nothing' not found\n",
