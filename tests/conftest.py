@@ -120,15 +120,21 @@ AppRun = Callable[..., Ran]
 
 @pytest.fixture
 def app_in_process(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> AppRun:
-    """``app_in_process(script, *argv, cwd=DIR, env={...})``: a user's Hydra app script
-    run as ``python script ARGV`` runs it, in this process: the exit code its
+    """``app_in_process(script, *argv, cwd=DIR, env={NAME: value, OTHER: None})``: a user's
+    Hydra app script (None unsets a variable) run as ``python script ARGV`` runs it, in this
+    process: the exit code its
     SystemExit stands for (a message is printed to stderr and means 1, as the
     interpreter does) and the captured stdout and stderr."""
 
-    def run(script: Path, *args: str, cwd: Path, env: Mapping[str, str] | None = None) -> Ran:
+    def run(
+        script: Path, *args: str, cwd: Path, env: Mapping[str, str | None] | None = None
+    ) -> Ran:
         monkeypatch.chdir(cwd)
-        for name, value in (env or {}).items():
-            monkeypatch.setenv(name, value)
+        for name, value in (env or {}).items():  # None: unset
+            if value is None:
+                monkeypatch.delenv(name, raising=False)
+            else:
+                monkeypatch.setenv(name, value)
         monkeypatch.setattr(sys, "argv", [str(script), *args])
         monkeypatch.setattr(sys, "path", [str(script.parent), *sys.path])  # as python does
         capsys.readouterr()

@@ -30,7 +30,7 @@ from areal_alloc.settings import (
     flag,
     gpu_from_smi,
 )
-from tests.conftest import COMMAND
+from tests.conftest import COMMAND, AppRun, Ran
 
 GIB = 1 << 30
 LAUNCH = Path(__file__).parents[1] / "apps" / "launch"
@@ -409,30 +409,38 @@ def test_preflight_refuses_on_the_gpu_given_outside_and_passes_the_config_untouc
     assert f"H800, 80.0 GiB, {origin}" in ran.stderr
 
 
-def _hook(tmp_path: Path, *overrides: str, **env: str) -> subprocess.CompletedProcess[str]:
+def _hook(app: AppRun, tmp_path: Path, *overrides: str, **env: str) -> Ran:
+    """The user's app with the hook, run as ``python my_app.py`` runs it, in this process."""
     markers = tmp_path / "markers"
     markers.mkdir(exist_ok=True)
-    return subprocess.run(
-        [sys.executable, str(USER_APP), "+actor.path=Qwen/Qwen3-8B", *overrides],
+    return app(
+        USER_APP,
+        "+actor.path=Qwen/Qwen3-8B",
+        *overrides,
         cwd=tmp_path,
-        env=_env(tmp_path, MARKER_DIR=str(markers), HYDRA_FULL_ERROR="0", **env),
-        capture_output=True,
-        text=True,
-        timeout=120,
+        env={DETECT_ENV: None, "MARKER_DIR": str(markers), "HYDRA_FULL_ERROR": "0", **env},
     )
 
 
-def test_the_hook_takes_the_gpu_from_its_parameter_or_the_environment(tmp_path: Path) -> None:
+def test_the_hook_takes_the_gpu_from_its_parameter_or_the_environment(
+    tmp_path: Path, app_in_process: AppRun
+) -> None:
     for run, origin in (
-        (_hook(tmp_path, "hydra.callbacks.areal_alloc.gpu=RTX-4090"), "from hydra.callbacks"),
-        (_hook(tmp_path, AREAL_ALLOC_GPU="RTX-4090"), "from AREAL_ALLOC_GPU"),
+        (
+            _hook(app_in_process, tmp_path, "hydra.callbacks.areal_alloc.gpu=RTX-4090"),
+            "from hydra.callbacks",
+        ),
+        (_hook(app_in_process, tmp_path, AREAL_ALLOC_GPU="RTX-4090"), "from AREAL_ALLOC_GPU"),
     ):
         assert run.returncode == 1
         assert run.stderr.startswith("areal-alloc: actor.backend='fsdp:d4t2': needs about ")
         assert f"(GPU: RTX-4090, {origin}" in run.stderr
         assert "RAN" not in run.stdout
     warned = _hook(
-        tmp_path, "hydra.callbacks.areal_alloc.on_memory=warn", AREAL_ALLOC_GPU="RTX-4090"
+        app_in_process,
+        tmp_path,
+        "hydra.callbacks.areal_alloc.on_memory=warn",
+        AREAL_ALLOC_GPU="RTX-4090",
     )
     assert warned.returncode == 0, warned.stderr
     assert "RAN actor.backend=fsdp:d4t2" in warned.stdout
