@@ -107,6 +107,7 @@ class ValidateAllocations(Callback):
         compute_efficiency: float | str | None = None,
         comm_efficiency: float | str | None = None,
         memory_reserve_gib: float | str | None = None,
+        mean_gen_len: int | str | None = None,
     ) -> None:
         if on_invalid not in ("fail", "skip"):
             raise SystemExit(
@@ -130,6 +131,7 @@ class ValidateAllocations(Callback):
             "compute_efficiency": compute_efficiency,
             "comm_efficiency": comm_efficiency,
             "memory_reserve_gib": memory_reserve_gib,
+            "mean_gen_len": mean_gen_len,
         }
 
     @functools.cached_property

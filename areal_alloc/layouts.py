@@ -31,6 +31,7 @@ from areal_alloc.memory import (
 from areal_alloc.model import ModelAllocation
 from areal_alloc.model_shape import ModelShape, layout_problems
 from areal_alloc.numbers import read_int
+from areal_alloc.rl_step import decode_batch
 from areal_alloc.strategy import ParallelStrategy
 from areal_alloc.throughput import Hardware, StepEstimate, decode_step, training_step
 from areal_alloc.vocab import BACKEND_DIMS, HYBRID_BACKENDS, INFERENCE_BACKENDS
@@ -404,14 +405,19 @@ def _decode_speed(
     memory: MemoryEstimate,
     gpus: int,
     sequence_length: int,
+    sequences: int | None = None,
 ) -> StepEstimate:
     kv = memory.kv_cache
     per_token = kv.bytes_per_token if kv is not None else 0
-    batch = max(1, min(kv.sequences or 1, 256)) if kv is not None else 1
+    instances = gpus // (parallel.tp_size * parallel.pp_size)
+    # the sequences in flight (areal_alloc.rl_step.decode_batch, the plan's rule): the
+    # step's share, what the KV cache holds at this context; never a fixed cap
+    kv_tokens = kv.tokens if kv is not None else None
+    wanted = sequences if sequences is not None else (kv_tokens or 1) * max(1, instances)
+    batch = decode_batch(wanted, instances, kv_tokens, sequence_length, None)
     one = decode_step(
         arch, parallel, hardware, batch=batch, context=sequence_length, kv_bytes_per_token=per_token
     )
-    instances = gpus // (parallel.tp_size * parallel.pp_size)
     return replace_tokens(one, one.tokens * instances, gpus)
 
 
@@ -437,6 +443,7 @@ def ranked_layouts(
     inference: InferenceSettings | None = None,
     keep: Callable[[ParallelStrategy], bool] | None = None,
     limit: int | None = None,
+    sequences: int | None = None,
 ) -> list[RankedLayout]:
     """The layouts that fit, fastest first (training: tokens per second of a step;
     inference: generated tokens per second of all instances at the batch the KV cache
@@ -466,7 +473,9 @@ def ranked_layouts(
         if memory.fits is False:
             continue
         if backend in INFERENCE_BACKENDS:
-            speed = _decode_speed(arch, parallel, hardware, memory, gpus, sequence_length)
+            speed = _decode_speed(
+                arch, parallel, hardware, memory, gpus, sequence_length, sequences
+            )
         else:
             speed = _training_speed(
                 backend, arch, parallel, hardware, tokens_per_step, sequence_length, training
@@ -505,6 +514,7 @@ def fastest_layouts(
     keep: Callable[[ParallelStrategy], bool] | None = None,
     accept: Callable[[RankedLayout], bool] | None = None,
     limit: int = MAX_LAYOUTS,
+    sequences: int | None = None,
 ) -> FastestLayouts:
     """The first ``top`` of :func:`ranked_layouts` that ``accept`` takes, found by
     branch and bound instead of estimating every layout.
@@ -565,7 +575,9 @@ def fastest_layouts(
             for parallel in members(family, built):
                 memory = _memory(backend, parallel, arch, capacity, training, inference)
                 if memory.fits is not False:
-                    speed = _decode_speed(arch, parallel, hardware, memory, gpus, sequence_length)
+                    speed = _decode_speed(
+                        arch, parallel, hardware, memory, gpus, sequence_length, sequences
+                    )
                     enter(index, parallel, speed, memory)
                 index += 1
         return FastestLayouts(tuple(entry[2] for entry in best), searched, cut)

@@ -21,11 +21,10 @@ takes the longer; synchronous ones take the sum. Both are reported.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from areal_alloc import calibration, defaults
+from areal_alloc import calibration, defaults, rl_step
 from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationError, AllocationValidationError
 from areal_alloc.experiment.read import Experiment
@@ -36,7 +35,6 @@ from areal_alloc.throughput import (
     StepEstimate,
     StepTerm,
     balance_advice,
-    decode_step,
     training_step,
 )
 
@@ -72,6 +70,21 @@ class Pace:
     assumptions: tuple[str, ...]
     #: The stored calibration the estimates start from, with how to turn it off, or "".
     calibration: str = ""
+    mode: str = rl_step.SYNCHRONOUS
+    update_seconds: float = 0.0  # the weight update to the rollout
+    switch_seconds: float = 0.0  # colocated: offload / onload between the sides
+    step_terms: tuple[StepTerm, ...] = ()
+
+    @property
+    def step_seconds(self) -> float:
+        """One RL step in the config's own mode (:func:`areal_alloc.rl_step.step_seconds`)."""
+        return rl_step.step_seconds(
+            self.mode,
+            self.generate_seconds,
+            self.train_seconds,
+            self.update_seconds,
+            self.switch_seconds,
+        )
 
     @property
     def balance(self) -> float | None:
@@ -90,6 +103,14 @@ class Pace:
             "sequences_per_step": self.sequences,
             "generate_seconds": self.generate_seconds,
             "train_seconds": self.train_seconds,
+            "step_seconds": self.step_seconds,
+            "mode": self.mode,
+            "update_seconds": self.update_seconds,
+            "switch_seconds": self.switch_seconds,
+            "step_terms": [
+                {"name": t.name, "seconds": t.seconds, "formula": t.formula}
+                for t in self.step_terms
+            ],
             "async_step_seconds": max(self.generate_seconds, self.train_seconds),
             "sync_step_seconds": self.generate_seconds + self.train_seconds,
             "balance": self.balance,
@@ -154,17 +175,29 @@ def estimate_pace(
     run = experiment.run  # the run's shape, with the reference's defaults
     batch, samples, new_tokens = run.batch, run.samples, run.new_tokens
     prompt = run.max_length
+    recompute_logprob = (
+        rl_step.DEFAULT_RECOMPUTE_LOGPROB
+        if run.recompute_logprob is None
+        else run.recompute_logprob
+    )
     assumptions = list(hardware_assumptions(hardware))
     if prompt is None:
         prompt = DEFAULT_PROMPT
         assumptions.append(
             f"train_dataset.max_length unset: prompts of {DEFAULT_PROMPT:,} tokens assumed"
         )
-    assumptions.append(
-        f"every sequence generates gconfig.max_new_tokens={new_tokens:,} (an upper bound)"
-    )
     sequences = batch * samples
-    length = prompt + new_tokens
+    mean, mean_source = _mean_gen_len(machine, new_tokens)
+    if mean_source:
+        assumptions.append(f"mean generation length {mean:,} tokens ({mean_source})")
+    else:
+        assumptions.append(
+            f"mean generation length = gconfig.max_new_tokens={new_tokens:,} (the maximum; "
+            f"give --mean-gen-len or the hook's mean_gen_len)"
+        )
+    mode = rl_step.mode_of(run.max_head_offpolicyness, _colocated(experiment))
+    length = prompt + mean
+    rollout_parallel = None
     paces: list[EnginePace] = []
     generate = train = 0.0
     for engine, estimate, model, train_settings in zip(
@@ -175,28 +208,25 @@ def estimate_pace(
         allocation = engine.allocation
         if allocation.is_inference and engine.key == "rollout":
             kv = estimate.kv_cache
-            instances = allocation.n_instances
-            per_instance = math.ceil(sequences / instances)
-            # sequences the KV cache holds at their full length (prompt + generation)
-            held = kv.tokens // length if kv is not None and kv.tokens is not None else per_instance
-            step_batch = max(1, min(per_instance, held))
-            one = decode_step(
+            gen = rl_step.rollout(
                 model,
                 allocation.parallel,
                 hardware,
-                batch=step_batch,
-                context=prompt + new_tokens // 2,
+                sequences=sequences,
+                instances=allocation.n_instances,
+                prompt=prompt,
+                max_new_tokens=new_tokens,
+                mean_gen_len=mean,
+                kv_tokens=kv.tokens if kv is not None else None,
                 kv_bytes_per_token=kv.bytes_per_token if kv is not None else 0,
+                max_concurrent=run.max_concurrent_rollouts,
+                synchronous=mode != rl_step.ASYNCHRONOUS,
             )
-            waves = math.ceil(per_instance / step_batch)
-            seconds = one.seconds * new_tokens * waves
-            rate = sequences * new_tokens / seconds
-            what = (
-                f"{new_tokens:,} decode steps × {waves} wave(s) of {step_batch} sequences on "
-                f"each of {instances} instances (mean context {prompt + new_tokens // 2:,})"
-            )
-            generate += seconds
-            paces.append(EnginePace(engine.key, seconds, rate, what, one))
+            one = replace(gen.estimate, terms=gen.estimate.terms + gen.terms)
+            rate = sequences * mean / gen.seconds
+            generate += gen.seconds
+            rollout_parallel = allocation.parallel
+            paces.append(EnginePace(engine.key, gen.seconds, rate, gen.what, one))
             continue
         tokens = sequences * length
         if allocation.is_inference:  # a teacher scoring every token: a prefill
@@ -238,11 +268,42 @@ def estimate_pace(
             if forward_only
             else f"one optimizer step over {tokens:,} tokens"
         )
+        if engine.key == "actor" and recompute_logprob:
+            extra = step.seconds / 3
+            step = replace(
+                step,
+                terms=(
+                    *step.terms,
+                    StepTerm(
+                        "log-prob recomputation",
+                        extra,
+                        "actor.recompute_logprob: one forward of the actor (a third of its "
+                        f"{step.seconds:.4g} s step)",
+                    ),
+                ),
+            )
+            seconds += extra
+            what += " + one forward to recompute the log-probs"
         train += seconds
         paces.append(EnginePace(engine.key, seconds, tokens / seconds, what, step))
     if not paces:
         return None
     assumptions.append("training-side engines run one after another, as the reference calls them")
+    update = shift = 0.0
+    terms: list[StepTerm] = []
+    actor = experiment.get("actor")
+    if rollout_parallel is not None and actor is not None and actor.active:
+        inside = experiment.cluster.n_gpus_per_node >= (
+            actor.allocation.world_size + rollout_parallel.world_size
+        )
+        term = rl_step.weight_update(arch, experiment.update_mode, hardware, inside_node=inside)
+        update = term.seconds
+        terms.append(term)
+        if mode == rl_step.COLOCATED:
+            moved = rl_step.switch(arch, hardware, actor.allocation.world_size)
+            shift = moved.seconds
+            terms.append(moved)
+    assumptions.append(f"mode {mode}: {_MODE_RULE[mode]}")
     return Pace(
         tuple(paces),
         generate,
@@ -250,7 +311,39 @@ def estimate_pace(
         sequences,
         tuple(dict.fromkeys(assumptions)),
         hardware.calibration,
+        mode,
+        update,
+        shift,
+        tuple(terms),
     )
+
+
+_MODE_RULE = {
+    rl_step.ASYNCHRONOUS: "rollout.max_head_offpolicyness > 0, a step takes the slower side "
+    "plus the weight update",
+    rl_step.SYNCHRONOUS: "rollout.max_head_offpolicyness = 0 (the reference's default), a step "
+    "takes generation + training + the weight update",
+    rl_step.COLOCATED: "the rollout shares the actor's GPUs, a step takes generation + "
+    "training + the weight update + the offload/onload between them",
+}
+
+
+def _colocated(experiment: Experiment) -> bool:
+    """The rollout and the actor share GPUs (either colocated onto the other)."""
+    for key, other in (("rollout", "actor"), ("actor", "rollout")):
+        engine = experiment.get(key)
+        scheduling = engine.scheduling if engine is not None else None
+        if scheduling is not None and scheduling.is_colocated and scheduling.target == other:
+            return True
+    return False
+
+
+def _mean_gen_len(machine: Resolved, new_tokens: int) -> tuple[int, str]:
+    """The mean generation length and where it came from ("": the maximum)."""
+    found = machine.mean_gen_len
+    if found is None:
+        return new_tokens, ""
+    return min(found.value, new_tokens), f"from {found.source}"
 
 
 def hardware_assumptions(hardware: Hardware) -> tuple[str, ...]:

@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 from areal_alloc._config import child, is_mapping, shown
 from areal_alloc.errors import AllocationError, AllocationValidationError
-from areal_alloc.numbers import MAX_SPEED, is_number_text, quote, read_float
+from areal_alloc.limits import MAX_COUNT
+from areal_alloc.numbers import MAX_SPEED, is_number_text, quote, read_float, read_int
 
 __all__ = [
     "DETECT_ENV",
@@ -72,6 +73,7 @@ NAMES = (
     "comm_efficiency",
     "memory_reserve_gib",
     "on_memory",
+    "mean_gen_len",
 )
 ENV_PREFIX = "AREAL_ALLOC_"
 HOOK_PREFIX = "hydra.callbacks.areal_alloc."
@@ -267,6 +269,9 @@ class Resolved:
     comm_efficiency: Sourced[float] | None = None
     memory_reserve: Sourced[int] | None = None  # bytes
     on_memory: Sourced[str] = Sourced("fail", "default")
+    #: the mean generation length (tokens) for the rollout's throughput; None: the
+    #: maximum, gconfig.max_new_tokens (areal_alloc.rl_step)
+    mean_gen_len: Sourced[int] | None = None
 
     def value(self, name: str) -> float | None:
         """A speed or efficiency, or None."""
@@ -371,6 +376,7 @@ class Settings:
         values["gpu"] = self._gpu(cluster)
         values["memory_reserve"] = self._reserve(cluster)
         values["on_memory"] = self.on_memory()
+        values["mean_gen_len"] = self._mean_gen_len()
         return Resolved(**values)  # type: ignore[arg-type]
 
     def _float(
@@ -384,6 +390,15 @@ class Settings:
         value, source = found
         number = read_float(value, source, minimum=0, maximum=maximum, above=True, unit=unit)
         return Sourced(number, source)
+
+    def _mean_gen_len(self) -> Sourced[int] | None:
+        """``--mean-gen-len`` / ``mean_gen_len`` / ``AREAL_ALLOC_MEAN_GEN_LEN`` (never a
+        cluster key: the reference's ClusterSpecConfig refuses unknown keys)."""
+        found = self.first("mean_gen_len")
+        if found is None:
+            return None
+        value, source = found
+        return Sourced(read_int(value, source, minimum=1, maximum=MAX_COUNT), source)
 
     def _reserve(self, cluster: object) -> Sourced[int] | None:
         found = self.first("memory_reserve_gib")

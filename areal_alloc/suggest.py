@@ -22,8 +22,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from areal_alloc import rl_step
 from areal_alloc.architecture import Architecture
-from areal_alloc.defaults import CONTEXT_LENGTH
+from areal_alloc.defaults import CONTEXT_LENGTH, NEW_TOKENS, PROMPT_TOKENS, WEIGHT_UPDATE_MODE
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.layouts import LayoutConstraints, RankedLayout, fastest_layouts
 from areal_alloc.limits import MAX_COUNT
@@ -40,11 +41,19 @@ class RunShape:
     """What one RL step does: prompts per step, their lengths, which engines exist."""
 
     batch: int = 512  # prompts × samples per prompt, i.e. sequences per step
-    prompt_len: int = 1024
-    gen_len: int = 8192
+    prompt_len: int = PROMPT_TOKENS
+    gen_len: int = NEW_TOKENS  # the longest generation, gconfig.max_new_tokens
     ref: bool = True
     critic: bool = False
     asynchronous: bool = True
+    #: the mean generation length for throughput (None: ``gen_len``, the maximum)
+    mean_gen_len: int | None = None
+    #: ``rollout.max_concurrent_rollouts`` (None: not given)
+    max_concurrent: int | None = None
+    recompute_logprob: bool = False
+    update_mode: str = WEIGHT_UPDATE_MODE
+    #: the step's mode (areal_alloc.rl_step.MODES); None: from ``asynchronous``
+    mode: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("batch", "prompt_len", "gen_len"):
@@ -54,12 +63,22 @@ class RunShape:
                 object.__setattr__(self, name, number)
 
     @property
+    def mean(self) -> int:
+        return self.gen_len if self.mean_gen_len is None else min(self.mean_gen_len, self.gen_len)
+
+    @property
+    def step_mode(self) -> str:
+        if self.mode is not None:
+            return self.mode
+        return rl_step.ASYNCHRONOUS if self.asynchronous else rl_step.SYNCHRONOUS
+
+    @property
     def train_tokens(self) -> int:
-        return self.batch * (self.prompt_len + self.gen_len)
+        return self.batch * (self.prompt_len + self.mean)
 
     @property
     def generated_tokens(self) -> int:
-        return self.batch * self.gen_len
+        return self.batch * self.mean
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,12 +93,19 @@ class Proposal:
     #: The training layouts of this split were more than :data:`SPLIT_LAYOUTS`: the
     #: first ones in the listing order (most data parallelism first) were searched.
     training_search_cut: bool = False
+    update_seconds: float = 0.0  # the weight update to the rollout (rl_step.weight_update)
+    generation: rl_step.Generation | None = None
 
     @property
     def step_seconds(self) -> float:
-        if self.shape.asynchronous:
-            return max(self.generate_seconds, self.train_seconds)
-        return self.generate_seconds + self.train_seconds
+        """The step in the run's mode (:func:`areal_alloc.rl_step.step_seconds`)."""
+        return rl_step.step_seconds(
+            self.shape.step_mode,
+            self.generate_seconds,
+            self.train_seconds,
+            self.update_seconds,
+            0.0,
+        )
 
     @property
     def balance(self) -> float:
@@ -120,6 +146,9 @@ class Proposal:
             "generate_seconds": self.generate_seconds,
             "train_seconds": self.train_seconds,
             "step_seconds": self.step_seconds,
+            "update_seconds": self.update_seconds,
+            "mode": self.shape.step_mode,
+            "generation": None if self.generation is None else self.generation.what,
             "balance": self.balance,
             "advice": self.advice,
             "overrides": self.overrides(),
@@ -263,6 +292,8 @@ def suggest(
         forward_cost += 1 / 3  # a forward pass is a third of forward + backward
     if shape.critic:
         forward_cost += 1.0
+    if shape.recompute_logprob:
+        forward_cost += 1 / 3  # actor.recompute_logprob: one more forward of the actor
     inference = InferenceSettings(context_length=context_length)
     if memory_reserve is not None:
         training = replace(training, reserve_bytes=memory_reserve)
@@ -275,7 +306,11 @@ def suggest(
     splits = _splits(gpus, per_node)
 
     def instance_in_node(parallel: ParallelStrategy) -> bool:
-        return parallel.tp_size * parallel.pp_size <= per_node  # inference instances
+        # inference instances inside a node, and no more of them than the step's sequences
+        return parallel.tp_size * parallel.pp_size <= per_node and parallel.dp_size <= shape.batch
+
+    def ranks_have_sequences(parallel: ParallelStrategy) -> bool:
+        return parallel.dp_size <= shape.batch  # every data-parallel rank trains a sequence
 
     def colocated_fit(actor: RankedLayout) -> bool:
         return _fits_with_colocated(actor, shape, capacity)
@@ -294,6 +329,7 @@ def suggest(
                 sequence_length=min(sequence, context_length),
                 inference=inference,
                 keep=instance_in_node,
+                sequences=shape.batch,
             )
             best_rollout[rollout_gpus] = found.layouts[0] if found.layouts else None
         return best_rollout[rollout_gpus]
@@ -311,6 +347,7 @@ def suggest(
                 tokens_per_step=shape.train_tokens,
                 sequence_length=min(sequence, training.tokens_per_micro_batch),
                 training=training,
+                keep=ranks_have_sequences,
                 accept=colocated_fit,
                 limit=SPLIT_LAYOUTS,
             )
@@ -325,17 +362,21 @@ def suggest(
         rollout, actor = rollout_layout(rollout_gpus), train_layout(train_gpus)
         if rollout is None or actor is None:
             return None
-        generate = shape.generated_tokens / rollout.speed.tokens_per_second
+        gen = _generation(arch, rollout, hardware, shape)
         train = shape.train_tokens / actor.speed.tokens_per_second * forward_cost
+        inside = rollout_gpus + train_gpus <= per_node
+        update = rl_step.weight_update(arch, shape.update_mode, hardware, inside_node=inside)
         return Proposal(
             rollout,
             actor,
             rollout_gpus,
             train_gpus,
-            generate,
+            gen.seconds,
             train,
             shape,
             train_gpus in cut_splits,
+            update.seconds,
+            gen,
         )
 
     def training_slower(index: int) -> bool:
@@ -361,6 +402,29 @@ def suggest(
     proposals = [p for p in map(proposal, order) if p is not None]
     proposals.sort(key=lambda p: p.step_seconds)
     return proposals[:top]
+
+
+def _generation(
+    arch: Architecture, rollout: RankedLayout, hardware: Hardware, shape: RunShape
+) -> rl_step.Generation:
+    """The rollout layout's generation of one step (:func:`areal_alloc.rl_step.rollout`),
+    the rule the plan's pace uses."""
+    parallel = rollout.parallel
+    kv = rollout.memory.kv_cache
+    return rl_step.rollout(
+        arch,
+        parallel,
+        hardware,
+        sequences=shape.batch,
+        instances=parallel.dp_size,
+        prompt=shape.prompt_len,
+        max_new_tokens=shape.gen_len,
+        mean_gen_len=shape.mean_gen_len,
+        kv_tokens=kv.tokens if kv is not None else None,
+        kv_bytes_per_token=kv.bytes_per_token if kv is not None else 0,
+        max_concurrent=shape.max_concurrent,
+        synchronous=shape.step_mode != rl_step.ASYNCHRONOUS,
+    )
 
 
 def _fits_with_colocated(actor: RankedLayout, shape: RunShape, capacity: int) -> bool:

@@ -190,6 +190,7 @@ LAYERS = [
     "areal_alloc.memory",
     "areal_alloc.fit",
     "areal_alloc.throughput",
+    "areal_alloc.rl_step",
     "areal_alloc.calibration",
     "areal_alloc.pace",
     # model → plan

@@ -10,13 +10,19 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from areal_alloc import calibration
+from areal_alloc import calibration, rl_step
 from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import find_model
 from areal_alloc.cli.args import command_parser, count, fraction, positive, real, speed
 from areal_alloc.cli.render import table
 from areal_alloc.compose import compose_file
-from areal_alloc.defaults import CONTEXT_LENGTH, MEMORY_FRACTION
+from areal_alloc.defaults import (
+    CONTEXT_LENGTH,
+    MEMORY_FRACTION,
+    NEW_TOKENS,
+    PROMPT_TOKENS,
+    WEIGHT_UPDATE_MODE,
+)
 from areal_alloc.errors import AllocationError, AllocationValidationError
 from areal_alloc.experiment.read import read_experiment
 from areal_alloc.fit import GPUSpec, estimate_allocation
@@ -38,6 +44,7 @@ from areal_alloc.memory import (
 )
 from areal_alloc.model import ModelAllocation
 from areal_alloc.model_shape import local_config
+from areal_alloc.pace import Pace
 from areal_alloc.plan import plan_config
 from areal_alloc.settings import MAX_RESERVE_GIB, NAMES, ChosenGPU, Resolved, Settings
 from areal_alloc.suggest import RunShape, suggest
@@ -259,6 +266,14 @@ def hardware_flags(parser: argparse.ArgumentParser) -> None:
     ):
         kind = fraction if flag.endswith("efficiency") else speed
         parser.add_argument(flag, type=kind, default=None, metavar="X", help=text)
+    parser.add_argument(
+        "--mean-gen-len",
+        type=positive,
+        default=None,
+        metavar="N",
+        help="mean generated tokens per sequence for the rollout's throughput (default "
+        "gconfig.max_new_tokens, the maximum; also AREAL_ALLOC_MEAN_GEN_LEN)",
+    )
 
 
 def calibration_flag(parser: argparse.ArgumentParser) -> None:
@@ -379,7 +394,7 @@ def ranking(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
         )
     print("\n".join(table(rows)))
     what = (
-        f"decode of {sequence:,}-token contexts at the batch each KV cache holds (≤ 256)"
+        f"decode of {sequence:,}-token contexts at the batch each KV cache holds"
         if inference_backend
         else f"{ns.tokens_per_step:,} tokens per step, {training.tokens_per_micro_batch:,} "
         f"per micro-batch, sequences of {sequence:,}"
@@ -539,7 +554,11 @@ def calibrate(args: list[str]) -> int:
         memory = estimate_allocation(alloc, arch, gpu_spec(ns).capacity, training, inference)
         kv = memory.kv_cache
         context = ns.seq_len or ns.context_length
-        batch = ns.batch or (max(1, min(kv.sequences or 1, 256)) if kv is not None else 1)
+        # the plan's rule (rl_step.decode_batch): the sequences the KV cache holds at this
+        # context, unless --batch says how many were in flight
+        kv_tokens = kv.tokens if kv is not None else None
+        held = rl_step.decode_batch(kv_tokens or 1, 1, kv_tokens, context, None)
+        batch = ns.batch or held
         one = decode_step(
             arch,
             alloc.parallel,
@@ -691,12 +710,39 @@ def _suggest_from_config(ns: argparse.Namespace) -> tuple[bool, bool]:
         ns.prompt_len = run.max_length
     if ns.gen_len is None:
         ns.gen_len = run.max_new_tokens
+    # the step as the plan's pace reads it (areal_alloc.rl_step): its mode, concurrency,
+    # log-prob recomputation and weight update; ``current`` is the plan's own pace
+    mode = rl_step.mode_of(run.max_head_offpolicyness, False)
+    try:  # check's own plan (its settings: the flags, the environment, nvidia-smi)
+        pace = plan_config(experiment, on_memory="warn", settings=settings_of(ns)).pace
+    except AllocationError:
+        pace = None
+    ns.config_step = {
+        "mode": pace.mode if pace is not None else mode,
+        "max_concurrent": run.max_concurrent_rollouts,
+        "recompute_logprob": bool(run.recompute_logprob),
+        "update_mode": experiment.update_mode,
+    }
+    ns.current = pace
     by_key = {e.key: e for e in plan.engines if e.active}
     if ns.train_backend is None and "actor" in by_key:
         ns.train_backend = by_key["actor"].allocation.backend
     if ns.rollout_backend is None and "rollout" in by_key:
         ns.rollout_backend = by_key["rollout"].allocation.backend
     return ("ref" in by_key) and not ns.no_ref, ("critic" in by_key) or ns.critic
+
+
+def _current(pace: Pace | None) -> dict[str, object] | None:
+    """The config's own split as the plan's pace gives it (the same figures)."""
+    if pace is None:
+        return None
+    return {
+        "generate_seconds": pace.generate_seconds,
+        "train_seconds": pace.train_seconds,
+        "step_seconds": pace.step_seconds,
+        "mode": pace.mode,
+        "calibration": pace.calibration or None,
+    }
 
 
 def suggest_command(args: list[str]) -> int:
@@ -724,7 +770,13 @@ def suggest_command(args: list[str]) -> int:
     parser.add_argument("--gpus-per-node", type=positive, default=None, metavar="N")
     parser.add_argument("--batch", type=count, default=None, help="sequences per RL step (512)")
     parser.add_argument("--prompt-len", type=count, default=None, metavar="N", help="(1024)")
-    parser.add_argument("--gen-len", type=count, default=None, metavar="N", help="(8192)")
+    parser.add_argument(
+        "--gen-len",
+        type=count,
+        default=None,
+        metavar="N",
+        help=f"the longest generation, gconfig.max_new_tokens ({NEW_TOKENS})",
+    )
     parser.add_argument("--no-ref", action="store_true", help="no reference model (kl_ctl=0)")
     parser.add_argument("--critic", action="store_true", help="a critic colocated with actor")
     parser.add_argument(
@@ -775,13 +827,20 @@ def suggest_command(args: list[str]) -> int:
     arch = find_model(ns.model)
     hardware = hardware_from_flags(ns, arch)
     gpu = gpu_spec(ns)
+    step: dict[str, object] = getattr(ns, "config_step", None) or {}
+    mean = machine(ns).mean_gen_len  # --mean-gen-len, the environment
     shape = RunShape(
         batch=ns.batch or 512,
-        prompt_len=ns.prompt_len or 1024,
-        gen_len=ns.gen_len or 8192,
+        prompt_len=ns.prompt_len or PROMPT_TOKENS,
+        gen_len=ns.gen_len or NEW_TOKENS,
         ref=ref,
         critic=critic,
         asynchronous=not ns.sync,
+        mean_gen_len=mean.value if mean is not None else None,
+        max_concurrent=step.get("max_concurrent"),  # type: ignore[arg-type]
+        recompute_logprob=bool(step.get("recompute_logprob", False)),
+        update_mode=str(step.get("update_mode", WEIGHT_UPDATE_MODE)),
+        mode=rl_step.SYNCHRONOUS if ns.sync else step.get("mode"),  # type: ignore[arg-type]
     )
     training = TrainingSettings(tokens_per_micro_batch=ns.tokens, recompute=ns.recompute)
     reserve = machine(ns).memory_reserve  # --memory-reserve-gib, the environment, cluster keys
@@ -804,7 +863,12 @@ def suggest_command(args: list[str]) -> int:
             f"trainer does not fit on any share; {_memory_fixes(ns)}"
         )
     if ns.json:
-        print(json.dumps([p.to_dict() for p in proposals], indent=1))
+        listed = [p.to_dict() for p in proposals]
+        if ns.config:  # the config's own split (the plan's pace) beside the proposals
+            current = getattr(ns, "current", None)
+            print(json.dumps({"current": _current(current), "proposals": listed}, indent=1))
+        else:
+            print(json.dumps(listed, indent=1))
         return 0
     if ns.sweep:
         print("# one job per finalist: Hydra's -m takes a Cartesian product, which would pair")
@@ -812,11 +876,18 @@ def suggest_command(args: list[str]) -> int:
         for p in proposals:
             print(" ".join(p.overrides()))
         return 0
-    mode = "asynchronous (overlapped)" if shape.asynchronous else "synchronous (alternating)"
+    mode = shape.step_mode
     print(
         f"{ns.gpus} × {gpu.name}, {ns.model}: {shape.batch} sequences of {shape.prompt_len:,} + "
         f"{shape.gen_len:,} tokens per step, {mode}"
     )
+    current = getattr(ns, "current", None)
+    if current is not None:  # the config's own split: the plan's pace, the same figures
+        print(
+            f"current split (the plan's pace): generation {current.generate_seconds:.1f} s, "
+            f"training {current.train_seconds:.1f} s, step {current.step_seconds:.1f} s "
+            f"{current.mode}"
+        )
     for rank, p in enumerate(proposals, 1):
         r, a = p.rollout, p.actor
         print()

@@ -136,7 +136,7 @@ def test_suggest_reads_a_batch_as_check_does(
         )
         config = str(tmp_path / "exp.yaml")
         assert main(["suggest", "--config", config, "--json", "--top", "1"]) == 0
-        (proposal,) = json.loads(capsys.readouterr().out)
+        (proposal,) = json.loads(capsys.readouterr().out)["proposals"]
         batches.append(proposal)
     assert batches[0] == batches[1]
     (tmp_path / "exp.yaml").write_text(f"{base}gconfig: abc\n")

@@ -104,7 +104,10 @@ def test_the_gpu_comes_from_the_first_source_that_gives_it(
     assert _gpu(given.resolve(cfg).gpu) == expected
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if n not in ("gpu", "on_memory")])
+# mean_gen_len is a count and no cluster key (tests/plan/test_rl_step.py)
+@pytest.mark.parametrize(
+    "name", [n for n in NAMES if n not in ("gpu", "on_memory", "mean_gen_len")]
+)
 def test_every_number_has_a_flag_a_hook_parameter_and_a_variable(name: str) -> None:
     cfg = {"cluster": {name: 0.4}}
     ranked = [

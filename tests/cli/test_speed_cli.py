@@ -80,7 +80,8 @@ def test_suggest_prints_proposals_with_overrides_and_yaml(main_cli: MainCli) -> 
     )
     assert done.returncode == 0, done.stderr
     text = done.stdout
-    assert text.startswith("32 × H100-80GB, Qwen3-8B: 512 sequences of 1,024 + 8,192 tokens")
+    # gconfig.max_new_tokens' default, as the plan takes it (defaults.NEW_TOKENS)
+    assert text.startswith("32 × H100-80GB, Qwen3-8B: 512 sequences of 1,024 + 16,384 tokens")
     assert "\n1. rollout " in text
     assert "\n2. rollout " in text
     assert "rollout.backend=sglang:" in text
@@ -143,8 +144,10 @@ def test_calibrate_refuses_impossible_measurements(
 
 
 def test_suggest_answers_for_the_largest_cluster(main_cli: MainCli) -> None:
-    # 131,071 whole-node splits: searched, not tried one by one (it used to run for hours)
-    done = main_cli("suggest", "--model", "Qwen3-8B", "--gpus", "1048576", "--gpu", "H100-80GB")
+    # 131,071 whole-node splits: searched, not tried one by one (it used to run for hours);
+    # a sequence per data-parallel rank at least, so the batch is as large as the cluster
+    flags = ["--model", "Qwen3-8B", "--gpus", "1048576", "--gpu", "H100-80GB"]
+    done = main_cli("suggest", *flags, "--batch", "1048576")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("1048576 × H100-80GB, Qwen3-8B:")
     assert "\n1. rollout " in done.stdout
@@ -191,7 +194,9 @@ def test_suggest_reads_an_experiment_config(main_cli: MainCli, tmp_path: object)
     )
     done = main_cli("suggest", "--config", str(experiment), "--top", "1", "--json")
     assert done.returncode == 0, done.stderr
-    (proposal,) = json.loads(done.stdout)
+    data = json.loads(done.stdout)
+    (proposal,) = data["proposals"]
+    assert set(data["current"]) >= {"generate_seconds", "train_seconds", "step_seconds", "mode"}
     assert proposal["rollout"]["gpus"] + proposal["actor"]["gpus"] == 32
     assert proposal["rollout"]["backend"].startswith("vllm:")  # the config's backends
     assert proposal["actor"]["backend"].startswith("fsdp:")

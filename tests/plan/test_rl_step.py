@@ -1,0 +1,246 @@
+"""The one RL-step model (areal_alloc.rl_step): each term against its formula, the plan
+and ``suggest --config`` agreeing, and no proposal under its physical floor."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from areal_alloc import rl_step
+from areal_alloc.catalogue import find_gpu, find_model
+from areal_alloc.errors import AllocationError
+from areal_alloc.memory import TrainingSettings
+from areal_alloc.model import ModelAllocation
+from areal_alloc.settings import Settings
+from areal_alloc.suggest import RunShape, suggest
+from areal_alloc.throughput import Hardware, generation
+from tests.conftest import Cli, MainCli
+
+ROOT = Path(__file__).resolve().parents[2]
+H100 = Hardware.from_gpu(find_gpu("H100-80GB"), 8)  # 990 TFLOP/s, 3.35 TB/s, NVLink 900 GB/s
+QWEN = find_model("Qwen3-8B")
+P = QWEN.parameters.total  # parameters; bf16 weights are 2 × P bytes
+
+DECODE_BATCH = [
+    # (sequences, instances, KV tokens, mean context, max_concurrent_rollouts), batch
+    ((512, 2, None, 5120, None), 256),  # the step's share: 512 / 2
+    ((512, 2, 1_000_000, 5000, None), 200),  # what the KV holds: 1,000,000 // 5,000
+    ((512, 2, None, 5120, 256), 128),  # rollout.max_concurrent_rollouts 256 / 2 instances
+    ((100_000, 1, 10**9, 10, None), 100_000),  # no fixed cap (it was 256)
+    ((1, 4, None, 10, None), 1),  # fewer sequences than instances: at least one
+    ((100, 1, 50, 100, None), 1),  # a KV cache under one sequence: still one
+]
+
+
+@pytest.mark.parametrize(("given", "expected"), DECODE_BATCH)
+def test_decode_batch(given: tuple[int, int, int | None, int, int | None], expected: int) -> None:
+    assert rl_step.decode_batch(*given) == expected
+
+
+NVLINK = 900 / 2 * 1e9 * 0.7  # one direction at the default 0.7 of peak
+NETWORK = 200 / 8 * 1e9 * 0.7  # one 200 Gb/s port at 0.7
+
+WEIGHT_UPDATE = [
+    (("xccl", True), 2 * P / NVLINK),
+    (("xccl", False), 2 * P / NETWORK),
+    (("awex", True), 2 * P / NVLINK / 8),
+    (("disk", True), 2 * 2 * P / 2e9),
+]
+
+
+@pytest.mark.parametrize(("given", "seconds"), WEIGHT_UPDATE)
+def test_weight_update(given: tuple[str, bool], seconds: float) -> None:
+    mode, inside = given
+    term = rl_step.weight_update(QWEN, mode, H100, inside_node=inside)
+    assert term.seconds == pytest.approx(seconds)
+    assert mode in term.name
+
+
+def test_offload_onload_over_pcie() -> None:
+    term = rl_step.switch(QWEN, H100, 8)
+    assert term.seconds == pytest.approx(2 * 2 * (2 * P / 8) / 32e9)
+
+
+STEP = [
+    (("asynchronous", 10.0, 20.0, 1.0, 5.0), 21.0),  # the slower side + the update
+    (("synchronous", 10.0, 20.0, 1.0, 5.0), 31.0),  # the sum + the update
+    (("colocated", 10.0, 20.0, 1.0, 5.0), 36.0),  # the sum + update + offload/onload
+]
+
+
+@pytest.mark.parametrize(("given", "seconds"), STEP)
+def test_step_seconds(given: tuple[str, float, float, float, float], seconds: float) -> None:
+    assert rl_step.step_seconds(*given) == seconds
+
+
+MODES = [
+    ((None, False), "synchronous"),  # max_head_offpolicyness's default 0
+    ((0, False), "synchronous"),
+    ((2, False), "asynchronous"),
+    ((2, True), "colocated"),
+]
+
+
+@pytest.mark.parametrize(("given", "mode"), MODES)
+def test_mode_of(given: tuple[int | None, bool], mode: str) -> None:
+    assert rl_step.mode_of(*given) == mode
+
+
+def _one_sequence(synchronous: bool) -> rl_step.Generation:
+    return rl_step.rollout(
+        QWEN,
+        ModelAllocation.from_str("sglang:d1").parallel,
+        H100,
+        sequences=1,
+        instances=1,
+        prompt=0,
+        max_new_tokens=1000,
+        mean_gen_len=10,
+        kv_tokens=None,
+        kv_bytes_per_token=0,
+        synchronous=synchronous,
+    )
+
+
+def test_a_synchronous_step_waits_for_its_longest_sequence() -> None:
+    gen = _one_sequence(synchronous=True)
+    # batch 1 is memory-bound: every weight read once per token at 0.7 of 3.35 TB/s
+    assert gen.floor_seconds == pytest.approx(1000 * 2 * P / (3.35e12 * 0.7))
+    assert gen.seconds == gen.floor_seconds
+    # the mean length (10 tokens) sets only the throughput
+    alloc = ModelAllocation.from_str("sglang:d1")
+    mean = generation(
+        QWEN, alloc.parallel, H100, batch=1, prompt_len=0, gen_len=10, kv_bytes_per_token=0
+    )
+    assert gen.throughput_seconds == pytest.approx(mean.seconds)
+    assert _one_sequence(synchronous=False).seconds == gen.throughput_seconds
+
+
+AGREEING = [
+    "conf/app/experiment/grpo_2x8.yaml",
+    "tests/data/real_grpo.yaml",
+    "tests/data/reference/math__gsm8k_grpo.yaml",
+    "tests/data/reference/math__gsm8k_grpo_megatron.yaml",
+    "tests/data/reference/math__gsm8k_ppo.yaml",
+    "tests/data/reference/dte__gsm8k_grpo_qwen3_30b_a3b.yaml",
+]
+PACE_KEYS = ("generate_seconds", "train_seconds", "step_seconds", "mode")
+
+
+@pytest.mark.parametrize("path", AGREEING)
+def test_the_plan_and_suggest_give_the_same_figures(main_cli: MainCli, path: str) -> None:
+    config = str(ROOT / path)
+    checked = main_cli("check", config, "--gpu", "H100-80GB", "--json")
+    assert checked.returncode == 0, checked.stderr
+    data = json.loads(checked.stdout)
+    pace = (data[0] if isinstance(data, list) else data)["pace"]
+    suggested = main_cli("suggest", "--config", config, "--gpu", "H100-80GB", "--json")
+    assert suggested.returncode == 0, suggested.stderr
+    current = json.loads(suggested.stdout)["current"]
+    assert {k: current[k] for k in PACE_KEYS} == {k: pace[k] for k in PACE_KEYS}
+    assert pace["mode"] in rl_step.MODES
+
+
+def test_mean_gen_len_changes_the_plan_and_is_said(main_cli: MainCli) -> None:
+    config = str(ROOT / "conf/app/experiment/grpo_2x8.yaml")
+    args = ("check", config, "--gpu", "H100-80GB", "--json")
+    full = json.loads(main_cli(*args).stdout)
+    short = json.loads(main_cli(*args, "--mean-gen-len", "1024").stdout)
+    full, short = (d[0] if isinstance(d, list) else d for d in (full, short))
+    assert short["pace"]["generate_seconds"] < full["pace"]["generate_seconds"]
+    assert (
+        "mean generation length 1,024 tokens (from --mean-gen-len)" in short["pace"]["assumptions"]
+    )
+    assert any("(the maximum;" in a for a in full["pace"]["assumptions"])
+
+
+def test_mean_gen_len_from_the_environment_at_start_up(cli: Cli) -> None:
+    # the environment is read when the process starts: only a process shows it
+    config = str(ROOT / "conf/app/experiment/grpo_2x8.yaml")
+    env = {**os.environ, "AREAL_ALLOC_MEAN_GEN_LEN": "512", "AREAL_ALLOC_DETECT": "0"}
+    done = cli("check", config, "--gpu", "H100-80GB", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    pace = (data[0] if isinstance(data, list) else data)["pace"]
+    assert (
+        "mean generation length 512 tokens (from AREAL_ALLOC_MEAN_GEN_LEN)" in pace["assumptions"]
+    )
+
+
+MEAN_GEN_LEN = [
+    # (flags, hook, environment), (value, source): the first source that gives it
+    (
+        ({"mean_gen_len": 100}, {"mean_gen_len": 200}, {"AREAL_ALLOC_MEAN_GEN_LEN": "300"}),
+        (100, "--mean-gen-len"),
+    ),
+    (
+        ({}, {"mean_gen_len": "200"}, {"AREAL_ALLOC_MEAN_GEN_LEN": "300"}),
+        (200, "hydra.callbacks.areal_alloc.mean_gen_len"),
+    ),
+    (({}, {}, {"AREAL_ALLOC_MEAN_GEN_LEN": "300"}), (300, "AREAL_ALLOC_MEAN_GEN_LEN")),
+]
+
+
+@pytest.mark.parametrize(("given", "expected"), MEAN_GEN_LEN)
+def test_mean_gen_len_sources(
+    given: tuple[dict[str, object], dict[str, object], dict[str, str]],
+    expected: tuple[int, str],
+) -> None:
+    flags, hook, environ = given
+    found = (
+        Settings.from_sources(flags, hook, environ, detect=False)
+        .resolve(
+            {"cluster": {"mean_gen_len": 5}}  # no cluster key: the reference's loader refuses it
+        )
+        .mean_gen_len
+    )
+    assert found is not None
+    assert (found.value, found.source) == expected
+    assert Settings.from_sources(environ={}, detect=False).resolve().mean_gen_len is None
+
+
+def test_a_bad_mean_gen_len_is_one_line() -> None:
+    with pytest.raises(AllocationError) as caught:
+        Settings.from_sources({"mean_gen_len": 0.5}, environ={}, detect=False).resolve()
+    assert str(caught.value) == "--mean-gen-len=0.5: must be an integer from 1 to 1,099,511,627,776"
+
+
+MODELS = ["Qwen3-0.6B", "Qwen3-8B", "Qwen2.5-1.5B"]
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    model=st.sampled_from(MODELS),
+    nodes=st.sampled_from([1, 2, 4]),
+    batch=st.integers(min_value=1, max_value=2048),
+    gen_len=st.integers(min_value=64, max_value=16384),
+)
+def test_no_proposal_under_its_physical_floor(
+    model: str, nodes: int, batch: int, gen_len: int
+) -> None:
+    arch = find_model(model)
+    shape = RunShape(batch=batch, prompt_len=512, gen_len=gen_len, asynchronous=False)
+    proposals = suggest(
+        arch,
+        8 * nodes,
+        find_gpu("H100-80GB").memory_bytes,
+        H100,
+        shape,
+        training=TrainingSettings(tokens_per_micro_batch=16384, recompute="full"),
+        top=3,
+    )
+    for p in proposals:
+        parallel = p.rollout.parallel
+        # one read of every weight per generated token at peak HBM bandwidth
+        weights_per_gpu = arch.parameters.total * 2 / parallel.tp_size
+        floor = gen_len * weights_per_gpu / (H100.hbm_tbps * 1e12)
+        assert p.generate_seconds >= floor
+        assert p.step_seconds >= floor
+        # no more instances or data-parallel ranks than the step has sequences
+        assert parallel.dp_size <= batch
+        assert p.actor.parallel.dp_size <= batch
