@@ -303,7 +303,11 @@ def suggest(
     best_rollout: dict[int, RankedLayout | None] = {}
     best_train: dict[int, RankedLayout | None] = {}
     cut_splits: set[int] = set()  # training GPU counts whose search stopped at SPLIT_LAYOUTS
-    splits = _splits(gpus, per_node)
+    # no rollout wider than the step's sequences can keep busy: an instance per sequence
+    # at most, each inside a node
+    splits = [n for n in _splits(gpus, per_node) if n <= shape.batch * per_node] or [
+        min(_splits(gpus, per_node))
+    ]
 
     def instance_in_node(parallel: ParallelStrategy) -> bool:
         # inference instances inside a node, and no more of them than the step's sequences
@@ -384,6 +388,8 @@ def suggest(
         if rollout_layout(rollout_gpus) is None:
             return False  # the rollout lacks GPUs
         found = proposal(index)
+        if found is None and gpus - rollout_gpus > shape.batch * per_node:
+            return False  # more training GPUs than its sequences keep busy: to the rollout
         return found is None or found.train_seconds >= found.generate_seconds
 
     def total(index: int) -> float | None:
