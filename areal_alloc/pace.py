@@ -293,10 +293,17 @@ def estimate_pace(
     terms: list[StepTerm] = []
     actor = experiment.get("actor")
     if rollout_parallel is not None and actor is not None and actor.active:
-        inside = experiment.cluster.n_gpus_per_node >= (
-            actor.allocation.world_size + rollout_parallel.world_size
+        # both sides inside one node (colocated: they share the same GPUs)
+        sizes = (actor.allocation.world_size, rollout_parallel.world_size)
+        span = max(sizes) if mode == rl_step.COLOCATED else sum(sizes)
+        inside = experiment.cluster.n_gpus_per_node >= span
+        term = rl_step.weight_update(
+            arch,
+            experiment.update_mode,
+            hardware,
+            inside_node=inside,
+            senders=actor.allocation.world_size,
         )
-        term = rl_step.weight_update(arch, experiment.update_mode, hardware, inside_node=inside)
         update = term.seconds
         terms.append(term)
         if mode == rl_step.COLOCATED:

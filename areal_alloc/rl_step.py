@@ -161,15 +161,16 @@ def rollout(
 
 
 def weight_update(
-    arch: Architecture, mode: str, hardware: Hardware, *, inside_node: bool
+    arch: Architecture, mode: str, hardware: Hardware, *, inside_node: bool, senders: int = 1
 ) -> StepTerm:
     """The actor's new weights (bf16) reaching the rollout once per step.
 
     ``xccl``: an NCCL broadcast from the actor to the rollout's servers
     (areal/engine/fsdp_engine.py _update_weights_from_distributed, "Broadcast parameters
     with single-pending-bucket pipelining", AReaL cbff54d6) over NVLink inside a node, else
-    one GPU's network port; ``awex``: point-to-point shards over the same links, every
-    training GPU sending its part (areal/engine/awex/); ``disk``: written and read once."""
+    one GPU's network port; ``awex``: point-to-point shards over the same links, each of
+    the ``senders`` training GPUs sending its part (areal/engine/awex/); ``disk``: written
+    and read once."""
     size = arch.parameters.total * 2
     gib = size / 2**30
     if mode == "disk":
@@ -184,8 +185,8 @@ def weight_update(
     if mode == "awex":
         return StepTerm(
             "weight update (awex)",
-            size / link / max(1, hardware.gpus_per_node),
-            f"{gib:.2f} GiB in shards from {hardware.gpus_per_node} GPUs in parallel over {name}",
+            size / link / max(1, senders),
+            f"{gib:.2f} GiB in shards from {max(1, senders)} GPUs in parallel over {name}",
         )
     return StepTerm(
         "weight update (xccl)", size / link, f"NCCL broadcast of {gib:.2f} GiB over {name}"

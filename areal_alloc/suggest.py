@@ -369,7 +369,9 @@ def suggest(
         gen = _generation(arch, rollout, hardware, shape)
         train = shape.train_tokens / actor.speed.tokens_per_second * forward_cost
         inside = rollout_gpus + train_gpus <= per_node
-        update = rl_step.weight_update(arch, shape.update_mode, hardware, inside_node=inside)
+        update = rl_step.weight_update(
+            arch, shape.update_mode, hardware, inside_node=inside, senders=train_gpus
+        )
         return Proposal(
             rollout,
             actor,

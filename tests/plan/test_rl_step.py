@@ -48,7 +48,7 @@ NETWORK = 200 / 8 * 1e9 * 0.7  # one 200 Gb/s port at 0.7
 WEIGHT_UPDATE = [
     (("xccl", True), 2 * P / NVLINK),
     (("xccl", False), 2 * P / NETWORK),
-    (("awex", True), 2 * P / NVLINK / 8),
+    (("awex", True), 2 * P / NVLINK / 8),  # 8 training GPUs send a shard each
     (("disk", True), 2 * 2 * P / 2e9),
 ]
 
@@ -56,7 +56,7 @@ WEIGHT_UPDATE = [
 @pytest.mark.parametrize(("given", "seconds"), WEIGHT_UPDATE)
 def test_weight_update(given: tuple[str, bool], seconds: float) -> None:
     mode, inside = given
-    term = rl_step.weight_update(QWEN, mode, H100, inside_node=inside)
+    term = rl_step.weight_update(QWEN, mode, H100, inside_node=inside, senders=8)
     assert term.seconds == pytest.approx(seconds)
     assert mode in term.name
 
