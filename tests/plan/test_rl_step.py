@@ -244,3 +244,12 @@ def test_no_proposal_under_its_physical_floor(
         # no more instances or data-parallel ranks than the step has sequences
         assert parallel.dp_size <= batch
         assert p.actor.parallel.dp_size <= batch
+
+
+def test_the_hook_takes_mean_gen_len(monkeypatch: pytest.MonkeyPatch) -> None:
+    from areal_alloc.hydra_hook import ValidateAllocations
+
+    monkeypatch.delenv("AREAL_ALLOC_MEAN_GEN_LEN", raising=False)
+    found = ValidateAllocations(mean_gen_len=300).settings.resolve().mean_gen_len
+    assert found is not None
+    assert (found.value, found.source) == (300, "hydra.callbacks.areal_alloc.mean_gen_len")
