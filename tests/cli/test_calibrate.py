@@ -29,7 +29,7 @@ def cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 REFUSED = [
     (
         ["sglang:d2t4", "--tokens-per-second", "1e-300"],
-        "1e-300 tokens/s would mean 1.91e-304 of the HBM bandwidth, under the floor of 0.001 "
+        "1e-300 tokens/s would mean 1.9e-304 of the HBM bandwidth, under the floor of 0.001 "
         "a calibration keeps: check the measurement, the layout, the batch and the GPU; "
         "nothing was stored",
     ),

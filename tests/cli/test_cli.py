@@ -35,9 +35,9 @@ node map (one column per GPU, · free):
 memory per GPU (estimate; H100-80GB, 80.0 GiB, from hydra.callbacks.areal_alloc.gpu; \
 every term: areal-alloc explain SPEC --model M):
   engine   per GPU   fits  largest term       KV cache per instance
-  rollout  72.0 GiB  yes   kv_cache 66.5 GiB  14,336 B/token, 4,977,268 tokens = 151 × 32,768
-  actor    32.0 GiB  yes   optimizer 7.1 GiB
-  ref      14.8 GiB  yes   weights 5.0 GiB
+  rollout  72.0 GiB  yes   kv_cache 67.2 GiB  14,336 B/token, 5,035,389 tokens = 153 × 32,768
+  actor    34.3 GiB  yes   optimizer 7.1 GiB
+  ref      37.4 GiB  yes   load 28.4 GiB
 
 pace per RL step (estimate; 512 sequences):
   rollout   98.8 s generating
@@ -74,7 +74,14 @@ def test_default_run_prints_the_plan_and_writes_nothing(tmp_path: Path, cli: Cli
             ],
         ),
         (
-            ["cluster.n_nodes=3", "+critic.backend=fsdp:d4t2", "+critic.gradient_checkpointing=1"],
+            [  # a value head (is_critic) with its own micro-batch budget, as the reference's
+                # PPO examples write it (examples/math/gsm8k_ppo.yaml at AReaL cbff54d6)
+                "cluster.n_nodes=3",
+                "+critic.backend=fsdp:d4t2",
+                "+critic.gradient_checkpointing=1",
+                "+critic.is_critic=true",
+                "+critic.mb_spec.max_tokens_per_mb=16384",
+            ],
             [
                 "  critic   fsdp:d4t2    d4 t2  8      -          separate           8",
                 "  node 2  C C C C C C C C",

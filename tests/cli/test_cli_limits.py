@@ -167,7 +167,7 @@ def test_a_huge_cluster_gets_a_summarised_node_map(tmp_path: Path, main_cli: Mai
     done = main_cli("cluster.n_nodes=131072", "rollout.backend=sglang:d100000t2")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert len(lines) < 30
+    assert len(lines) < 40  # a summary: not one line per node of 131,072
     assert "  nodes 0–24999       R R r r R R r r" in lines
     assert "  nodes 25001–131071  · · · · · · · ·" in lines
     assert "  R/r = rollout sglang:d100000t2, 100000 instances of 2 GPUs  (nodes 0–24999)" in lines
