@@ -463,11 +463,11 @@ REPORTED_GIB: dict[str, tuple[float, str]] = {
     "h100-80gb": (
         79.18,
         "llm-d/llm-d-benchmark config_explorer/empirical-vllm-memory-results.md"
-        "@0fa12aa9788aae02df8307a0305c223949b58cd4 (\"Test environment: H100 GPU (79.18 GiB)\")",
+        '@0fa12aa9788aae02df8307a0305c223949b58cd4 ("Test environment: H100 GPU (79.18 GiB)")',
     ),
     "a100-40gb": (
         39.5,
-        "vllm-project/vllm issue #12330 (\"the current vLLM instance can use total_gpu_memory "
+        'vllm-project/vllm issue #12330 ("the current vLLM instance can use total_gpu_memory '
         '(39.50GiB) x gpu_memory_utilization (0.90) = 35.55GiB")',
     ),
     "b200": (
