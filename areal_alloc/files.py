@@ -375,6 +375,8 @@ def yaml_nodes(text: str, kind: Kind, path: str | os.PathLike[str], budget: int)
                     + (f"; {before:,} in the files composed before it)" if before else ")"),
                 )
     except yaml.YAMLError as error:
+        if "maximum nesting depth" in str(error):  # libyaml's own depth limit (PyYAML 6.0.4)
+            raise _refused(kind, path, f"nests over the limit of {MAX_DEPTH} levels") from None
         raise _refused(kind, path, _yaml_problem(error)) from None
     return total
 
