@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import runpy
+import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -163,3 +165,39 @@ def command() -> str:
 def data() -> Path:
     """``tests/data``: experiment files shaped like the reference's."""
     return DATA
+
+
+#: Seconds a process-level test waits for a child before it fails (never a hang).
+CHILD_TIMEOUT = 120
+
+
+def interrupt_when_ready(
+    args: list[str], cwd: Path, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    """Run ``python ARGS``, wait for the ``READY`` line it prints on stderr, send SIGINT.
+
+    The child says READY where it then waits on its stdin, so the signal arrives at a
+    known point, with no sleep; every wait is bounded. Returns the exit code and what
+    the child printed after READY (stdout, stderr).
+    """
+    process = subprocess.Popen(
+        [sys.executable, *args],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        ready, _, _ = select.select([process.stderr], [], [], CHILD_TIMEOUT)
+        assert ready, "the process never reached its waiting point"
+        first = process.stderr.readline()
+        assert first == "READY\n", first + process.stderr.read()
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=CHILD_TIMEOUT)
+    finally:
+        process.kill()
+        process.wait()
+    return process.returncode, out, err

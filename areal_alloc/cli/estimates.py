@@ -268,7 +268,7 @@ def hardware_flags(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(flag, type=kind, default=None, metavar="X", help=text)
     parser.add_argument(
         "--mean-gen-len",
-        type=positive,
+        type=count,  # a length: the bound AREAL_ALLOC_MEAN_GEN_LEN and the hook use too
         default=None,
         metavar="N",
         help="mean generated tokens per sequence for the rollout's throughput (default "

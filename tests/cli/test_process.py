@@ -8,7 +8,6 @@ closed stdout, a reader that goes away) runs the installed command.
 from __future__ import annotations
 
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from hypothesis import strategies as st
 from areal_alloc.cli import EXIT_INTERRUPTED, main
 from areal_alloc.errors import WINDOW, clipped, digits, render_caret, shown
 from areal_alloc.limits import readable
+from tests.conftest import interrupt_when_ready
 
 EXPERIMENT = (
     "cluster:\n  n_nodes: 1\n  n_gpus_per_node: 8\nactor:\n  backend: fsdp:d8\n"
@@ -502,27 +502,8 @@ NO_MEMORY = "hydra.callbacks.areal_alloc.on_memory=off"
 
 def interrupted(code: str, args: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
     """Run ``code``, wait for its READY, send SIGINT; return what it printed after READY."""
-    process = subprocess.Popen(
-        [sys.executable, "-c", code, *args],
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stderr is not None
-        ready, _, _ = select.select([process.stderr], [], [], TIMEOUT)
-        assert ready, "the process never reached its waiting point"
-        first = process.stderr.readline()
-        assert first == "READY\n", first + process.stderr.read()
-        process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=TIMEOUT)
-    finally:
-        process.kill()
-        process.wait()
-    assert process.returncode == EXIT_INTERRUPTED, err
+    returncode, out, err = interrupt_when_ready(["-c", code, *args], cwd, env)
+    assert returncode == EXIT_INTERRUPTED, err
     return out + err
 
 

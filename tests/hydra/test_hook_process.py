@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import select
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import interrupt_when_ready
 
 APP = Path(__file__).parents[1] / "apps" / "user_app" / "my_app.py"
 TIMEOUT = 120
@@ -69,27 +69,10 @@ def environment(tmp_path: Path) -> dict[str, str]:
 def test_sigint_in_the_hook_ends_with_one_line_and_130(
     module: str, name: str, args: list[str], tmp_path: Path
 ) -> None:
-    process = subprocess.Popen(
-        [sys.executable, "-c", app_code(module, name, BLOCKING), *args],
-        cwd=tmp_path,
-        env=environment(tmp_path),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    returncode, out, err = interrupt_when_ready(
+        ["-c", app_code(module, name, BLOCKING), *args], tmp_path, environment(tmp_path)
     )
-    try:
-        assert process.stderr is not None
-        ready, _, _ = select.select([process.stderr], [], [], TIMEOUT)
-        assert ready, "the hook never reached its waiting point"
-        first = process.stderr.readline()
-        assert first == "READY\n", first + process.stderr.read()
-        process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=TIMEOUT)
-    finally:
-        process.kill()
-        process.wait()
-    assert (process.returncode, out, err) == (130, "", "areal-alloc: interrupted\n")
+    assert (returncode, out, err) == (130, "", "areal-alloc: interrupted\n")
     assert list((tmp_path / "markers").iterdir()) == []  # the job never ran
 
 
