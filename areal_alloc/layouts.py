@@ -17,10 +17,8 @@ from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import find_model
 from areal_alloc.defaults import CONTEXT_LENGTH
 from areal_alloc.errors import AllocationValidationError, shown
-from areal_alloc.fit import resolve_gpu
-from areal_alloc.format import format_spec
-from areal_alloc.limits import MAX_COUNT, MAX_GPUS, MAX_LAYOUTS, grouped
-from areal_alloc.memory import (
+from areal_alloc.estimate.fit import resolve_gpu
+from areal_alloc.estimate.memory import (
     RECOMPUTE,
     InferenceSettings,
     MemoryEstimate,
@@ -28,12 +26,14 @@ from areal_alloc.memory import (
     inference_memory,
     training_memory,
 )
+from areal_alloc.estimate.rl_step import decode_batch
+from areal_alloc.estimate.speed import Hardware, StepEstimate, decode_step, training_step
+from areal_alloc.format import format_spec
+from areal_alloc.limits import MAX_COUNT, MAX_GPUS, MAX_LAYOUTS, grouped
 from areal_alloc.model import ModelAllocation
 from areal_alloc.model_shape import ModelShape, layout_problems
 from areal_alloc.numbers import read_int
-from areal_alloc.rl_step import decode_batch
 from areal_alloc.strategy import ParallelStrategy
-from areal_alloc.throughput import Hardware, StepEstimate, decode_step, training_step
 from areal_alloc.vocab import BACKEND_DIMS, HYBRID_BACKENDS, INFERENCE_BACKENDS
 
 __all__ = [
@@ -410,7 +410,7 @@ def _decode_speed(
     kv = memory.kv_cache
     per_token = kv.bytes_per_token if kv is not None else 0
     instances = gpus // (parallel.tp_size * parallel.pp_size)
-    # the sequences in flight (areal_alloc.rl_step.decode_batch, the plan's rule): the
+    # the sequences in flight (areal_alloc.estimate.rl_step.decode_batch, the plan's rule): the
     # step's share, what the KV cache holds at this context; never a fixed cap
     kv_tokens = kv.tokens if kv is not None else None
     wanted = sequences if sequences is not None else (kv_tokens or 1) * max(1, instances)

@@ -24,8 +24,8 @@ from areal_alloc.settings import ON_MEMORY, Resolved, Settings, Sourced
 from areal_alloc.vocab import ENGINE_ORDER
 
 if TYPE_CHECKING:
-    from areal_alloc.memory import MemoryEstimate
-    from areal_alloc.pace import Pace
+    from areal_alloc.estimate.memory import MemoryEstimate
+    from areal_alloc.estimate.pace import Pace
 
 __all__ = [
     "ENGINE_ORDER",
@@ -46,7 +46,7 @@ class EnginePlan:
     allocation: ModelAllocation
     active: bool = True
     note: str | None = None
-    #: memory per GPU, when the config names the model (see ``areal_alloc.fit``)
+    #: memory per GPU, when the config names the model (see ``areal_alloc.estimate.fit``)
     memory: MemoryEstimate | None = None
     #: why there is no estimate: the key read and the model it names was not found
     not_estimated: str | None = None
@@ -184,11 +184,11 @@ def _with_memory(
 ) -> tuple[list[EnginePlan], list[str], list[str], str | None, int | None, Pace | None]:
     """Each engine's memory estimate; refuses (``fail``) or warns of what does not fit.
 
-    With the GPU's speeds known, also the run's pace (``areal_alloc.pace``).
+    With the GPU's speeds known, also the run's pace (``areal_alloc.estimate.pace``).
     """
     # loaded only for configs that name a model: a plain layout check stays light
-    from areal_alloc.fit import estimate_memory, memory_problems
-    from areal_alloc.pace import estimate_pace
+    from areal_alloc.estimate.fit import estimate_memory, memory_problems
+    from areal_alloc.estimate.pace import estimate_pace
 
     fit = estimate_memory(experiment, machine)
     errors, warnings = memory_problems(engines, fit)

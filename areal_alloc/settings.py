@@ -270,7 +270,7 @@ class Resolved:
     memory_reserve: Sourced[int] | None = None  # bytes
     on_memory: Sourced[str] = Sourced("fail", "default")
     #: the mean generation length (tokens) for the rollout's throughput; None: the
-    #: maximum, gconfig.max_new_tokens (areal_alloc.rl_step)
+    #: maximum, gconfig.max_new_tokens (areal_alloc.estimate.rl_step)
     mean_gen_len: Sourced[int] | None = None
 
     def value(self, name: str) -> float | None:

@@ -5,7 +5,7 @@ rest training; below one node, any split), the fastest rollout layout (inference
 instances inside a node) and the fastest training layout that fits — with the
 reference model (forward only) and the critic colocated on the actor's GPUs, as
 the reference's examples place them — are estimated with
-:mod:`areal_alloc.throughput`. One RL step generates ``batch × gen_len`` tokens
+:mod:`areal_alloc.estimate.speed`. One RL step generates ``batch × gen_len`` tokens
 and trains on ``batch × (prompt_len + gen_len)``:
 
 - asynchronous (the reference's default off-policy mode): generation and
@@ -22,16 +22,16 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from areal_alloc import rl_step
 from areal_alloc.architecture import Architecture
 from areal_alloc.defaults import CONTEXT_LENGTH, NEW_TOKENS, PROMPT_TOKENS, WEIGHT_UPDATE_MODE
 from areal_alloc.errors import AllocationValidationError
+from areal_alloc.estimate import rl_step
+from areal_alloc.estimate.memory import InferenceSettings, Term, TrainingSettings
+from areal_alloc.estimate.speed import Hardware, balance_advice
 from areal_alloc.layouts import LayoutConstraints, RankedLayout, fastest_layouts
 from areal_alloc.limits import MAX_COUNT
-from areal_alloc.memory import InferenceSettings, Term, TrainingSettings
 from areal_alloc.numbers import read_int
 from areal_alloc.strategy import ParallelStrategy
-from areal_alloc.throughput import Hardware, balance_advice
 
 __all__ = ["SPLIT_LAYOUTS", "Proposal", "RunShape", "suggest"]
 
@@ -52,7 +52,7 @@ class RunShape:
     max_concurrent: int | None = None
     recompute_logprob: bool = False
     update_mode: str = WEIGHT_UPDATE_MODE
-    #: the step's mode (areal_alloc.rl_step.MODES); None: from ``asynchronous``
+    #: the step's mode (areal_alloc.estimate.rl_step.MODES); None: from ``asynchronous``
     mode: str | None = None
 
     def __post_init__(self) -> None:
@@ -98,7 +98,7 @@ class Proposal:
 
     @property
     def step_seconds(self) -> float:
-        """The step in the run's mode (:func:`areal_alloc.rl_step.step_seconds`)."""
+        """The step in the run's mode (:func:`areal_alloc.estimate.rl_step.step_seconds`)."""
         return rl_step.step_seconds(
             self.shape.step_mode,
             self.generate_seconds,
@@ -415,7 +415,7 @@ def suggest(
 def _generation(
     arch: Architecture, rollout: RankedLayout, hardware: Hardware, shape: RunShape
 ) -> rl_step.Generation:
-    """The rollout layout's generation of one step (:func:`areal_alloc.rl_step.rollout`),
+    """The rollout layout's generation of one step (:func:`areal_alloc.estimate.rl_step.rollout`),
     the rule the plan's pace uses."""
     parallel = rollout.parallel
     kv = rollout.memory.kv_cache

@@ -7,8 +7,8 @@ row's inputs into the package's own public estimate functions:
 - ``train_memory``: ``fit.estimate_allocation`` of a training layout (``memory.py``);
 - ``kv_tokens`` / ``kv_memory``: ``fit.estimate_allocation`` of an inference layout
   (its ``kv_cache``);
-- ``train_tps``: ``throughput.training_step``;
-- ``decode_tps``: ``throughput.generation`` of the run's batch, prompt and output lengths
+- ``train_tps``: ``speed.training_step``;
+- ``decode_tps``: ``speed.generation`` of the run's batch, prompt and output lengths
   (the prefill, then the decode steps at the mean context);
 - ``rl_step``: ``plan.plan_config`` of the run written as an experiment config (its ``pace``).
 
@@ -32,11 +32,11 @@ from typing import Any
 from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import GPU, find_gpu, find_model, reported_bytes
 from areal_alloc.errors import AllocationError
-from areal_alloc.fit import estimate_allocation, resolve_gpu
-from areal_alloc.memory import InferenceSettings, MemoryEstimate, TrainingSettings
+from areal_alloc.estimate.fit import estimate_allocation, resolve_gpu
+from areal_alloc.estimate.memory import InferenceSettings, MemoryEstimate, TrainingSettings
+from areal_alloc.estimate.speed import Hardware, generation, training_step
 from areal_alloc.model import ModelAllocation
 from areal_alloc.settings import NAMES, Settings
-from areal_alloc.throughput import Hardware, generation, training_step
 
 __all__ = [
     "DATA",
@@ -271,7 +271,7 @@ def _unmodelled(inputs: Mapping[str, Any], kind: str) -> str | None:
 
 _RECOMPUTE = {
     "none": "none",
-    # torchtitan's per-op policy (memory.op_sac_bytes_per_token, throughput.training_step)
+    # torchtitan's per-op policy (memory.op_sac_bytes_per_token, speed.training_step)
     "selective (op)": "op",
     "selective": "selective",
     "full": "full",

@@ -187,19 +187,22 @@ LAYERS = [
     "areal_alloc.experiment.shapes",
     "areal_alloc.experiment.rules",
     "areal_alloc.experiment.checks",
-    "areal_alloc.memory",
-    "areal_alloc.fit",
-    "areal_alloc.throughput",
-    "areal_alloc.rl_step",
-    "areal_alloc.calibration",
-    "areal_alloc.pace",
+    # the estimates: memory, step times, the RL step, calibration
+    "areal_alloc.estimate",
+    "areal_alloc.estimate.memory",
+    "areal_alloc.estimate.fit",
+    "areal_alloc.estimate.speed",
+    "areal_alloc.estimate.rl_step",
+    "areal_alloc.estimate.calibration",
+    "areal_alloc.estimate.pace",
+    # the search: layouts ranked, the split between rollout and training
+    "areal_alloc.layouts",
+    "areal_alloc.suggest",
     # model → plan
     "areal_alloc.placement",
     "areal_alloc.plan",
     # the leaves
     "areal_alloc.rankgroups",
-    "areal_alloc.layouts",
-    "areal_alloc.suggest",
     "areal_alloc.ray_placement",
     "areal_alloc.compose",
     "areal_alloc.schema",
@@ -287,7 +290,12 @@ def test_only_the_experiment_reads_the_raw_config() -> None:
 
 @pytest.mark.parametrize(
     "module",
-    ["areal_alloc.plan", "areal_alloc.fit", "areal_alloc.pace", "areal_alloc.cli.estimates"],
+    [
+        "areal_alloc.plan",
+        "areal_alloc.estimate.fit",
+        "areal_alloc.estimate.pace",
+        "areal_alloc.cli.estimates",
+    ],
 )
 def test_the_consumers_take_the_experiment(module: str) -> None:
     # plan, memory, speed and suggest --config read what experiment.read read

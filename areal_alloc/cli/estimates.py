@@ -10,7 +10,6 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from areal_alloc import calibration, rl_step
 from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import find_model
 from areal_alloc.cli.args import command_parser, count, fraction, positive, real, speed
@@ -24,8 +23,19 @@ from areal_alloc.defaults import (
     WEIGHT_UPDATE_MODE,
 )
 from areal_alloc.errors import AllocationError, AllocationValidationError
+from areal_alloc.estimate import calibration, rl_step
+from areal_alloc.estimate.fit import GPUSpec, estimate_allocation
+from areal_alloc.estimate.memory import (
+    RECOMPUTE,
+    InferenceSettings,
+    KVCache,
+    MemoryEstimate,
+    TrainingSettings,
+    readable_bytes,
+)
+from areal_alloc.estimate.pace import Pace
+from areal_alloc.estimate.speed import Hardware, decode_step, generation, training_step
 from areal_alloc.experiment.read import read_experiment
-from areal_alloc.fit import GPUSpec, estimate_allocation
 from areal_alloc.layouts import (
     LayoutConstraints,
     TooManyLayouts,
@@ -34,21 +44,11 @@ from areal_alloc.layouts import (
     ranked_layouts,
 )
 from areal_alloc.limits import MAX_COUNT, MAX_RANKED, MAX_SEARCHED
-from areal_alloc.memory import (
-    RECOMPUTE,
-    InferenceSettings,
-    KVCache,
-    MemoryEstimate,
-    TrainingSettings,
-    readable_bytes,
-)
 from areal_alloc.model import ModelAllocation
 from areal_alloc.model_shape import local_config
-from areal_alloc.pace import Pace
 from areal_alloc.plan import plan_config
 from areal_alloc.settings import MAX_RESERVE_GIB, NAMES, ChosenGPU, Resolved, Settings
 from areal_alloc.suggest import RunShape, suggest
-from areal_alloc.throughput import Hardware, decode_step, generation, training_step
 from areal_alloc.vocab import INFERENCE_BACKENDS
 
 __all__ = [
@@ -710,7 +710,7 @@ def _suggest_from_config(ns: argparse.Namespace) -> tuple[bool, bool]:
         ns.prompt_len = run.max_length
     if ns.gen_len is None:
         ns.gen_len = run.max_new_tokens
-    # the step as the plan's pace reads it (areal_alloc.rl_step): its mode, concurrency,
+    # the step as the plan's pace reads it (areal_alloc.estimate.rl_step): its mode, concurrency,
     # log-prob recomputation and weight update; ``current`` is the plan's own pace
     mode = rl_step.mode_of(run.max_head_offpolicyness, False)
     try:  # check's own plan (its settings: the flags, the environment, nvidia-smi)

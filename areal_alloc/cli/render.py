@@ -5,8 +5,8 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
+from areal_alloc.estimate.memory import MemoryEstimate, readable_bytes
 from areal_alloc.format import describe_dims
-from areal_alloc.memory import MemoryEstimate, readable_bytes
 from areal_alloc.plan import Plan
 
 __all__ = [

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from areal_alloc import calibration
 from areal_alloc.catalogue import find_model
 from areal_alloc.cli import main
+from areal_alloc.estimate import calibration
 
 MODEL = ["--model", "Qwen3-8B", "--gpu", "H100-80GB"]
 OFF = (

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from areal_alloc import _cache, calibration
+from areal_alloc import _cache
 from areal_alloc.catalogue import find_model
 from areal_alloc.errors import AllocationValidationError
+from areal_alloc.estimate import calibration
 from tests.conftest import COMMAND
 
 

@@ -7,6 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from areal_alloc.catalogue import find_gpu, find_model
+from areal_alloc.estimate.memory import TrainingSettings
+from areal_alloc.estimate.speed import Hardware
 from areal_alloc.layouts import (
     LayoutConstraints,
     RankedLayout,
@@ -14,8 +16,6 @@ from areal_alloc.layouts import (
     fastest_layouts,
     ranked_layouts,
 )
-from areal_alloc.memory import TrainingSettings
-from areal_alloc.throughput import Hardware
 
 GPU = find_gpu("H100-80GB")
 HARDWARE = Hardware.from_gpu(GPU, 8)

@@ -9,11 +9,11 @@ import pytest
 
 import areal_alloc.suggest as suggest_module
 from areal_alloc.catalogue import find_gpu, find_model
+from areal_alloc.estimate.memory import TrainingSettings
+from areal_alloc.estimate.speed import Hardware
 from areal_alloc.layouts import FastestLayouts, RankedLayout, ranked_layouts
-from areal_alloc.memory import TrainingSettings
 from areal_alloc.strategy import ParallelStrategy
 from areal_alloc.suggest import RunShape, suggest
-from areal_alloc.throughput import Hardware
 
 GPU = find_gpu("H100-80GB")
 SETTINGS = TrainingSettings(tokens_per_micro_batch=16384, recompute="full")

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from areal_alloc.architecture import Architecture
-from areal_alloc.memory import TrainingSettings, training_memory
+from areal_alloc.estimate.memory import TrainingSettings, training_memory
 from areal_alloc.model import ModelAllocation
 from benchmarks.measured import load
 

@@ -15,7 +15,7 @@ import pytest
 from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import GPUS, MODELS, find_gpu, find_model
 from areal_alloc.errors import AllocationValidationError
-from areal_alloc.memory import (
+from areal_alloc.estimate.memory import (
     GIB,
     InferenceSettings,
     TrainingSettings,
@@ -688,7 +688,7 @@ def test_any_actor_path_gives_a_plan_or_one_clear_error(text: str) -> None:
 def test_op_sac_keeps_the_block_input_every_other_mm_and_attention(
     tp: int, sp: bool, expected: int
 ) -> None:
-    from areal_alloc.memory import op_sac_bytes_per_token
+    from areal_alloc.estimate.memory import op_sac_bytes_per_token
 
     arch = find_model("meta-llama/Llama-3.1-8B")
     per_token, _ = op_sac_bytes_per_token(arch, moe=False, tp=tp, sequence_parallel=sp)

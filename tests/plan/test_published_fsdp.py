@@ -39,8 +39,8 @@ import pytest
 
 from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import find_gpu
+from areal_alloc.estimate.speed import Hardware, training_step
 from areal_alloc.model import ModelAllocation
-from areal_alloc.throughput import Hardware, training_step
 from benchmarks.measured import architecture as data_architecture
 from benchmarks.measured import load, rows
 

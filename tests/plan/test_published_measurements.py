@@ -50,8 +50,8 @@ import pytest
 
 from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import find_gpu
+from areal_alloc.estimate.speed import Hardware, StepEstimate, training_step
 from areal_alloc.model import ModelAllocation
-from areal_alloc.throughput import Hardware, StepEstimate, training_step
 from benchmarks.measured import load, paper_flops, rows
 
 Cli = Callable[..., "subprocess.CompletedProcess[str]"]  # the `cli` fixture (conftest)
@@ -104,7 +104,7 @@ TP_ABOVE_ONE_NODE = 8
 #: within 15 % fails here until it is moved back among the passing rows).
 #: Rows outside ±15 % with their reason (strict expected failures). The 1.7B row (h = 2304,
 #: 44 % of peak in the table) passes since the element-wise kernels' HBM time, which grows
-#: with h while the GEMMs' grows with h², is a term (areal_alloc/throughput.py).
+#: with h while the GEMMs' grows with h², is a term (areal_alloc/estimate/speed.py).
 KNOWN_MISSES: dict[str, str] = {}
 
 

@@ -1,4 +1,4 @@
-"""The one RL-step model (areal_alloc.rl_step): each term against its formula, the plan
+"""The one RL-step model (areal_alloc.estimate.rl_step): each term against its formula, the plan
 and ``suggest --config`` agreeing, and no proposal under its physical floor."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from areal_alloc import rl_step
 from areal_alloc.catalogue import find_gpu, find_model
 from areal_alloc.errors import AllocationError
-from areal_alloc.memory import TrainingSettings
+from areal_alloc.estimate import rl_step
+from areal_alloc.estimate.memory import TrainingSettings
+from areal_alloc.estimate.speed import Hardware, generation
 from areal_alloc.model import ModelAllocation
 from areal_alloc.settings import Settings
 from areal_alloc.suggest import RunShape, suggest
-from areal_alloc.throughput import Hardware, generation
 from tests.conftest import Cli, MainCli
 
 ROOT = Path(__file__).resolve().parents[2]

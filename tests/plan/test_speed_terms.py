@@ -11,9 +11,7 @@ import pytest
 from areal_alloc.catalogue import find_gpu, find_model
 from areal_alloc.cli import main
 from areal_alloc.errors import AllocationValidationError
-from areal_alloc.model import ModelAllocation
-from areal_alloc.strategy import ParallelStrategy
-from areal_alloc.throughput import (
+from areal_alloc.estimate.speed import (
     Hardware,
     StepEstimate,
     attention_efficiency,
@@ -22,6 +20,8 @@ from areal_alloc.throughput import (
     generation,
     training_step,
 )
+from areal_alloc.model import ModelAllocation
+from areal_alloc.strategy import ParallelStrategy
 
 H100 = Hardware.from_gpu(find_gpu("H100-80GB"), 8)  # 990 TFLOP/s, 3.35 TB/s, NVLink 900 GB/s
 A100 = Hardware.from_gpu(find_gpu("A100-80GB"), 8)  # 312 TFLOP/s, 2.0 TB/s

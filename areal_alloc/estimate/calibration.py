@@ -32,9 +32,9 @@ from areal_alloc._cache import (
 )
 from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationError, AllocationValidationError
+from areal_alloc.estimate.speed import Hardware, StepEstimate
 from areal_alloc.files import CALIBRATION, parse_json
 from areal_alloc.numbers import read_float
-from areal_alloc.throughput import Hardware, StepEstimate
 
 __all__ = [
     "MIN_EFFICIENCY",

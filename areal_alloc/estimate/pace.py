@@ -24,19 +24,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from areal_alloc import calibration, defaults, rl_step
+from areal_alloc import defaults
 from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationError, AllocationValidationError
-from areal_alloc.experiment.read import Experiment
-from areal_alloc.memory import MemoryEstimate, TrainingSettings
-from areal_alloc.settings import Resolved, Settings
-from areal_alloc.throughput import (
+from areal_alloc.estimate import calibration, rl_step
+from areal_alloc.estimate.memory import MemoryEstimate, TrainingSettings
+from areal_alloc.estimate.speed import (
     Hardware,
     StepEstimate,
     StepTerm,
     balance_advice,
     training_step,
 )
+from areal_alloc.experiment.read import Experiment
+from areal_alloc.settings import Resolved, Settings
 
 __all__ = ["EnginePace", "Pace", "estimate_pace"]
 
@@ -77,7 +78,7 @@ class Pace:
 
     @property
     def step_seconds(self) -> float:
-        """One RL step in the config's own mode (:func:`areal_alloc.rl_step.step_seconds`)."""
+        """One RL step in the config's own mode (:func:`.rl_step.step_seconds`)."""
         return rl_step.step_seconds(
             self.mode,
             self.generate_seconds,
@@ -157,7 +158,7 @@ def estimate_pace(
     machine: Resolved | None = None,
 ) -> Pace | None:
     """Each engine of ``experiment``'s seconds per RL step (``memory``, ``models`` and
-    ``settings`` in its engines' order, from ``areal_alloc.fit``); None without a GPU
+    ``settings`` in its engines' order, from ``areal_alloc.estimate.fit``); None without a GPU
     whose speeds are known.
 
     ``machine``: the GPU, speeds and efficiencies (``areal_alloc.settings``), else those

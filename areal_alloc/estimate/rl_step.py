@@ -1,7 +1,7 @@
 """One RL step as a timeline: the one model the plan's pace, ``layouts --rank``,
 ``suggest`` and ``calibrate`` share, so that they cannot disagree.
 
-- generation, per rollout instance (:func:`areal_alloc.throughput.generation`: the
+- generation, per rollout instance (:func:`areal_alloc.estimate.speed.generation`: the
   prefill at compute, then decode steps at max(HBM reads, GEMM compute) plus the
   tensor-parallel all-reduces), at the decode batch :func:`decode_batch` (the sequences
   in flight on the instance: never a fixed cap), over the mean generation length; a
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationValidationError
+from areal_alloc.estimate.speed import Hardware, StepEstimate, StepTerm, decode_step, generation
 from areal_alloc.strategy import ParallelStrategy
-from areal_alloc.throughput import Hardware, StepEstimate, StepTerm, decode_step, generation
 
 __all__ = [
     "ASYNCHRONOUS",

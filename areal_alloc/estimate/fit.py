@@ -40,14 +40,7 @@ from areal_alloc import defaults
 from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import reported_bytes
 from areal_alloc.errors import AllocationError, AllocationValidationError, reading
-from areal_alloc.experiment.read import (
-    Engine,
-    Experiment,
-    InferenceConfig,
-    RunConfig,
-    TrainConfig,
-)
-from areal_alloc.memory import (
+from areal_alloc.estimate.memory import (
     GIB,
     VLLM_MAX_NUM_SEQS,
     InferenceSettings,
@@ -57,6 +50,13 @@ from areal_alloc.memory import (
     inference_memory,
     readable_bytes,
     training_memory,
+)
+from areal_alloc.experiment.read import (
+    Engine,
+    Experiment,
+    InferenceConfig,
+    RunConfig,
+    TrainConfig,
 )
 from areal_alloc.model import ModelAllocation
 from areal_alloc.settings import (
@@ -184,7 +184,7 @@ def _whole_local_batch(run: RunConfig, n_mbs: int, path: str, dp: int) -> tuple[
 
 def _lora_targets(targets: tuple[str, ...], path: str, notes: list[str]) -> None:
     """Say which of LoRA's ``target_modules`` the estimate does not count."""
-    from areal_alloc.memory import LORA_TARGETS
+    from areal_alloc.estimate.memory import LORA_TARGETS
 
     known = set(LORA_TARGETS) | {"all-linear"}
     unknown = [t for t in targets if t not in known]
