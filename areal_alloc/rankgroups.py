@@ -26,11 +26,13 @@ __all__ = [
     "ATTENTION_GROUPS",
     "DEFAULT_ORDER",
     "EXPERT_GROUPS",
+    "JSON_MAX_RANKS",
     "GroupSummary",
     "RankGroup",
     "all_rank_groups",
     "check_order",
     "group_names",
+    "listed_rank_groups",
     "order_refusal",
     "rank_groups",
     "summarize_rank_groups",
@@ -50,6 +52,9 @@ ATTENTION_GROUPS: tuple[str, ...] = (
     "tp-cp",
 )
 EXPERT_GROUPS: tuple[str, ...] = ("etp", "ep", "edp", "etp-ep", "etp-ep-pp")
+#: Ranks ``explain --json`` (and the HTML report) list per group kind at most: every group
+#: of 16,384 GPUs.
+JSON_MAX_RANKS = 16_384
 #: Expert group names -> the mesh names of the expert rank generator.
 _EXPERT_MESH = {"etp": "tp", "ep": "ep", "edp": "dp", "pp": "pp"}
 
@@ -272,6 +277,23 @@ def summarize_rank_groups(
         first = tuple(itertools.islice(_iter_groups(mesh, layout, varying), take))
         out.append(GroupSummary(name, size, count, first))
     return out
+
+
+def listed_rank_groups(
+    allocation: ModelAllocation | ParallelStrategy,
+    order: str = DEFAULT_ORDER,
+    limit: int | None = None,
+) -> tuple[dict[str, list[list[int]]], dict[str, dict[str, int]]]:
+    """The rank groups as ``explain --json`` lists them: ``rank_groups`` (every kind's
+    groups, up to :data:`JSON_MAX_RANKS` ranks per kind; ``limit`` groups per kind, default
+    all) and ``rank_group_counts`` (each kind's size, count and how many were left out)."""
+    parallel = allocation.parallel if isinstance(allocation, ModelAllocation) else allocation
+    summaries = summarize_rank_groups(
+        parallel, order, limit=limit or parallel.world_size, max_ranks=JSON_MAX_RANKS
+    )
+    groups = {s.name: [list(g) for g in s.first] for s in summaries}
+    counts = {s.name: {"size": s.size, "count": s.count, "omitted": s.omitted} for s in summaries}
+    return groups, counts
 
 
 def group_names(allocation: ModelAllocation | ParallelStrategy) -> tuple[str, ...]:

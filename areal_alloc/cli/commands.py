@@ -46,7 +46,12 @@ from areal_alloc.legacy import migration_overrides
 from areal_alloc.model import ModelAllocation
 from areal_alloc.model_shape import ModelShape
 from areal_alloc.plan import plan_config
-from areal_alloc.rankgroups import order_refusal, summarize_rank_groups
+from areal_alloc.rankgroups import (
+    JSON_MAX_RANKS,
+    listed_rank_groups,
+    order_refusal,
+    summarize_rank_groups,
+)
 from areal_alloc.vocab import DEFAULT_ORDER
 
 __all__ = ["COMMANDS", "run_command"]
@@ -54,8 +59,6 @@ __all__ = ["COMMANDS", "run_command"]
 
 # --- explain ---------------------------------------------------------------------
 
-#: Ranks ``explain --json`` lists per group kind at most (every group of 16,384 GPUs).
-JSON_MAX_RANKS = 16_384
 #: Groups the text of ``explain`` lists per kind at most: a larger ``--groups`` is cut to
 #: it, and the output says how many were left out (each group is shown in one short form,
 #: so the text stays a few hundred KB at most).
@@ -160,12 +163,7 @@ def explain(args: list[str]) -> int:
     if ns.json:
         alloc = ModelAllocation.from_str(ns.spec)
         p = alloc.parallel
-        summaries = summarize_rank_groups(
-            alloc,
-            ns.order,
-            limit=ns.groups or p.world_size,
-            max_ranks=JSON_MAX_RANKS,
-        )
+        groups, counts = listed_rank_groups(alloc, ns.order, limit=ns.groups)
         print(
             json.dumps(
                 {
@@ -184,11 +182,8 @@ def explain(args: list[str]) -> int:
                         {"part": part.label, **part.sizes}
                         for part in layout_parts(p, meshes=not alloc.is_inference)
                     ],
-                    "rank_groups": {s.name: [list(g) for g in s.first] for s in summaries},
-                    "rank_group_counts": {
-                        s.name: {"size": s.size, "count": s.count, "omitted": s.omitted}
-                        for s in summaries
-                    },
+                    "rank_groups": groups,
+                    "rank_group_counts": counts,
                     "memory": memory.to_dict() if memory else None,
                     **(
                         {"kv_cache": memory.kv_cache.to_dict()}
