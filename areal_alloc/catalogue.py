@@ -305,8 +305,8 @@ _ALIASES = {
 class GPU:
     """A GPU model: its published memory (taken as GiB, 2^30 bytes) and, where a source
     gives them, dense BF16 tensor TFLOP/s, HBM bandwidth (TB/s) and NVLink bandwidth
-    per GPU (GB/s, both directions together, as published). ``None``: not published
-    in a source we could cite; give it in ``cluster`` instead."""
+    per GPU (GB/s, both directions together). ``None``: not published in a source we
+    could cite; give it in ``cluster`` (or --peak-tflops / --hbm-tbps) instead."""
 
     name: str
     memory_gib: float
@@ -314,27 +314,64 @@ class GPU:
     bf16_tflops: float | None = None
     hbm_tbps: float | None = None
     nvlink_gbps: float | None = None
-    speed_source: str | None = None
+    #: where each speed figure was read, by its field name: a repository, path and commit
+    #: with the line quoted (:func:`_cite`), or a page's URL
+    cited: tuple[tuple[str, str], ...] = ()
 
     @property
     def memory_bytes(self) -> int:
         return int(self.memory_gib * GIB)
 
+    @property
+    def speed_source(self) -> str | None:
+        """Every speed figure's citation, in one line (None: no cited speeds)."""
+        return "; ".join(f"{figure}: {where}" for figure, where in self.cited) or None
 
-_LLMBOOK = "http://llmbook.apartsin.com/appendices/appendix-g-hardware-compute/section-g.1.html"
+    def citation(self, figure: str) -> str | None:
+        """The citation of one speed figure (``bf16_tflops``, ``hbm_tbps``, ``nvlink_gbps``)."""
+        return dict(self.cited).get(figure)
+
+
+def _cite(repo: str, path: str, commit: str, quote: str, note: str = "") -> str:
+    """``owner/name path@commit ("quoted line"; note)``: a figure read at a commit."""
+    return f'{repo} {path}@{commit} ("{quote}"' + (f"; {note})" if note else ")")
+
+
+_HF_HARDWARE = "https://huggingface.co/hardware/"
 #: Speed sources read at a commit (benchmarks/measurements.json ``gpus`` quotes each line).
-_TORCHTITAN = (
-    "pytorch/torchtitan torchtitan/tools/utils.py@b5bcd76c66d0acb1a08b176d9639425bc55e0b2a"
+_TORCHTITAN = ("pytorch/torchtitan", "torchtitan/tools/utils.py")
+_TORCHTITAN_COMMIT = "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a"
+_AIC_COMMIT = "095f58a51c4ca8e61b66ec108d86f223f8d559ce"
+_AIC_SYSTEMS = "aic-core/src/aiconfigurator_core/systems/"
+_FLASHMLA_COMMIT = "9241ae3ef9bac614dd25e45e507e089f888280e0"
+_INFERSIM_COMMIT = "f2293dab6d23fe2780356eb71e0ffc3b4baf61dd"
+_LLM_ANALYSIS_COMMIT = "d841e40aec8c84b9e76ba9cfbce67418adb172bd"
+_LLM_PROF = ("citsjtu2020/LLM-Prof", "hardware_spec.md", "8434c8d19c396b2f95d92a67845a7c0a0e0dd512")
+_VERL = (
+    "volcengine/verl",
+    "verl/utils/flops_counter.py",
+    "02cf355f17969b4a8e76ff981dda8b5a8ae440b9",
 )
-_AICONFIGURATOR = (
-    "ai-dynamo/aiconfigurator@095f58a51c4ca8e61b66ec108d86f223f8d559ce "
-    "aic-core/src/aiconfigurator_core/systems/"
-)
-_FLASHMLA = "deepseek-ai/FlashMLA@9241ae3ef9bac614dd25e45e507e089f888280e0 "
-_LLM_ANALYSIS = (
-    "cli99/llm-analysis llm_analysis/gpu_configs/a100-sxm-40gb.json"
-    "@d841e40aec8c84b9e76ba9cfbce67418adb172bd"
-)
+
+
+def _titan(quote: str) -> str:
+    return _cite(*_TORCHTITAN, _TORCHTITAN_COMMIT, quote)
+
+
+def _aic(system: str, quote: str, note: str = "") -> str:
+    return _cite("ai-dynamo/aiconfigurator", _AIC_SYSTEMS + system, _AIC_COMMIT, quote, note)
+
+
+def _infersim(quote: str, note: str = "") -> str:
+    return _cite("alibaba/InferSim", "hardware/gpu.py", _INFERSIM_COMMIT, quote, note)
+
+
+def _llm_analysis(config: str, quote: str, note: str = "") -> str:
+    path = f"llm_analysis/gpu_configs/{config}.json"
+    return _cite("cli99/llm-analysis", path, _LLM_ANALYSIS_COMMIT, quote, note)
+
+
+_BOTH_WAYS = "per direction: both directions together are twice that"
 
 GPUS: dict[str, GPU] = {
     g.name.lower(): g
@@ -346,93 +383,223 @@ GPUS: dict[str, GPU] = {
             312,
             1.555,
             600,
-            _LLM_ANALYSIS + ' ("peak_fp16_TFLOPS": 312, the A100\'s BF16 tensor peak too; '
-            '"hbm_bandwidth_in_GB_per_sec": 1555) and, NVLink, ' + _LLMBOOK + " (A100 SXM: "
-            "NVLink 3 600 GB/s; llm-analysis gives 300, one direction)",
+            (
+                (
+                    "bf16_tflops",
+                    _llm_analysis(
+                        "a100-sxm-40gb",
+                        '"peak_fp16_TFLOPS": 312',
+                        "the A100's BF16 tensor peak too: "
+                        + _titan('if "A100" in device_name: … return 312e12'),
+                    ),
+                ),
+                ("hbm_tbps", _llm_analysis("a100-sxm-40gb", '"hbm_bandwidth_in_GB_per_sec": 1555')),
+                (
+                    "nvlink_gbps",
+                    _llm_analysis(
+                        "a100-sxm-40gb", '"intra_node_bandwidth_in_GB_per_sec": 300', _BOTH_WAYS
+                    ),
+                ),
+            ),
         ),
         GPU(
             "A100-80GB",
             80,
-            _LLMBOOK + " (A100 SXM: 80 GB HBM2e)",
+            _aic("a100_sxm.yaml", "mem_capacity: 85899345920 # 80GiB"),
             312,
-            2.0,
+            2.039,
             600,
-            _LLMBOOK + " (A100 SXM: 2.0 TB/s, BF16 312 TFLOPS, NVLink 3 600 GB/s)",
+            (
+                ("bf16_tflops", _aic("a100_sxm.yaml", "bfloat16_tc_flops: 312000000000000")),
+                ("hbm_tbps", _aic("a100_sxm.yaml", "mem_bw: 2039000000000 # 2.039TB/s")),
+                (
+                    "nvlink_gbps",
+                    _aic(
+                        "a100_sxm.yaml",
+                        "intra_node_bw: 300000000000  # Byte/s per gpu, single direction",
+                        _BOTH_WAYS,
+                    ),
+                ),
+            ),
         ),
         GPU(
             "A800",
             80,
-            "https://tweakers.net/nieuws/203182/ (A800: up to 80GB HBM2e, as the A100)",
+            _cite(*_LLM_PROF, '"NVIDIA_A800_SXM4_80GB": {... "memsize": 80 * (1024**3)'),
             312,
-            2.0,
+            2.039,
             400,
-            "https://tweakers.net/nieuws/203182/ (the A100's stated performance, NVLink "
-            "limited to 400GB/s) with the A100 SXM figures of " + _LLMBOOK,
+            (
+                ("bf16_tflops", _cite(*_VERL, '"A800": 312e12')),
+                (
+                    "hbm_tbps",
+                    _cite(
+                        *_LLM_PROF,
+                        '"NVIDIA_A800_SXM4_80GB": {"mem_bandwidth": 2039 * (1024**3)',
+                        "2,039 GB/s, as the A100 SXM 80GB's",
+                    ),
+                ),
+                (
+                    "nvlink_gbps",
+                    _cite(*_LLM_PROF, '"interconnect_bandwidth": 400 * (1024**3)'),
+                ),
+            ),
         ),
         GPU(
             "H100-80GB",
             80,
-            _LLMBOOK + " (H100 SXM: 80 GB HBM3)",
-            990,
+            _aic("h100_sxm.yaml", "mem_capacity: 85899345920 # 80GiB"),
+            989,
             3.35,
             900,
-            _LLMBOOK + " (H100 SXM: 3.35 TB/s, BF16 990 TFLOPS, NVLink 4 900 GB/s)",
+            (
+                (
+                    "bf16_tflops",
+                    _titan("else:  # for H100 SXM and other variants … return 989e12")
+                    + "; "
+                    + _aic("h100_sxm.yaml", "bfloat16_tc_flops: 989000000000000 # 989TFLOPS"),
+                ),
+                ("hbm_tbps", _aic("h100_sxm.yaml", "mem_bw: 3350000000000 # 3350GB/s")),
+                (
+                    "nvlink_gbps",
+                    _aic(
+                        "h100_sxm.yaml",
+                        "intra_node_bw: 450000000000  # Byte/s per gpu, single direction",
+                        _BOTH_WAYS,
+                    ),
+                ),
+            ),
         ),
         GPU(
             "H200",
             141,
-            _LLMBOOK + " (H200 SXM: 141 GB HBM3e)",
-            990,
+            _aic("h200_sxm.yaml", "mem_capacity: 151397597184 # 141GiB"),
+            989,
             4.8,
             900,
-            _LLMBOOK + " (H200 SXM: 4.8 TB/s, BF16 990 TFLOPS, NVLink 4 900 GB/s)",
+            (
+                (
+                    "bf16_tflops",
+                    _titan('elif "H200" in device_name: … return 989e12')
+                    + "; "
+                    + _aic("h200_sxm.yaml", "bfloat16_tc_flops: 989000000000000 # 989TFLOPS"),
+                ),
+                ("hbm_tbps", _aic("h200_sxm.yaml", "mem_bw: 4800000000000 # 4800GB/s")),
+                (
+                    "nvlink_gbps",
+                    _aic(
+                        "h200_sxm.yaml",
+                        "intra_node_bw: 450000000000  # Byte/s per gpu, single direction",
+                        _BOTH_WAYS,
+                    ),
+                ),
+            ),
         ),
         GPU(
             "H20",
             96,
-            "https://tweakers.net/nieuws/215984/ (H20: 96GB HBM3, 4TB/s)",
+            _infersim("h20 = GPU(... mem=96,"),
             148,
-            4.0,
+            4.096,
             900,
-            _TORCHTITAN + ' ("The peak BF16/FP16 Tensor performance is reported as 148 '
-            'TFLOPS."); https://tweakers.net/nieuws/215984/ (4TB/s); '
-            "https://willitrunai.com/es/gpus/h20-96gb (NVLink 4.0 900 GB/s)",
+            (
+                (
+                    "bf16_tflops",
+                    _titan("The peak BF16/FP16 Tensor performance is reported as 148 TFLOPS."),
+                ),
+                (
+                    "hbm_tbps",
+                    _infersim(
+                        "mem_bw=4096 * 0.8,",
+                        "4,096 GB/s; the 0.8 is InferSim's achievable share, not counted here",
+                    ),
+                ),
+                (
+                    "nvlink_gbps",
+                    _infersim(
+                        "nvlink_bw=900 * 0.8 / 2,",
+                        "900 GB/s both directions together (its field is one direction)",
+                    ),
+                ),
+            ),
         ),
         GPU(
             "L40S",
             48,
-            _LLMBOOK + " (L40S: 48 GB GDDR6)",
+            "http://llmbook.apartsin.com/appendices/appendix-g-hardware-compute/section-g.1.html"
+            " (L40S: 48 GB GDDR6)",
             362,
             0.864,
             None,  # no NVLink: PCIe 4.0 (64 GB/s)
-            _TORCHTITAN + ' ("l40s" -> 362e12); ' + _AICONFIGURATOR + 'l40s.yaml ("mem_bw: '
-            '864000000000 # 864GB/s"; "intra_node_bw: 32000000000  # Byte/s per gpu, single '
-            'direction (pcie 4.0)")',
+            (
+                (
+                    "bf16_tflops",
+                    _titan('elif "l40s" in device_name: … return 362e12'),
+                ),
+                ("hbm_tbps", _aic("l40s.yaml", "mem_bw: 864000000000 # 864GB/s")),
+            ),
         ),
         GPU(
             "B200",
             180,
-            _AICONFIGURATOR + 'b200_sxm.yaml ("mem_capacity: 193273528320 # 180GiB"; the '
-            "192 GB nameplate is not what the device holds)",
+            _aic(
+                "b200_sxm.yaml",
+                "mem_capacity: 193273528320 # 180GiB",
+                "the 192 GB nameplate is not what the device holds",
+            ),
             2250,
             7.7,
             1800,
-            _TORCHTITAN + ' ("B200" -> 2.25e15); ' + _AICONFIGURATOR + 'b200_sxm.yaml ("mem_bw: '
-            '7700000000000 # 7.7TB/s"; "intra_node_bw: 900000000000  # Byte/s per gpu, single '
-            'direction", 1,800 both together)',
+            (
+                (
+                    "bf16_tflops",
+                    _titan('elif "B300" in device_name or "B200" in device_name: … return 2.25e15'),
+                ),
+                ("hbm_tbps", _aic("b200_sxm.yaml", "mem_bw: 7700000000000 # 7.7TB/s")),
+                (
+                    "nvlink_gbps",
+                    _aic(
+                        "b200_sxm.yaml",
+                        "intra_node_bw: 900000000000  # Byte/s per gpu, single direction",
+                        _BOTH_WAYS,
+                    ),
+                ),
+            ),
         ),
         GPU(
             "H800",
             80,
-            _HF + "hardware/h800 (H800: Memory 80GB)",
+            _HF_HARDWARE + "h800 (H800: Memory 80GB)",
             989,
             3.35,
             400,
-            _FLASHMLA + 'docs/20250929-hopper-fp8-sparse-deep-dive.md ("989 TFlops / 1830 MHz '
-            '/ 132 SMs` on H800"); ' + _FLASHMLA + 'docs/20250422-new-kernel-deep-dive.md ("An '
-            'NVIDIA H800 SXM5 GPU has a peak memory bandwidth of 3.35 TB/s"); '
-            "alibaba/InferSim hardware/gpu.py@f2293dab6d23fe2780356eb71e0ffc3b4baf61dd "
-            '("nvlink_bw=400 * 0.8 / 2", 400 GB/s both directions together)',
+            (
+                (
+                    "bf16_tflops",
+                    _cite(
+                        "deepseek-ai/FlashMLA",
+                        "docs/20250929-hopper-fp8-sparse-deep-dive.md",
+                        _FLASHMLA_COMMIT,
+                        "989 TFlops / 1830 MHz / 132 SMs` on H800",
+                    ),
+                ),
+                (
+                    "hbm_tbps",
+                    _cite(
+                        "deepseek-ai/FlashMLA",
+                        "docs/20250422-new-kernel-deep-dive.md",
+                        _FLASHMLA_COMMIT,
+                        "An NVIDIA H800 SXM5 GPU has a peak memory bandwidth of 3.35 TB/s",
+                    ),
+                ),
+                (
+                    "nvlink_gbps",
+                    _infersim(
+                        "nvlink_bw=400 * 0.8 / 2,",
+                        "400 GB/s both directions together (its field is one direction)",
+                    ),
+                ),
+            ),
         ),
         # memory only: no citable speeds were found (give --peak-tflops / cluster.peak_tflops)
         GPU("RTX-4090", 24, _HF + "kernels/drbh/gemmaq (supported hardware: RTX 4090 24GB)"),

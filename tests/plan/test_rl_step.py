@@ -22,7 +22,7 @@ from areal_alloc.suggest import RunShape, suggest
 from tests.conftest import Cli, MainCli
 
 ROOT = Path(__file__).resolve().parents[2]
-H100 = Hardware.from_gpu(find_gpu("H100-80GB"), 8)  # 990 TFLOP/s, 3.35 TB/s, NVLink 900 GB/s
+H100 = Hardware.from_gpu(find_gpu("H100-80GB"), 8)  # 989 TFLOP/s, 3.35 TB/s, NVLink 900 GB/s
 QWEN = find_model("Qwen3-8B")
 P = QWEN.parameters.total  # parameters; bf16 weights are 2 × P bytes
 

@@ -23,13 +23,13 @@ from areal_alloc.estimate.speed import (
 from areal_alloc.model import ModelAllocation
 from areal_alloc.strategy import ParallelStrategy
 
-H100 = Hardware.from_gpu(find_gpu("H100-80GB"), 8)  # 990 TFLOP/s, 3.35 TB/s, NVLink 900 GB/s
-A100 = Hardware.from_gpu(find_gpu("A100-80GB"), 8)  # 312 TFLOP/s, 2.0 TB/s
+H100 = Hardware.from_gpu(find_gpu("H100-80GB"), 8)  # 989 TFLOP/s, 3.35 TB/s, NVLink 900 GB/s
+A100 = Hardware.from_gpu(find_gpu("A100-80GB"), 8)  # 312 TFLOP/s, 2.039 TB/s
 LLAMA = find_model("meta-llama/Llama-3.1-8B")  # 8,030,261,248 params, h = q = 4096, 32 layers
 PARAMS = 8_030_261_248
 KV = 131_072  # bytes per token: 2 × 8 kv heads × 128 × 32 layers × 2 B
 HBM = 3.35e12 * 0.7
-GEMM = 990e12 * 0.5
+GEMM = 989e12 * 0.5
 
 
 def _parallel(spec: str) -> ParallelStrategy:
@@ -190,7 +190,7 @@ def test_training_compute_takes_attention_at_its_own_efficiency() -> None:
     assert step.model_flops == pytest.approx(gemm + attention, rel=1e-3)
     # the flash kernels' backward is 2.5 forwards: the attention runs 3.5/3 of its count
     assert _term(step, "compute")[0] == pytest.approx(
-        (step.model_flops - attention) / (8 * GEMM) + attention * 3.5 / 3 / (8 * 990e12 * 0.35)
+        (step.model_flops - attention) / (8 * GEMM) + attention * 3.5 / 3 / (8 * 989e12 * 0.35)
     )
 
 
@@ -325,10 +325,14 @@ def test_megatron_data_parallel_is_still_added() -> None:
 @pytest.mark.parametrize(
     ("name", "tflops", "tbps", "nvlink", "memory", "cited"),
     [
-        ("H800", 989, 3.35, 400, 80, "deepseek-ai/FlashMLA@9241ae3e"),
+        ("H800", 989, 3.35, 400, 80, "deepseek-ai/FlashMLA docs/20250929"),
         ("A100-40GB", 312, 1.555, 600, 40, "cli99/llm-analysis"),
-        ("H20", 148, 4.0, 900, 96, "pytorch/torchtitan torchtitan/tools/utils.py@b5bcd76c"),
-        ("B200", 2250, 7.7, 1800, 180, "ai-dynamo/aiconfigurator@095f58a5"),
+        ("A100-80GB", 312, 2.039, 600, 80, "systems/a100_sxm.yaml@095f58a5"),
+        ("A800", 312, 2.039, 400, 80, "citsjtu2020/LLM-Prof hardware_spec.md@8434c8d1"),
+        ("H100-80GB", 989, 3.35, 900, 80, "systems/h100_sxm.yaml@095f58a5"),
+        ("H200", 989, 4.8, 900, 141, "systems/h200_sxm.yaml@095f58a5"),
+        ("H20", 148, 4.096, 900, 96, "pytorch/torchtitan torchtitan/tools/utils.py@b5bcd76c"),
+        ("B200", 2250, 7.7, 1800, 180, "systems/b200_sxm.yaml@095f58a5"),
         ("L40S", 362, 0.864, None, 48, "aiconfigurator_core/systems/l40s.yaml"),
     ],
 )

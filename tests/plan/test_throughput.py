@@ -78,14 +78,14 @@ def test_compute_is_flops_over_peak_times_efficiency() -> None:
     attention = attention_flops(arch, 1 << 20, 8192)
     gemms = flops - attention
     executed = gemms + attention * 3.5 / 3
-    assert _term(estimate, "compute") == pytest.approx(executed / (16 * 990e12 * 0.5))
+    assert _term(estimate, "compute") == pytest.approx(executed / (16 * 989e12 * 0.5))
     faster = Hardware.from_gpu(find_gpu("H100-80GB"), 8, compute_efficiency=1.0)
     assert _term(_step("megatron:d8t2", faster), "compute") == pytest.approx(
         _term(estimate, "compute") / 2
     )
     full = _step("megatron:d8t2", recompute="full")  # one more forward of each
     again = gemms * 4 / 3 + attention * 4.5 / 3
-    assert _term(full, "compute") == pytest.approx(again / (16 * 990e12 * 0.5))
+    assert _term(full, "compute") == pytest.approx(again / (16 * 989e12 * 0.5))
 
 
 def test_bubble_is_p_minus_1_over_micro_batches_times_vpp() -> None:
@@ -157,7 +157,7 @@ def test_a_data_parallel_group_across_nodes_uses_every_members_port() -> None:
 def test_mfu_is_model_flops_over_the_step_at_peak() -> None:
     estimate = _step("megatron:d8t2")
     flops = model_flops(find_model("Qwen3-8B"), 1 << 20, 8192)
-    assert estimate.mfu == pytest.approx(flops / (estimate.seconds * 16 * 990e12))
+    assert estimate.mfu == pytest.approx(flops / (estimate.seconds * 16 * 989e12))
     assert 0 < estimate.mfu < 0.5
 
 
@@ -338,5 +338,5 @@ def test_an_inference_teacher_is_paced_as_a_prefill() -> None:
     teacher = next(e for e in pace.engines if e.key == "teacher")
     tokens = 64 * 8 * (1024 + 8192)
     flops = 2 * find_model("Qwen/Qwen3-32B").parameters.active * tokens
-    assert teacher.seconds == pytest.approx(flops / (8 * 990e12 * 0.5))
+    assert teacher.seconds == pytest.approx(flops / (8 * 989e12 * 0.5))
     assert teacher.to_dict()["bottleneck"] == "prefill compute"
