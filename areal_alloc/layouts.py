@@ -17,7 +17,6 @@ from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import find_model
 from areal_alloc.defaults import CONTEXT_LENGTH
 from areal_alloc.errors import AllocationValidationError, shown
-from areal_alloc.estimate.fit import resolve_gpu
 from areal_alloc.estimate.memory import (
     RECOMPUTE,
     InferenceSettings,
@@ -27,7 +26,8 @@ from areal_alloc.estimate.memory import (
     training_memory,
 )
 from areal_alloc.estimate.rl_step import decode_batch
-from areal_alloc.estimate.speed import Hardware, StepEstimate, decode_step, training_step
+from areal_alloc.estimate.speed import StepEstimate, decode_step, training_step
+from areal_alloc.estimate.system import Hardware, resolve_gpu
 from areal_alloc.format import format_spec
 from areal_alloc.limits import MAX_COUNT, MAX_GPUS, MAX_LAYOUTS, grouped
 from areal_alloc.model import ModelAllocation

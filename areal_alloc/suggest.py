@@ -27,7 +27,8 @@ from areal_alloc.defaults import CONTEXT_LENGTH, NEW_TOKENS, PROMPT_TOKENS, WEIG
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.estimate import rl_step
 from areal_alloc.estimate.memory import InferenceSettings, Term, TrainingSettings
-from areal_alloc.estimate.speed import Hardware, balance_advice
+from areal_alloc.estimate.speed import balance_advice
+from areal_alloc.estimate.system import Hardware
 from areal_alloc.layouts import LayoutConstraints, RankedLayout, fastest_layouts
 from areal_alloc.limits import MAX_COUNT
 from areal_alloc.numbers import read_int

@@ -32,9 +32,10 @@ from typing import Any
 from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import GPU, find_gpu, find_model, reported_bytes
 from areal_alloc.errors import AllocationError
-from areal_alloc.estimate.fit import estimate_allocation, resolve_gpu
+from areal_alloc.estimate.fit import estimate_allocation
 from areal_alloc.estimate.memory import InferenceSettings, MemoryEstimate, TrainingSettings
-from areal_alloc.estimate.speed import Hardware, generation, training_step
+from areal_alloc.estimate.speed import generation, training_step
+from areal_alloc.estimate.system import Hardware, resolve_gpu
 from areal_alloc.model import ModelAllocation
 from areal_alloc.settings import NAMES, Settings
 

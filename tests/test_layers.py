@@ -189,11 +189,12 @@ LAYERS = [
     "areal_alloc.experiment.checks",
     # the estimates: memory, step times, the RL step, calibration
     "areal_alloc.estimate",
+    "areal_alloc.estimate.calibration",
+    "areal_alloc.estimate.system",
     "areal_alloc.estimate.memory",
     "areal_alloc.estimate.fit",
     "areal_alloc.estimate.speed",
     "areal_alloc.estimate.rl_step",
-    "areal_alloc.estimate.calibration",
     "areal_alloc.estimate.pace",
     # the search: layouts ranked, the split between rollout and training
     "areal_alloc.layouts",

@@ -24,7 +24,7 @@ from areal_alloc.defaults import (
 )
 from areal_alloc.errors import AllocationError, AllocationValidationError
 from areal_alloc.estimate import calibration, rl_step
-from areal_alloc.estimate.fit import GPUSpec, estimate_allocation
+from areal_alloc.estimate.fit import estimate_allocation
 from areal_alloc.estimate.memory import (
     RECOMPUTE,
     InferenceSettings,
@@ -34,7 +34,14 @@ from areal_alloc.estimate.memory import (
     readable_bytes,
 )
 from areal_alloc.estimate.pace import Pace
-from areal_alloc.estimate.speed import Hardware, decode_step, generation, training_step
+from areal_alloc.estimate.speed import (
+    decode_step,
+    fit_decode,
+    fit_training,
+    generation,
+    training_step,
+)
+from areal_alloc.estimate.system import GPUSpec, Hardware, build_hardware
 from areal_alloc.experiment.read import read_experiment
 from areal_alloc.layouts import (
     LayoutConstraints,
@@ -289,33 +296,15 @@ def hardware_from_flags(ns: argparse.Namespace, arch: Architecture | None = None
     efficiencies from the flags, else from a stored calibration of this model and GPU."""
     per_node = ns.gpus_per_node or 8
     found = machine(ns)
-    gpu = found.speeds
-    if gpu is None or gpu.bf16_tflops is None or gpu.hbm_tbps is None:
+    use = arch is not None and not getattr(ns, "no_calibration", False)
+    hardware = build_hardware(found, per_node, arch, use_calibration=use, off=calibration.OFF)
+    if hardware is None:
         chosen = found.gpu
         what = f"{chosen.source} {chosen.name!r}" if chosen is not None else "the GPU"
         raise AllocationValidationError(
             f"{what} is not in the catalogue: give --peak-tflops and --hbm-tbps to estimate speed"
         )
-    compute, hbm = found.value("compute_efficiency"), None
-    stored = None
-    if arch is not None and not getattr(ns, "no_calibration", False):
-        stored = calibration.load(arch, gpu.name)
-    used = ""
-    if stored is not None:
-        used = calibration.describe(stored, use_compute=compute is None)
-        if compute is None:
-            compute = stored.compute_efficiency
-        hbm = stored.hbm_efficiency
-    hardware = Hardware.from_gpu(
-        gpu,
-        per_node,
-        inter_node_gbps=found.value("inter_node_gbps"),
-        compute_efficiency=compute,
-        comm_efficiency=found.value("comm_efficiency"),
-        hbm_efficiency=hbm,
-    )
-    # named in every estimate it changes (their assumptions), with how to turn it off
-    return replace(hardware, calibration=f"{used} ({calibration.OFF})") if used else hardware
+    return hardware  # a calibration used is named in every estimate it changes
 
 
 def ranking(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
@@ -571,7 +560,7 @@ def calibrate(args: list[str]) -> int:
         calibration.check_measured(
             ns.tokens_per_second, "--tokens-per-second", calibration.MAX_TOKENS_PER_SECOND
         )
-        efficiency = calibration.fit_decode(ns.tokens_per_second, one, hardware, instances)
+        efficiency = fit_decode(ns.tokens_per_second, one, hardware, instances)
         source = (
             f"a measured {ns.tokens_per_second:g} generated tokens/s of {alloc.spec} "
             f"(batch {batch}, context {context:,})"
@@ -599,7 +588,7 @@ def calibrate(args: list[str]) -> int:
             recompute=training.recompute,
             virtual_pipeline=training.virtual_pipeline,
         )
-        efficiency = calibration.fit_training(ns.step_seconds, estimate, hardware)
+        efficiency = fit_training(ns.step_seconds, estimate, hardware)
         source = (
             f"a measured {ns.step_seconds:g} s step of {alloc.spec} ({ns.tokens_per_step:,} tokens)"
         )

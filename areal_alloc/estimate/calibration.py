@@ -4,9 +4,11 @@
 or an inference engine's generated tokens per second — for a layout, and solves
 for the one efficiency that makes the estimate match it: the fraction of peak
 compute (training; the communication terms are kept as estimated) or the
-fraction of HBM bandwidth (decode). A fit outside [:data:`MIN_EFFICIENCY`, 1] (or
-not finite) is refused and nothing is stored. The result is stored per model and
-GPU in the user's private cache folder (``~/.cache/areal-alloc/calibration.json``,
+fraction of HBM bandwidth (decode; the fits are ``speed.fit_training`` and
+``speed.fit_decode``, beside the terms they invert). A fit outside
+[:data:`MIN_EFFICIENCY`, 1] (or not finite) is refused and nothing is stored. The result
+is stored per model and GPU in the user's private cache folder
+(``~/.cache/areal-alloc/calibration.json``,
 read only when the folder and the file are the user's own, ``_cache``), and
 ``layouts --rank``, ``suggest`` and the plan of ``check`` and the app start from
 it and name it (:func:`describe`) unless told otherwise: ``--no-calibration``
@@ -32,7 +34,6 @@ from areal_alloc._cache import (
 )
 from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationError, AllocationValidationError
-from areal_alloc.estimate.speed import Hardware, StepEstimate
 from areal_alloc.files import CALIBRATION, parse_json
 from areal_alloc.numbers import read_float
 
@@ -45,8 +46,6 @@ __all__ = [
     "describe",
     "disabled",
     "entries",
-    "fit_decode",
-    "fit_training",
     "folder",
     "forget",
     "load",
@@ -245,51 +244,3 @@ def check_measured(value: float, flag: str, limit: float) -> float:
     check for a caller of the library.
     """
     return read_float(value, flag, minimum=0, maximum=limit, above=True)
-
-
-def fit_training(measured_seconds: float, estimate: StepEstimate, hardware: Hardware) -> float:
-    """The compute efficiency that makes ``estimate`` take ``measured_seconds``."""
-    check_measured(measured_seconds, "--step-seconds", MAX_STEP_SECONDS)
-    compute = sum(t.seconds for t in estimate.terms if t.name in ("compute", "pipeline bubble"))
-    rest = estimate.seconds - compute
-    if measured_seconds <= rest:
-        raise AllocationValidationError(
-            f"the measured {measured_seconds:g} s is less than the estimated communication "
-            f"alone ({rest:.3g} s): give the cluster's real network (--inter-node-gbps) or a "
-            f"higher --comm-efficiency"
-        )
-    efficiency = hardware.compute_efficiency * compute / (measured_seconds - rest)
-    return check_efficiency(
-        efficiency,
-        f"the measured {measured_seconds:g} s",
-        "peak compute",
-        "check the measurement, the layout, the tokens per step and the GPU",
-    )
-
-
-def fit_decode(
-    measured_tokens_per_second: float,
-    estimate: StepEstimate,
-    hardware: Hardware,
-    instances: int = 1,
-) -> float:
-    """The HBM efficiency that makes ``estimate`` (one instance's decode step) generate
-    ``measured`` tokens per second over ``instances`` instances; messages quote the
-    measurement as given."""
-    check_measured(measured_tokens_per_second, "--tokens-per-second", MAX_TOKENS_PER_SECOND)
-    measured_seconds = estimate.tokens * instances / measured_tokens_per_second
-    hbm = sum(t.seconds for t in estimate.terms if t.name == "HBM reads" and not t.hidden)
-    rest = estimate.seconds - hbm
-    if measured_seconds <= rest:
-        raise AllocationValidationError(
-            f"{measured_tokens_per_second:g} tokens/s is faster than the estimated "
-            f"tensor-parallel traffic alone allows ({estimate.tokens * instances / rest:,.0f} "
-            f"tokens/s)"
-        )
-    efficiency = hardware.hbm_efficiency * hbm / (measured_seconds - rest)
-    return check_efficiency(
-        efficiency,
-        f"{measured_tokens_per_second:g} tokens/s",
-        "the HBM bandwidth",
-        "check the measurement, the layout, the batch and the GPU",
-    )

@@ -51,6 +51,7 @@ from areal_alloc.estimate.memory import (
     readable_bytes,
     training_memory,
 )
+from areal_alloc.estimate.system import GPUSpec, resolve_gpu
 from areal_alloc.experiment.read import (
     Engine,
     Experiment,
@@ -64,7 +65,6 @@ from areal_alloc.settings import (
     ON_MEMORY,
     Resolved,
     Settings,
-    gpu_from_text,
 )
 
 __all__ = [
@@ -88,12 +88,6 @@ class EngineLike(Protocol):
     def allocation(self) -> ModelAllocation: ...
     @property
     def active(self) -> bool: ...
-
-
-@dataclass(frozen=True, slots=True)
-class GPUSpec:
-    name: str
-    capacity: int  # bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,12 +218,6 @@ def _inference_settings(
 
 
 # --- estimating ---------------------------------------------------------------------
-
-
-def resolve_gpu(text: str) -> GPUSpec:
-    """A catalogue GPU name (``H100-80GB``) or a memory size in GiB (``80``, ``80GiB``)."""
-    chosen = gpu_from_text(text)
-    return GPUSpec(chosen.name, chosen.capacity)
 
 
 def estimate_allocation(

@@ -26,16 +26,10 @@ from dataclasses import dataclass, replace
 
 from areal_alloc import defaults
 from areal_alloc.architecture import Architecture
-from areal_alloc.errors import AllocationError, AllocationValidationError
-from areal_alloc.estimate import calibration, rl_step
+from areal_alloc.estimate import rl_step
 from areal_alloc.estimate.memory import MemoryEstimate, TrainingSettings
-from areal_alloc.estimate.speed import (
-    Hardware,
-    StepEstimate,
-    StepTerm,
-    balance_advice,
-    training_step,
-)
+from areal_alloc.estimate.speed import StepEstimate, StepTerm, balance_advice, training_step
+from areal_alloc.estimate.system import build_hardware, hardware_assumptions
 from areal_alloc.experiment.read import Experiment
 from areal_alloc.settings import Resolved, Settings
 
@@ -121,35 +115,6 @@ class Pace:
         }
 
 
-def _hardware(settings: Resolved, arch: Architecture, per_node: int) -> Hardware | None:
-    """The GPU's speeds (``areal_alloc.settings``: a flag, the hook, the environment,
-    nvidia-smi or the config's ``cluster`` keys), else None; efficiencies from the
-    settings, else a kept calibration."""
-    gpu = settings.speeds
-    if gpu is None or gpu.bf16_tflops is None or gpu.hbm_tbps is None:
-        return None
-    stored = calibration.load(arch, gpu.name)
-    compute = settings.value("compute_efficiency")
-    used = "" if stored is None else calibration.describe(stored, use_compute=compute is None)
-    if compute is None and stored is not None:
-        compute = stored.compute_efficiency
-    try:
-        hardware = Hardware.from_gpu(
-            gpu,
-            per_node,
-            inter_node_gbps=settings.value("inter_node_gbps"),
-            compute_efficiency=compute,
-            comm_efficiency=settings.value("comm_efficiency"),
-            hbm_efficiency=stored.hbm_efficiency if stored else None,
-        )
-        if used:  # a stored calibration is named wherever it changes the pace
-            hardware = replace(hardware, calibration=f"{used} ({calibration.OFF_ANYWHERE})")
-        return hardware
-    except AllocationError as error:
-        where = settings.sources("gpu", "peak_tflops", "hbm_tbps") or "cluster"
-        raise AllocationValidationError(f"{where}: {error.message}") from None
-
-
 def estimate_pace(
     experiment: Experiment,
     memory: Sequence[MemoryEstimate | None],
@@ -170,7 +135,7 @@ def estimate_pace(
         return None
     if machine is None:
         machine = experiment.cluster.machine or Settings().resolve(experiment.config)
-    hardware = _hardware(machine, arch, per_node)
+    hardware = build_hardware(machine, per_node, arch)
     if hardware is None:
         return None
     run = experiment.run  # the run's shape, with the reference's defaults
@@ -352,12 +317,3 @@ def _mean_gen_len(machine: Resolved, new_tokens: int) -> tuple[int, str]:
     if found is None:
         return new_tokens, ""
     return min(found.value, new_tokens), f"from {found.source}"
-
-
-def hardware_assumptions(hardware: Hardware) -> tuple[str, ...]:
-    return (
-        f"{hardware.name}: {hardware.peak_tflops:g} TFLOP/s BF16 at "
-        f"{hardware.compute_efficiency:.3g}, links at {hardware.comm_efficiency:.3g} and HBM at "
-        f"{hardware.hbm_efficiency:.3g} of their peaks; {hardware.inter_node_gbps:g} Gb/s "
-        f"per GPU between nodes",
-    )

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationValidationError
-from areal_alloc.estimate.speed import Hardware, StepEstimate, StepTerm, decode_step, generation
+from areal_alloc.estimate.speed import StepEstimate, StepTerm, decode_step, generation
+from areal_alloc.estimate.system import Hardware
 from areal_alloc.strategy import ParallelStrategy
 
 __all__ = [

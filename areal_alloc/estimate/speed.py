@@ -37,118 +37,28 @@ import math
 from dataclasses import dataclass
 
 from areal_alloc.architecture import Architecture
-from areal_alloc.catalogue import GPU
 from areal_alloc.errors import AllocationValidationError
-from areal_alloc.numbers import MAX_SPEED, read_float
+from areal_alloc.estimate import calibration
+from areal_alloc.estimate.system import DEFAULT_INTER_NODE_GBPS, Hardware
 from areal_alloc.strategy import ParallelStrategy
 
 __all__ = [
-    "Hardware",
     "StepEstimate",
     "StepTerm",
     "attention_efficiency",
     "attention_flops",
     "balance_advice",
     "decode_step",
+    "fit_decode",
+    "fit_training",
     "generation",
     "model_flops",
     "training_step",
 ]
 
-#: Assumed, printed, overridable (--inter-node-gbps, areal_alloc.settings): one 200 Gb/s network
-#: port per GPU between nodes.
-DEFAULT_INTER_NODE_GBPS = 200.0
 #: What a training step can recompute: nothing, Megatron's core attention ("selective"),
 #: torchtitan's per-op policy ("op") or every forward ("full").
 RECOMPUTATIONS = ("none", "selective", "op", "full")
-#: Assumed fractions of peak that real kernels reach; calibrate them from one
-#: measured step (``calibrated``).
-DEFAULT_COMPUTE_EFFICIENCY = 0.5
-DEFAULT_COMM_EFFICIENCY = 0.7
-
-
-@dataclass(frozen=True, slots=True)
-class Hardware:
-    """A GPU's speeds, its node size, the network between nodes, and the efficiencies."""
-
-    name: str
-    peak_tflops: float  # dense BF16
-    hbm_tbps: float
-    nvlink_gbps: float | None  # per GPU, both directions together (as published)
-    gpus_per_node: int
-    inter_node_gbps: float = DEFAULT_INTER_NODE_GBPS  # per GPU, gigabits per second
-    compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY
-    comm_efficiency: float = DEFAULT_COMM_EFFICIENCY
-    hbm_efficiency: float = DEFAULT_COMM_EFFICIENCY
-    #: A stored calibration these efficiencies come from (``calibration.describe``), or "".
-    calibration: str = ""
-
-    def __post_init__(self) -> None:
-        # the one reader of numbers, with the bounds the flags and cluster keys have
-        for name in ("peak_tflops", "hbm_tbps", "inter_node_gbps", "nvlink_gbps"):
-            value = getattr(self, name)
-            if value is not None or name != "nvlink_gbps":
-                read_float(value, f"{self.name}: {name}", minimum=0, maximum=MAX_SPEED, above=True)
-        for name in ("compute_efficiency", "comm_efficiency", "hbm_efficiency"):
-            value = getattr(self, name)
-            read_float(value, f"{self.name}: {name}", minimum=0, maximum=1, above=True)
-        if self.gpus_per_node < 1:
-            raise AllocationValidationError(f"{self.name}: gpus_per_node must be ≥ 1")
-
-    @classmethod
-    def from_gpu(
-        cls,
-        gpu: GPU,
-        gpus_per_node: int,
-        *,
-        inter_node_gbps: float | None = None,
-        compute_efficiency: float | None = None,
-        comm_efficiency: float | None = None,
-        hbm_efficiency: float | None = None,
-    ) -> Hardware:
-        """A catalogue GPU's published speeds; the cluster's network and efficiencies."""
-        missing = [name for name in ("bf16_tflops", "hbm_tbps") if getattr(gpu, name) is None]
-        if missing:
-            raise AllocationValidationError(
-                f"{gpu.name}: no published {' and '.join(missing)} in the catalogue; give "
-                f"--peak-tflops and --hbm-tbps (in a config: cluster.peak_tflops and "
-                f"cluster.hbm_tbps)"
-            )
-        return cls(
-            gpu.name,
-            float(gpu.bf16_tflops or 0),
-            float(gpu.hbm_tbps or 0),
-            gpu.nvlink_gbps,
-            gpus_per_node,
-            DEFAULT_INTER_NODE_GBPS if inter_node_gbps is None else inter_node_gbps,
-            DEFAULT_COMPUTE_EFFICIENCY if compute_efficiency is None else compute_efficiency,
-            DEFAULT_COMM_EFFICIENCY if comm_efficiency is None else comm_efficiency,
-            DEFAULT_COMM_EFFICIENCY if hbm_efficiency is None else hbm_efficiency,
-        )
-
-    def link_bytes_per_second(self, inside_node: bool, members_per_node: int = 1) -> float:
-        """One direction, per GPU, at the achievable fraction.
-
-        Across nodes, a ring collective (all-gather, reduce-scatter, all-reduce) of a
-        group with ``members_per_node`` GPUs in each node runs one ring per member, each
-        leaving the node through its own GPU's network port: its bus bandwidth is the
-        node's ports for the group together, up to NVLink's (NCCL's own figures:
-        "theoretical performance is 100GB/s (200G x 4 / 8)" for four 200 Gb/s ports per
-        eight A100s, NVIDIA/nccl-tests#119; 96 GB/s, measured 86, in NVIDIA/nccl#1048).
-        A point-to-point send (``members_per_node`` 1) has one GPU's port.
-        """
-        nvlink = self.nvlink_gbps / 2 * 1e9 * self.comm_efficiency if self.nvlink_gbps else None
-        if inside_node and nvlink:
-            return nvlink
-        network = members_per_node * self.inter_node_gbps / 8 * 1e9 * self.comm_efficiency
-        return min(network, nvlink) if nvlink and members_per_node > 1 else network
-
-    def link_name(self, inside_node: bool, members_per_node: int = 1) -> str:
-        if inside_node and self.nvlink_gbps:
-            return f"NVLink {self.nvlink_gbps / 2:g} GB/s"
-        if members_per_node > 1:
-            return f"network {members_per_node} ports × {self.inter_node_gbps:g} Gb/s per node"
-        return f"network {self.inter_node_gbps:g} Gb/s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -635,4 +545,57 @@ def generation(
             "the prefill runs at compute before the decode steps",
             *one.assumptions,
         ),
+    )
+
+
+# --- calibration: the efficiency that makes an estimate match a measurement ------------
+
+
+def fit_training(measured_seconds: float, estimate: StepEstimate, hardware: Hardware) -> float:
+    """The compute efficiency that makes ``estimate`` take ``measured_seconds``."""
+    calibration.check_measured(measured_seconds, "--step-seconds", calibration.MAX_STEP_SECONDS)
+    compute = sum(t.seconds for t in estimate.terms if t.name in ("compute", "pipeline bubble"))
+    rest = estimate.seconds - compute
+    if measured_seconds <= rest:
+        raise AllocationValidationError(
+            f"the measured {measured_seconds:g} s is less than the estimated communication "
+            f"alone ({rest:.3g} s): give the cluster's real network (--inter-node-gbps) or a "
+            f"higher --comm-efficiency"
+        )
+    efficiency = hardware.compute_efficiency * compute / (measured_seconds - rest)
+    return calibration.check_efficiency(
+        efficiency,
+        f"the measured {measured_seconds:g} s",
+        "peak compute",
+        "check the measurement, the layout, the tokens per step and the GPU",
+    )
+
+
+def fit_decode(
+    measured_tokens_per_second: float,
+    estimate: StepEstimate,
+    hardware: Hardware,
+    instances: int = 1,
+) -> float:
+    """The HBM efficiency that makes ``estimate`` (one instance's decode step) generate
+    ``measured`` tokens per second over ``instances`` instances; messages quote the
+    measurement as given."""
+    calibration.check_measured(
+        measured_tokens_per_second, "--tokens-per-second", calibration.MAX_TOKENS_PER_SECOND
+    )
+    measured_seconds = estimate.tokens * instances / measured_tokens_per_second
+    hbm = sum(t.seconds for t in estimate.terms if t.name == "HBM reads" and not t.hidden)
+    rest = estimate.seconds - hbm
+    if measured_seconds <= rest:
+        raise AllocationValidationError(
+            f"{measured_tokens_per_second:g} tokens/s is faster than the estimated "
+            f"tensor-parallel traffic alone allows ({estimate.tokens * instances / rest:,.0f} "
+            f"tokens/s)"
+        )
+    efficiency = hardware.hbm_efficiency * hbm / (measured_seconds - rest)
+    return calibration.check_efficiency(
+        efficiency,
+        f"{measured_tokens_per_second:g} tokens/s",
+        "the HBM bandwidth",
+        "check the measurement, the layout, the batch and the GPU",
     )

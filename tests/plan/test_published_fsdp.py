@@ -39,7 +39,8 @@ import pytest
 
 from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import find_gpu
-from areal_alloc.estimate.speed import Hardware, training_step
+from areal_alloc.estimate.speed import training_step
+from areal_alloc.estimate.system import Hardware
 from areal_alloc.model import ModelAllocation
 from benchmarks.measured import architecture as data_architecture
 from benchmarks.measured import load, rows

@@ -15,7 +15,8 @@ from areal_alloc.catalogue import find_gpu, find_model
 from areal_alloc.errors import AllocationError
 from areal_alloc.estimate import rl_step
 from areal_alloc.estimate.memory import TrainingSettings
-from areal_alloc.estimate.speed import Hardware, generation
+from areal_alloc.estimate.speed import generation
+from areal_alloc.estimate.system import Hardware
 from areal_alloc.model import ModelAllocation
 from areal_alloc.settings import Settings
 from areal_alloc.suggest import RunShape, suggest

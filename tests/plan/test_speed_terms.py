@@ -12,7 +12,6 @@ from areal_alloc.catalogue import find_gpu, find_model
 from areal_alloc.cli import main
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.estimate.speed import (
-    Hardware,
     StepEstimate,
     attention_efficiency,
     attention_flops,
@@ -20,6 +19,7 @@ from areal_alloc.estimate.speed import (
     generation,
     training_step,
 )
+from areal_alloc.estimate.system import Hardware
 from areal_alloc.model import ModelAllocation
 from areal_alloc.strategy import ParallelStrategy
 

@@ -15,7 +15,6 @@ from areal_alloc.catalogue import find_gpu, find_model
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.estimate.memory import GIB, TrainingSettings
 from areal_alloc.estimate.speed import (
-    Hardware,
     StepEstimate,
     _members_per_node,
     attention_flops,
@@ -23,6 +22,7 @@ from areal_alloc.estimate.speed import (
     model_flops,
     training_step,
 )
+from areal_alloc.estimate.system import Hardware
 from areal_alloc.model import ModelAllocation
 from areal_alloc.suggest import RunShape, suggest
 
@@ -247,7 +247,7 @@ def test_bad_run_shapes_are_refused(field: str, value: object) -> None:
 def test_a_fitted_efficiency_reproduces_the_measurement() -> None:
     from dataclasses import replace
 
-    from areal_alloc.estimate.calibration import fit_decode, fit_training
+    from areal_alloc.estimate.speed import fit_decode, fit_training
 
     estimate = _step("megatron:d8t2")
     efficiency = fit_training(estimate.seconds * 1.25, estimate, H100)
