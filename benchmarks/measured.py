@@ -363,6 +363,14 @@ def paper_flops(arch: Architecture, batch: int, seq: int) -> float:
     return 96 * batch * seq * layers * h * h * (1 + seq / (6 * h) + vocab / (16 * layers * h))
 
 
+#: llm-foundry's ``attn_impl`` (a row's ``inputs.attn_impl``; absent: FlashAttention-2, what
+#: torchtitan's and torchtune's SDPA flash backend runs) as the estimate's attention kernel:
+#: ``triton`` is FlashAttention-1's Triton port (llmfoundry/models/layers/flash_attn_triton.py,
+#: "Copied from https://github.com/HazyResearch/flash-attention/.../flash_attn_triton.py"),
+#: ``flash`` the flash-attn 2 package.
+_ATTENTION_KERNELS = {"flash": "flash-attention-2", "triton": "flash-attention-1"}
+
+
 def _train_tps(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float, str]:
     inputs = row["inputs"]
     alloc = _allocation(inputs)
@@ -380,7 +388,10 @@ def _train_tps(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float, 
         tokens_per_micro_batch=micro,
         sequence_length=seq,
         recompute=_recompute(inputs),
+        attention_kernel=_ATTENTION_KERNELS[str(inputs.get("attn_impl") or "flash")],
     )
+    if inputs.get("attn_impl") == "triton":
+        note = ", ".join(filter(None, (note, "attn_impl triton: FlashAttention-1's Triton kernel")))
     gpus = alloc.parallel.world_size
     if row["measured"]["unit"] == "TFLOPS/gpu":
         flops = paper_flops(arch, int(inputs["global_batch"]), seq)
@@ -542,6 +553,14 @@ def _rl_step(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float, st
     from areal_alloc.plan import plan_config  # the plan's imports are heavier
 
     inputs = row["inputs"]
+    if not inputs.get("mean_sequence_len_published"):
+        # one rule for every RL-step row: generation and training both scale with the mean
+        # length, and without it the package takes gconfig.max_new_tokens (an upper bound)
+        raise NotCompared(
+            "the run's mean generation length is not published (the step scales with it; "
+            f"without it the estimate takes max_new_tokens {int(inputs['max_new_tokens']):,}, "
+            "an upper bound)"
+        )
     cfg = _rl_config(data, inputs)
     gpu, note = _gpu(data, inputs["gpu"], hbm=True)
     flags: dict[str, object] = {
@@ -550,7 +569,7 @@ def _rl_step(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float, st
         "hbm_tbps": gpu.hbm_tbps,
         "nvlink_gbps": gpu.nvlink_gbps,
     }
-    if "mean_gen_len" in NAMES and inputs.get("mean_sequence_len_published"):
+    if "mean_gen_len" in NAMES:
         # NeMo RL's "G-Average Seq len", where the package takes a mean generation length
         flags["mean_gen_len"] = int(inputs["mean_sequence_len_published"])
     settings = Settings.from_sources(flags=flags, environ={}, detect=False)

@@ -162,14 +162,31 @@ def attention_flops(
 #: Transformer Engine runs cuDNN's Hopper kernels, taken at the GEMMs' efficiency.
 FLASH_ATTENTION_2_HOPPER = 0.35
 _HOPPER = ("H100", "H200", "H800", "H20")
+#: The attention kernels a training step can run, each as its speed relative to
+#: FlashAttention-2's. FlashAttention-1 and its Triton port (flash_attn/flash_attn_triton.py:
+#: "Overall Triton forward + backward is slightly slower than CUDA forward + backward")
+#: run at half of it: FlashAttention-2 "yield[s] around 2× speedup compared to
+#: FlashAttention, reaching 50-73% of the theoretical maximum FLOPs/s on A100", where
+#: FlashAttention reached "only 25-40%" (Dao, arXiv:2307.08691, abstract and §1).
+ATTENTION_KERNELS: dict[str, float] = {"flash-attention-2": 1.0, "flash-attention-1": 0.5}
+DEFAULT_ATTENTION_KERNEL = "flash-attention-2"
 
 
-def attention_efficiency(backend: str, hardware: Hardware) -> float:
+def attention_efficiency(
+    backend: str, hardware: Hardware, kernel: str = DEFAULT_ATTENTION_KERNEL
+) -> float:
     """The fraction of peak the attention core reaches: FlashAttention-2's on a Hopper GPU
-    under FSDP (or the GEMMs' if lower), else the GEMMs' efficiency."""
+    under FSDP (or the GEMMs' if lower), else the GEMMs' efficiency; times the ``kernel``'s
+    speed relative to FlashAttention-2 (:data:`ATTENTION_KERNELS`)."""
+    if kernel not in ATTENTION_KERNELS:
+        raise AllocationValidationError(
+            f"attention kernel {kernel!r}: must be one of {', '.join(ATTENTION_KERNELS)}"
+        )
     if backend == "fsdp" and hardware.name.upper().startswith(_HOPPER):
-        return min(hardware.compute_efficiency, FLASH_ATTENTION_2_HOPPER)
-    return hardware.compute_efficiency
+        base = min(hardware.compute_efficiency, FLASH_ATTENTION_2_HOPPER)
+    else:
+        base = hardware.compute_efficiency
+    return base * ATTENTION_KERNELS[kernel]
 
 
 def _inside(group_span: int, gpus_per_node: int) -> bool:
@@ -194,8 +211,11 @@ def training_step(
     sequence_length: int,
     recompute: str = "none",
     virtual_pipeline: int = 1,
+    attention_kernel: str = DEFAULT_ATTENTION_KERNEL,
 ) -> StepEstimate:
-    """One optimizer step of a training engine over ``tokens_per_step`` tokens."""
+    """One optimizer step of a training engine over ``tokens_per_step`` tokens;
+    ``attention_kernel`` names the kernel that runs the attention core
+    (:data:`ATTENTION_KERNELS`)."""
     tp, pp, dp, cp = parallel.tp_size, parallel.pp_size, parallel.dp_size, parallel.cp_size
     ep = parallel.ep_size
     world = parallel.world_size
@@ -226,7 +246,7 @@ def training_step(
     gemms = (flops - model_attention) * (3 + gemm_again) / 3
     attention = model_attention * (3.5 + attn_again) / 3
     peak = hardware.peak_tflops * 1e12
-    attn_eff = attention_efficiency(backend, hardware)
+    attn_eff = attention_efficiency(backend, hardware, attention_kernel)
     compute = gemms / (world * peak * hardware.compute_efficiency) + attention / (
         world * peak * attn_eff
     )
@@ -274,7 +294,12 @@ def training_step(
         if backend == "fsdp"
         else "communication does not overlap compute (its terms add to the step)",
     ]
-    if attn_eff != hardware.compute_efficiency:
+    if attention_kernel != DEFAULT_ATTENTION_KERNEL:
+        assumptions.append(
+            f"attention at {attn_eff:g} of peak: {attention_kernel} runs at "
+            f"{ATTENTION_KERNELS[attention_kernel]:g}× FlashAttention-2's speed (arXiv:2307.08691)"
+        )
+    elif attn_eff != hardware.compute_efficiency:
         assumptions.append(
             f"attention at {attn_eff:g} of peak: FlashAttention-2 on a Hopper GPU "
             f"(arXiv:2407.08608)"

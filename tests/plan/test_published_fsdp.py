@@ -17,12 +17,13 @@ fully (``SHARD_GRAD_OP`` rows are another algorithm), 70b uses another precision
 and A100 40GB has no cited speeds in our catalogue. 1600 Gbps per 8-GPU node is our
 default of 200 Gb/s per GPU; the H100 tables state no network, so the default stands.
 
-Nothing here is tuned: the estimate runs on the defaults. The errors are large where
-attention dominates (long sequences, where the estimate is fast: its attention term is
-causal and runs at GEMM efficiency) and where the measured efficiency is far from our
-one constant (short sequences on A100, where it is slow). So the comparison is shown in
-docs/accuracy.md, not asserted; what is asserted is that the shapes are the benchmark's
-(parameter counts) and that docs/accuracy.md shows this run.
+Nothing here is tuned: the estimate runs on the defaults, with the attention kernel each
+run used (``inputs.attn_impl``: ``triton``, FlashAttention-1's Triton port, at half
+FlashAttention-2's speed; llm-foundry's submit_benchmarks.py default at the commit that
+published the tables). The errors are largest where the measured efficiency is far from
+our one GEMM constant (short sequences on A100, where the estimate is slow). So the
+comparison is shown in docs/accuracy.md, not asserted; what is asserted is that the
+shapes are the benchmark's (parameter counts) and that docs/accuracy.md shows this run.
 
 The rows and the shapes are read from ``benchmarks/measurements.json`` (source
 ``llm-foundry-mpt`` and its ``models``), the one data file ``benchmarks/accuracy.py``
@@ -38,14 +39,9 @@ from typing import Any, NamedTuple
 import pytest
 
 from areal_alloc.architecture import Architecture
-from areal_alloc.catalogue import find_gpu
-from areal_alloc.estimate.speed import training_step
-from areal_alloc.estimate.system import Hardware
-from areal_alloc.model import ModelAllocation
 from benchmarks.measured import architecture as data_architecture
-from benchmarks.measured import load, rows
+from benchmarks.measured import compare, load, rows
 
-GPUS_PER_NODE = 8  # "1600 Gbps node-node": 8 × 200 Gb/s; DGX-style 8-GPU nodes
 DATA = load()  # benchmarks/measurements.json, source "llm-foundry-mpt"
 
 
@@ -62,6 +58,7 @@ class Run(NamedTuple):
     checkpointing: bool
     tokens_per_gpu: float  # "Throughput (T/s/GPU)"
     params: int  # "NumParams"
+    id: str  # the data file's row
 
 
 def _run(row: dict[str, Any]) -> Run:
@@ -77,6 +74,7 @@ def _run(row: dict[str, Any]) -> Run:
         i["activation_checkpointing"] == "full",
         row["measured"]["value"],
         i["num_params_published"],
+        row["id"],
     )
 
 
@@ -89,17 +87,12 @@ def architecture(model: str) -> Architecture:
 
 
 def estimated_tokens_per_gpu(run: Run) -> float:
-    step = training_step(
-        "fsdp",
-        architecture(run.model),
-        ModelAllocation.from_str(f"fsdp:d{run.gpus}").parallel,
-        Hardware.from_gpu(find_gpu(run.gpu), GPUS_PER_NODE),
-        tokens_per_step=run.global_batch * run.seq,
-        tokens_per_micro_batch=run.micro_batch * run.seq,
-        sequence_length=run.seq,
-        recompute="full" if run.checkpointing else "none",
-    )
-    return run.global_batch * run.seq / step.seconds / run.gpus
+    """The row through ``benchmarks/measured.py``'s adapter (one home for how a row is
+    estimated: the run's GPU and node, its batch, recomputation and attention kernel)."""
+    (row,) = (r for r in rows(DATA, "train_tps", "llm-foundry-mpt") if r["id"] == run.id)
+    estimate = compare(DATA, row).estimate
+    assert estimate is not None, run
+    return estimate
 
 
 def _id(run: Run) -> str:
