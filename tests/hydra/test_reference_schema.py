@@ -8,6 +8,7 @@ the user's launch. A real Hydra app (tests/apps/reference/app.py) with
 own schema, loaded from the published wheel (tests/apps/reference/reference.py), for
 the README's config and every built-in experiment, as a single run and as every job
 of a multirun; each job's config must equal the same files composed without the hook.
+The app runs in this process (``app_in_process``), as ``python app.py`` would run it.
 
 The wheel is not committed: ``.ci/run`` downloads it into ``.cache/reference/``.
 Without it these tests skip (the README's test command, in a fresh environment);
@@ -19,8 +20,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from tests.apps.reference.reference import REQUIRE_ENV, WHEEL_ENV, check_wheel, wheel_path
+from tests.conftest import AppRun, Ran
 
 ROOT = Path(__file__).parents[2]
 APP = ROOT / "tests" / "apps" / "reference" / "app.py"
@@ -94,33 +94,28 @@ def _configs(folder: Path, experiment: str) -> Path:
     return folder
 
 
-def _run(
-    folder: Path, wheel: Path, *overrides: str, multirun: bool = False
-) -> subprocess.CompletedProcess[str]:
+def _run(app: AppRun, folder: Path, wheel: Path, *overrides: str, multirun: bool = False) -> Ran:
+    """The app as ``python app.py --config-dir FOLDER --config-name user`` runs it, in
+    this process (``app_in_process``): the hook and the reference's loader see the same
+    composed config either way, and the schema is read from the wheel once."""
     work = folder.parent / "work"
     work.mkdir(exist_ok=True)
-    return subprocess.run(
-        [
-            sys.executable,
-            str(APP),
-            *(["--multirun"] if multirun else []),
-            "--config-dir",
-            str(folder),
-            "--config-name",
-            "user",
-            f"hydra.run.dir={work / 'run'}",
-            f"hydra.sweep.dir={work / 'multirun'}",
-            *overrides,
-        ],
+    return app(
+        APP,
+        *(["--multirun"] if multirun else []),
+        "--config-dir",
+        str(folder),
+        "--config-name",
+        "user",
+        f"hydra.run.dir={work / 'run'}",
+        f"hydra.sweep.dir={work / 'multirun'}",
+        *overrides,
         cwd=work,
-        env={**os.environ, WHEEL_ENV: str(wheel), "HYDRA_FULL_ERROR": "0"},
-        capture_output=True,
-        text=True,
-        timeout=300,
+        env={WHEEL_ENV: str(wheel), "HYDRA_FULL_ERROR": "0"},
     )
 
 
-def _jobs(done: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
+def _jobs(done: Ran) -> list[dict[str, Any]]:
     assert done.returncode == 0, done.stderr
     refused = [line for line in done.stdout.splitlines() if line.startswith("REFUSED ")]
     assert refused == [], refused[0][:2000] if refused else ""
@@ -140,10 +135,10 @@ def _composed(folder: Path, overrides: list[str]) -> Any:
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_single_run_hands_over_exactly_what_was_composed(
-    tmp_path: Path, wheel: Path, case: str
+    tmp_path: Path, wheel: Path, case: str, app_in_process: AppRun
 ) -> None:
     folder = _configs(tmp_path / "conf", CASES[case])
-    (given,) = _jobs(_run(folder, wheel))
+    (given,) = _jobs(_run(app_in_process, folder, wheel))
     assert given == _composed(folder, [])
 
 
@@ -159,33 +154,35 @@ def _sweep(case: str) -> tuple[list[str], list[list[str]]]:
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_every_multirun_job_hands_over_exactly_what_was_composed(
-    tmp_path: Path, wheel: Path, case: str
+    tmp_path: Path, wheel: Path, case: str, app_in_process: AppRun
 ) -> None:
     folder = _configs(tmp_path / "conf", CASES[case])
     command, jobs = _sweep(case)
-    given = _jobs(_run(folder, wheel, *command, multirun=True))
+    given = _jobs(_run(app_in_process, folder, wheel, *command, multirun=True))
     assert len(given) == len(jobs) > 1
     assert given == [_composed(folder, job) for job in jobs]
 
 
 def test_the_hook_still_checks_and_the_gpu_reaches_it_outside_the_config(
-    tmp_path: Path, wheel: Path
+    tmp_path: Path, wheel: Path, app_in_process: AppRun
 ) -> None:
     folder = _configs(tmp_path / "conf", CASES["grpo_2x8"])
-    bad = _run(folder, wheel, "actor.backend=fsdp:d4p2")
+    bad = _run(app_in_process, folder, wheel, "actor.backend=fsdp:d4p2")
     assert bad.returncode == 1
     assert "LOADED" not in bad.stdout
     assert bad.stderr.startswith("areal-alloc: actor.backend='fsdp:d4p2': FSDP backend only")
-    small = _run(folder, wheel, "hydra.callbacks.areal_alloc.gpu=RTX-4090")
+    small = _run(app_in_process, folder, wheel, "hydra.callbacks.areal_alloc.gpu=RTX-4090")
     assert small.returncode == 1
     assert "LOADED" not in small.stdout
     assert "RTX-4090, from hydra.callbacks.areal_alloc.gpu" in small.stderr
 
 
-def test_the_reference_refuses_our_old_keys(tmp_path: Path, wheel: Path) -> None:
+def test_the_reference_refuses_our_old_keys(
+    tmp_path: Path, wheel: Path, app_in_process: AppRun
+) -> None:
     # why the GPU left the experiment: the reference's loader stops at cluster.gpu
     folder = _configs(tmp_path / "conf", CASES["grpo_1x8"])
-    done = _run(folder, wheel, "+cluster.gpu=H800")
+    done = _run(app_in_process, folder, wheel, "+cluster.gpu=H800")
     assert done.returncode == 0, done.stderr
     (line,) = [line for line in done.stdout.splitlines() if line.startswith("REFUSED ")]
     assert json.loads(line[8:])["error"] == "ConfigKeyError: Key 'gpu' not in 'ClusterSpecConfig'"

@@ -14,6 +14,7 @@ numba, so its packing names are read from its source.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import logging
 import os
@@ -78,8 +79,10 @@ def _string_constants(source: str, prefix: str) -> dict[str, str]:
     return found
 
 
+@functools.cache
 def load_cli_args(path: Path) -> types.ModuleType:
-    """``areal.api.cli_args`` from the wheel at ``path``, run against stand-ins."""
+    """``areal.api.cli_args`` from the wheel at ``path``, run against stand-ins; once per
+    process (the tests run the app in process, each run asks for it again)."""
     with zipfile.ZipFile(path) as wheel:
 
         def read(member: str) -> str:
@@ -114,10 +117,18 @@ def load_cli_args(path: Path) -> types.ModuleType:
     return _run("areal.api.cli_args", cli_args, f"{path}/areal/api/cli_args.py")
 
 
+@functools.cache
+def _structured(config_cls: type) -> Any:
+    """``OmegaConf.structured(config_cls)``, built once: ``OmegaConf.merge`` copies it."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.structured(config_cls)
+
+
 def load_as_the_reference(cfg: Any, config_cls: type) -> Any:
     """What ``load_expr_config`` does with a composed config (``to_structured_cfg`` then
     ``OmegaConf.to_object``, areal/api/cli_args.py of the wheel)."""
     from omegaconf import OmegaConf
 
-    merged = OmegaConf.merge(OmegaConf.structured(config_cls), cfg)
+    merged = OmegaConf.merge(_structured(config_cls), cfg)
     return OmegaConf.to_object(merged)
