@@ -272,6 +272,9 @@ class Resolved:
     #: the mean generation length (tokens) for the rollout's throughput; None: the
     #: maximum, gconfig.max_new_tokens (areal_alloc.estimate.rl_step)
     mean_gen_len: Sourced[int] | None = None
+    #: a stored calibration may be read (False: ``--no-calibration``; the environment's
+    #: AREAL_ALLOC_NO_CALIBRATION is read where the store is, areal_alloc.estimate.calibration)
+    use_calibration: bool = True
 
     def value(self, name: str) -> float | None:
         """A speed or efficiency, or None."""
@@ -321,6 +324,8 @@ class Settings:
     detect: bool = False
     #: the experiment's keys are read last (off: a command without an experiment)
     config_keys: bool = field(default=True)
+    #: a stored calibration may be read (False: the command's ``--no-calibration``)
+    use_calibration: bool = True
 
     @classmethod
     def from_sources(
@@ -377,6 +382,7 @@ class Settings:
         values["memory_reserve"] = self._reserve(cluster)
         values["on_memory"] = self.on_memory()
         values["mean_gen_len"] = self._mean_gen_len()
+        values["use_calibration"] = self.use_calibration
         return Resolved(**values)  # type: ignore[arg-type]
 
     def _float(

@@ -17,6 +17,7 @@ from typing import Any
 from areal_alloc.cli.args import command_parser, positive
 from areal_alloc.cli.estimates import (
     calibrate,
+    calibration_flag,
     chosen_gpu,
     explain_speed,
     explain_speed_flags,
@@ -25,6 +26,7 @@ from areal_alloc.cli.estimates import (
     gpu_flags,
     gpu_named,
     hardware_flags,
+    mean_gen_len_flag,
     memory_estimate,
     memory_flags,
     rank_flags,
@@ -321,6 +323,8 @@ def _setting_flags(parser: argparse.ArgumentParser) -> None:
     )
     gpu_flags(parser)
     hardware_flags(parser)
+    mean_gen_len_flag(parser)
+    calibration_flag(parser)
 
 
 def check(args: list[str]) -> int:

@@ -33,7 +33,7 @@ from areal_alloc.estimate.memory import (
     TrainingSettings,
     readable_bytes,
 )
-from areal_alloc.estimate.pace import Pace
+from areal_alloc.estimate.rl_step import Pace
 from areal_alloc.estimate.speed import (
     decode_step,
     fit_decode,
@@ -54,7 +54,7 @@ from areal_alloc.limits import MAX_COUNT, MAX_RANKED, MAX_SEARCHED
 from areal_alloc.model import ModelAllocation
 from areal_alloc.model_shape import local_config
 from areal_alloc.plan import plan_config
-from areal_alloc.settings import MAX_RESERVE_GIB, NAMES, ChosenGPU, Resolved, Settings
+from areal_alloc.settings import MAX_RESERVE_GIB, NAMES, ChosenGPU, Resolved, Settings, Sourced
 from areal_alloc.suggest import RunShape, suggest
 from areal_alloc.vocab import INFERENCE_BACKENDS
 
@@ -69,6 +69,7 @@ __all__ = [
     "gpu_named",
     "hardware_flags",
     "machine",
+    "mean_gen_len_flag",
     "memory_estimate",
     "memory_flags",
     "rank_flags",
@@ -92,8 +93,12 @@ def machine(ns: argparse.Namespace, cfg: object = None) -> Resolved:
 
 def settings_of(ns: argparse.Namespace) -> Settings:
     """The settings the flags give (``--gpu``, ``--on-memory`` …), then the environment's,
-    then nvidia-smi's GPU: what ``plan_config`` takes for ``check`` and ``preflight``."""
-    return Settings.from_sources(flags={name: getattr(ns, name, None) for name in NAMES})
+    then nvidia-smi's GPU: what ``plan_config`` takes for ``check`` and ``preflight``;
+    ``--no-calibration`` leaves a stored calibration out of the plan too."""
+    found = Settings.from_sources(flags={name: getattr(ns, name, None) for name in NAMES})
+    if getattr(ns, "no_calibration", False):
+        found = replace(found, use_calibration=False)
+    return found
 
 
 def chosen_gpu(ns: argparse.Namespace) -> ChosenGPU | None:
@@ -273,13 +278,18 @@ def hardware_flags(parser: argparse.ArgumentParser) -> None:
     ):
         kind = fraction if flag.endswith("efficiency") else speed
         parser.add_argument(flag, type=kind, default=None, metavar="X", help=text)
+
+
+def mean_gen_len_flag(parser: argparse.ArgumentParser) -> None:
+    """--mean-gen-len, where a generation length is estimated: the plan (check), suggest
+    and explain's generation; --gen-len (gconfig.max_new_tokens) stays the longest."""
     parser.add_argument(
         "--mean-gen-len",
         type=count,  # a length: the bound AREAL_ALLOC_MEAN_GEN_LEN and the hook use too
         default=None,
         metavar="N",
-        help="mean generated tokens per sequence for the rollout's throughput (default "
-        "gconfig.max_new_tokens, the maximum; also AREAL_ALLOC_MEAN_GEN_LEN)",
+        help="mean generated tokens per sequence for the rollout's throughput (default the "
+        "longest: gconfig.max_new_tokens, --gen-len; also AREAL_ALLOC_MEAN_GEN_LEN)",
     )
 
 
@@ -296,7 +306,7 @@ def hardware_from_flags(ns: argparse.Namespace, arch: Architecture | None = None
     efficiencies from the flags, else from a stored calibration of this model and GPU."""
     per_node = ns.gpus_per_node or 8
     found = machine(ns)
-    use = arch is not None and not getattr(ns, "no_calibration", False)
+    use = arch is not None and found.use_calibration  # --no-calibration
     hardware = build_hardware(found, per_node, arch, use_calibration=use, off=calibration.OFF)
     if hardware is None:
         chosen = found.gpu
@@ -800,6 +810,7 @@ def suggest_command(args: list[str]) -> int:
         help="the finalists' overrides, one job per line, for a short real run each",
     )
     hardware_flags(parser)
+    mean_gen_len_flag(parser)
     calibration_flag(parser)
     ns = parser.parse_args(args)
     ref, critic = not ns.no_ref, ns.critic
@@ -907,7 +918,7 @@ def suggest_command(args: list[str]) -> int:
 # --- explain: the speed of one layout (issue 17, item 5) ------------------------------
 
 #: ``explain``'s flags that ask for a speed: inference, then training.
-_GENERATION_FLAGS = ("batch", "prompt_len", "gen_len")
+_GENERATION_FLAGS = ("batch", "prompt_len", "gen_len", "mean_gen_len")
 _TRAINING_FLAGS = ("tokens_per_step", "seq_len")
 
 
@@ -942,6 +953,7 @@ def explain_speed_flags(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--gpus-per-node", type=positive, default=None, metavar="N")
     hardware_flags(parser)
+    mean_gen_len_flag(parser)
     calibration_flag(parser)
 
 
@@ -974,7 +986,8 @@ def explain_speed(alloc: ModelAllocation, ns: argparse.Namespace) -> dict[str, o
         memory = estimate_allocation(alloc, arch, gpu_spec(ns).capacity, training, inference)
         kv = memory.kv_cache
         prompt = ns.prompt_len or 0
-        run = _generation(arch, alloc, hardware, ns.batch, prompt, ns.gen_len, kv)
+        mean = machine(ns).mean_gen_len  # --mean-gen-len, then AREAL_ALLOC_MEAN_GEN_LEN
+        run = _generation(arch, alloc, hardware, ns.batch, prompt, ns.gen_len, kv, mean)
         return {"generation": run}
     tokens_mb = training.tokens_per_micro_batch
     step = training_step(
@@ -1007,21 +1020,28 @@ def _generation(
     prompt: int,
     gen: int,
     kv: KVCache | None,
+    mean_gen_len: Sourced[int] | None = None,
 ) -> dict[str, object]:
+    """One instance generating ``batch`` sequences of the mean length: ``--gen-len`` is the
+    longest (gconfig.max_new_tokens), ``--mean-gen-len`` the mean (default the longest),
+    as the plan and suggest read them."""
     per_token = kv.bytes_per_token if kv is not None else 0
     held = kv.tokens if kv is not None else None
+    mean = gen if mean_gen_len is None else min(mean_gen_len.value, gen)
     run = generation(
         arch,
         alloc.parallel,
         hardware,
         batch=batch,
         prompt_len=prompt,
-        gen_len=gen,
+        gen_len=mean,
         kv_bytes_per_token=per_token,
     )
     assumptions = list(run.assumptions)
     if not prompt:
         assumptions.append("no prompt (--prompt-len not given)")
+    if mean_gen_len is not None:
+        assumptions.append(f"mean generation length {mean:,} tokens (from {mean_gen_len.source})")
     needed = batch * (prompt + gen)
     if held is not None and needed > held:
         assumptions.append(
@@ -1034,6 +1054,7 @@ def _generation(
         "batch": batch,
         "prompt_len": prompt,
         "gen_len": gen,
+        "mean_gen_len": mean,
         "bottleneck": run.bottleneck,
         "terms": run.terms_dict(),
         "assumptions": assumptions,
@@ -1050,7 +1071,7 @@ def explain_speed_lines(speed: dict[str, object]) -> list[str]:
             lines.append(
                 f"generation (one instance; an estimate): {found['tokens_per_second']:,.0f} "
                 f"generated tokens/s, {found['seconds']:.3g} s for {found['batch']} × "
-                f"{found['gen_len']:,} tokens"
+                f"{found['mean_gen_len']:,} tokens"
             )
         else:
             lines.append(
@@ -1062,5 +1083,9 @@ def explain_speed_lines(speed: dict[str, object]) -> list[str]:
             hidden = " (hidden)" if term.get("hidden") else ""
             rows.append([term["name"] + hidden, f"{term['seconds']:.3g}", term["formula"]])
         lines.extend("  " + row for row in table(rows))
-        lines.extend(f"# assumed: {a}" for a in found["assumptions"])
+        # a stored calibration is named as one (with how to turn it off), not as a guess
+        lines.extend(
+            f"# {a}" if a.startswith("calibrated: ") else f"# assumed: {a}"
+            for a in found["assumptions"]
+        )
     return lines

@@ -155,6 +155,7 @@ def build_hardware(
     gpu = settings.speeds
     if gpu is None or gpu.bf16_tflops is None or gpu.hbm_tbps is None:
         return None
+    use_calibration = use_calibration and settings.use_calibration  # --no-calibration
     stored = calibration.load(arch, gpu.name) if arch is not None and use_calibration else None
     compute = settings.value("compute_efficiency")
     used = "" if stored is None else calibration.describe(stored, use_compute=compute is None)
