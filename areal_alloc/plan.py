@@ -25,7 +25,7 @@ from areal_alloc.vocab import ENGINE_ORDER
 
 if TYPE_CHECKING:
     from areal_alloc.estimate.memory import MemoryEstimate
-    from areal_alloc.estimate.pace import Pace
+    from areal_alloc.estimate.rl_step import Pace
 
 __all__ = [
     "ENGINE_ORDER",
@@ -184,11 +184,11 @@ def _with_memory(
 ) -> tuple[list[EnginePlan], list[str], list[str], str | None, int | None, Pace | None]:
     """Each engine's memory estimate; refuses (``fail``) or warns of what does not fit.
 
-    With the GPU's speeds known, also the run's pace (``areal_alloc.estimate.pace``).
+    With the GPU's speeds known, also the run's pace (``areal_alloc.estimate.rl_step``).
     """
     # loaded only for configs that name a model: a plain layout check stays light
     from areal_alloc.estimate.fit import estimate_memory, memory_problems
-    from areal_alloc.estimate.pace import estimate_pace
+    from areal_alloc.estimate.rl_step import estimate_pace
 
     fit = estimate_memory(experiment, machine)
     errors, warnings = memory_problems(engines, fit)

@@ -288,13 +288,9 @@ def suggest(
     per_node = hardware.gpus_per_node
     training = training or TrainingSettings()
     # the colocated ref (forward only) and critic (trains) take turns on the actor's GPUs
-    forward_cost = 1.0
-    if shape.ref:
-        forward_cost += 1 / 3  # a forward pass is a third of forward + backward
-    if shape.critic:
-        forward_cost += 1.0
-    if shape.recompute_logprob:
-        forward_cost += 1 / 3  # actor.recompute_logprob: one more forward of the actor
+    forward_cost = rl_step.forward_cost(
+        ref=shape.ref, critic=shape.critic, recompute_logprob=shape.recompute_logprob
+    )
     inference = InferenceSettings(context_length=context_length)
     if memory_reserve is not None:
         training = replace(training, reserve_bytes=memory_reserve)

@@ -191,11 +191,11 @@ LAYERS = [
     "areal_alloc.estimate",
     "areal_alloc.estimate.calibration",
     "areal_alloc.estimate.system",
+    "areal_alloc.estimate.execution",
     "areal_alloc.estimate.memory",
     "areal_alloc.estimate.fit",
     "areal_alloc.estimate.speed",
     "areal_alloc.estimate.rl_step",
-    "areal_alloc.estimate.pace",
     # the search: layouts ranked, the split between rollout and training
     "areal_alloc.layouts",
     "areal_alloc.suggest",
@@ -294,7 +294,7 @@ def test_only_the_experiment_reads_the_raw_config() -> None:
     [
         "areal_alloc.plan",
         "areal_alloc.estimate.fit",
-        "areal_alloc.estimate.pace",
+        "areal_alloc.estimate.rl_step",
         "areal_alloc.cli.estimates",
     ],
 )

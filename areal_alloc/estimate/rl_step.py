@@ -7,23 +7,42 @@
   in flight on the instance: never a fixed cap), over the mean generation length; a
   synchronous step also waits for its longest sequence, so ``gconfig.max_new_tokens``
   decode steps are its floor (:func:`rollout`);
-- the training side (summed by the caller, engine by engine);
+- the training side (:func:`training_side`): the actor's optimizer step, the ref's and a
+  training teacher's forward (a third of forward + backward), the critic's step, an
+  inference teacher's prefill, and the actor's log-prob recomputation when
+  ``actor.recompute_logprob``, one after another as the reference's training loop calls
+  them (:func:`forward_cost` when they share the actor's layout, as ``suggest`` places them);
 - the weight update to the rollout (:func:`weight_update`);
 - the mode read from the config (:func:`mode_of`) and the step in that mode
   (:func:`step_seconds`): asynchronous (η = ``rollout.max_head_offpolicyness`` > 0:
   the slower side), synchronous (η = 0: the sum) or colocated (time-shared: the sum
   plus the offload and onload of the weights, :func:`switch`).
+
+:func:`estimate_pace` is the plan's pace: every engine of an experiment, in its run's shape
+(``areal_alloc.estimate.execution``) on the hardware ``build_hardware`` gives.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationValidationError
-from areal_alloc.estimate.speed import StepEstimate, StepTerm, decode_step, generation
-from areal_alloc.estimate.system import Hardware
+from areal_alloc.estimate.execution import DEFAULT_OFFPOLICYNESS, StepShape, step_shape
+from areal_alloc.estimate.memory import MemoryEstimate, TrainingSettings
+from areal_alloc.estimate.speed import (
+    StepEstimate,
+    StepTerm,
+    balance_advice,
+    decode_step,
+    generation,
+    training_step,
+)
+from areal_alloc.estimate.system import Hardware, build_hardware, hardware_assumptions
+from areal_alloc.experiment.read import Engine, Experiment
+from areal_alloc.settings import Resolved, Settings
 from areal_alloc.strategy import ParallelStrategy
 
 __all__ = [
@@ -32,22 +51,22 @@ __all__ = [
     "MODES",
     "PCIE_GBPS",
     "SYNCHRONOUS",
+    "EnginePace",
     "Generation",
+    "Pace",
     "decode_batch",
+    "estimate_pace",
+    "forward_cost",
     "mode_of",
     "rollout",
     "step_seconds",
     "switch",
+    "training_side",
     "weight_update",
 ]
 
 ASYNCHRONOUS, SYNCHRONOUS, COLOCATED = "asynchronous", "synchronous", "colocated"
 MODES = (ASYNCHRONOUS, SYNCHRONOUS, COLOCATED)
-#: InferenceEngineConfig.max_head_offpolicyness default 0 (synchronous) and
-#: PPOActorConfig.recompute_logprob default False (areal-project/AReaL
-#: areal/api/cli_args.py lines 2502 and 1804, commit cbff54d645d2cd8ee1f1c358a82f3f473588433d)
-DEFAULT_OFFPOLICYNESS = 0
-DEFAULT_RECOMPUTE_LOGPROB = False
 #: Host ↔ device copies of an offload / onload: PCIe 4.0 x16, 32 GB/s per direction
 #: (PCI-SIG PCIe 4.0 base specification: 16 GT/s × 16 lanes, 128b/130b), the link of
 #: an H100/A100 SXM node's GPUs to their host.
@@ -223,3 +242,304 @@ def step_seconds(mode: str, generate: float, train: float, update: float, shift:
     if mode == COLOCATED:
         return generate + train + update + shift
     return generate + train + update
+
+
+# --- the plan's pace: every engine of an experiment, one step ---------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EnginePace:
+    key: str
+    seconds: float  # per RL step
+    tokens_per_second: float
+    what: str
+    estimate: StepEstimate
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "seconds_per_step": self.seconds,
+            "tokens_per_second": self.tokens_per_second,
+            "what": self.what,
+            **self.estimate.to_dict(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Pace:
+    engines: tuple[EnginePace, ...]
+    generate_seconds: float
+    train_seconds: float
+    sequences: int
+    assumptions: tuple[str, ...]
+    #: The stored calibration the estimates start from, with how to turn it off, or "".
+    calibration: str = ""
+    mode: str = SYNCHRONOUS
+    update_seconds: float = 0.0  # the weight update to the rollout
+    switch_seconds: float = 0.0  # colocated: offload / onload between the sides
+    step_terms: tuple[StepTerm, ...] = ()
+
+    @property
+    def step_seconds(self) -> float:
+        """One RL step in the config's own mode (:func:`.step_seconds`)."""
+        return step_seconds(
+            self.mode,
+            self.generate_seconds,
+            self.train_seconds,
+            self.update_seconds,
+            self.switch_seconds,
+        )
+
+    @property
+    def balance(self) -> float | None:
+        """Generation rate over training rate (> 1: rollout outruns training)."""
+        if not self.generate_seconds or not self.train_seconds:
+            return None
+        return self.train_seconds / self.generate_seconds
+
+    @property
+    def advice(self) -> str:
+        return balance_advice(self.balance)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "engines": {e.key: e.to_dict() for e in self.engines},
+            "sequences_per_step": self.sequences,
+            "generate_seconds": self.generate_seconds,
+            "train_seconds": self.train_seconds,
+            "step_seconds": self.step_seconds,
+            "mode": self.mode,
+            "update_seconds": self.update_seconds,
+            "switch_seconds": self.switch_seconds,
+            "step_terms": [
+                {"name": t.name, "seconds": t.seconds, "formula": t.formula}
+                for t in self.step_terms
+            ],
+            "async_step_seconds": max(self.generate_seconds, self.train_seconds),
+            "sync_step_seconds": self.generate_seconds + self.train_seconds,
+            "balance": self.balance,
+            "advice": self.advice,
+            "assumptions": list(self.assumptions),
+            "calibration": self.calibration or None,
+        }
+
+
+_MODE_RULE = {
+    ASYNCHRONOUS: "rollout.max_head_offpolicyness > 0, a step takes the slower side "
+    "plus the weight update",
+    SYNCHRONOUS: "rollout.max_head_offpolicyness = 0 (the reference's default), a step "
+    "takes generation + training + the weight update",
+    COLOCATED: "the rollout shares the actor's GPUs, a step takes generation + "
+    "training + the weight update + the offload/onload between them",
+}
+
+
+def forward_cost(*, ref: bool, critic: bool, recompute_logprob: bool) -> float:
+    """The training side in actor steps when the ref (forward only) and the critic (it
+    trains) take turns on the actor's layout, as ``suggest`` places them: 1, + 1/3 for the
+    ref's forward (a third of forward + backward), + 1 for the critic, + 1/3 for the
+    actor's log-prob recomputation (``actor.recompute_logprob``)."""
+    cost = 1.0
+    if ref:
+        cost += 1 / 3
+    if critic:
+        cost += 1.0
+    if recompute_logprob:
+        cost += 1 / 3
+    return cost
+
+
+def training_side(paces: Sequence[EnginePace]) -> float:
+    """The training-side engines one after another, as the reference's training loop
+    calls them: the sum of their seconds per step."""
+    return sum(p.seconds for p in paces)
+
+
+def estimate_pace(
+    experiment: Experiment,
+    memory: Sequence[MemoryEstimate | None],
+    models: Sequence[Architecture | None],
+    settings: Sequence[TrainingSettings | None],
+    machine: Resolved | None = None,
+) -> Pace | None:
+    """Each engine of ``experiment``'s seconds per RL step (``memory``, ``models`` and
+    ``settings`` in its engines' order, from ``areal_alloc.estimate.fit``); None without a
+    GPU whose speeds are known.
+
+    ``machine``: the GPU, speeds and efficiencies (``areal_alloc.settings``), else those
+    the experiment was resolved with, else the config's ``cluster`` keys only."""
+    per_node = experiment.cluster.n_gpus_per_node
+    arch = next((m for m in models if m is not None), None)
+    if arch is None or per_node < 1:
+        return None
+    if machine is None:
+        machine = experiment.cluster.machine or Settings().resolve(experiment.config)
+    hardware = build_hardware(machine, per_node, arch)
+    if hardware is None:
+        return None
+    shape = step_shape(experiment, machine)  # the run's shape, with the reference's defaults
+    mode = mode_of(shape.offpolicyness, shape.colocated)
+    paces: list[EnginePace] = []
+    generating: list[EnginePace] = []
+    training: list[EnginePace] = []
+    rollout_parallel = None
+    for engine, estimate, model, train_settings in zip(
+        experiment.engines, memory, models, settings, strict=True
+    ):
+        if not engine.active or estimate is None or model is None:
+            continue
+        if engine.allocation.is_inference and engine.key == "rollout":
+            pace = _rollout_pace(engine, estimate, model, hardware, shape, mode)
+            rollout_parallel = engine.allocation.parallel
+            generating.append(pace)
+        elif engine.allocation.is_inference:  # a teacher scoring every token: a prefill
+            pace = _prefill_pace(engine, model, hardware, shape.tokens)
+            training.append(pace)
+        else:
+            pace = _training_pace(engine, model, hardware, shape, train_settings)
+            training.append(pace)
+        paces.append(pace)
+    if not paces:
+        return None
+    update, shift, terms = _update_terms(experiment, arch, hardware, mode, rollout_parallel)
+    assumptions = [
+        *hardware_assumptions(hardware),
+        *shape.assumptions,
+        "training-side engines run one after another, as the reference calls them",
+        f"mode {mode}: {_MODE_RULE[mode]}",
+    ]
+    return Pace(
+        tuple(paces),
+        sum(p.seconds for p in generating),
+        training_side(training),
+        shape.sequences,
+        tuple(dict.fromkeys(assumptions)),
+        hardware.calibration,
+        mode,
+        update,
+        shift,
+        terms,
+    )
+
+
+def _rollout_pace(
+    engine: Engine,
+    estimate: MemoryEstimate,
+    model: Architecture,
+    hardware: Hardware,
+    shape: StepShape,
+    mode: str,
+) -> EnginePace:
+    """The rollout's generation of the step's sequences (:func:`rollout`)."""
+    allocation, kv = engine.allocation, estimate.kv_cache
+    gen = rollout(
+        model,
+        allocation.parallel,
+        hardware,
+        sequences=shape.sequences,
+        instances=allocation.n_instances,
+        prompt=shape.prompt,
+        max_new_tokens=shape.new_tokens,
+        mean_gen_len=shape.mean,
+        kv_tokens=kv.tokens if kv is not None else None,
+        kv_bytes_per_token=kv.bytes_per_token if kv is not None else 0,
+        max_concurrent=shape.max_concurrent,
+        synchronous=mode != ASYNCHRONOUS,
+    )
+    one = replace(gen.estimate, terms=gen.estimate.terms + gen.terms)
+    rate = shape.sequences * shape.mean / gen.seconds
+    return EnginePace(engine.key, gen.seconds, rate, gen.what, one)
+
+
+def _prefill_pace(
+    engine: Engine, model: Architecture, hardware: Hardware, tokens: int
+) -> EnginePace:
+    """An inference teacher scoring every token of the step: a prefill at compute."""
+    flops = 2.0 * model.parameters.active * tokens
+    world = engine.allocation.world_size
+    seconds = flops / (world * hardware.peak_tflops * 1e12 * hardware.compute_efficiency)
+    formula = (
+        f"2 × {model.parameters.active / 1e9:.3g}B active params × {tokens:,} tokens / "
+        f"({world} GPUs × {hardware.peak_tflops:g} TFLOP/s × "
+        f"{hardware.compute_efficiency:.3g})"
+    )
+    step = StepEstimate(
+        (StepTerm("prefill compute", seconds, formula),),
+        tokens,
+        flops,
+        world,
+        hardware.peak_tflops,
+    )
+    what = f"prefill of {tokens:,} tokens (2 × active params per token)"
+    return EnginePace(engine.key, seconds, tokens / seconds, what, step)
+
+
+def _training_pace(
+    engine: Engine,
+    model: Architecture,
+    hardware: Hardware,
+    shape: StepShape,
+    settings: TrainingSettings | None,
+) -> EnginePace:
+    """A training engine's step: the actor's and the critic's optimizer step, the ref's and
+    a training teacher's forward; the actor's log-prob recomputation when asked."""
+    allocation, tokens, length = engine.allocation, shape.tokens, shape.length
+    ts = settings or TrainingSettings()
+    forward_only = ts.optimizer is None
+    step = training_step(
+        allocation.backend,
+        model,
+        allocation.parallel,
+        hardware,
+        tokens_per_step=tokens,
+        tokens_per_micro_batch=ts.tokens_per_micro_batch,
+        sequence_length=min(length, ts.tokens_per_micro_batch),
+        recompute="none" if forward_only else ts.recompute,  # nothing to recompute
+        virtual_pipeline=ts.virtual_pipeline,
+    )
+    seconds = step.seconds / 3 if forward_only else step.seconds
+    what = (
+        f"forward pass over {tokens:,} tokens (a third of a training step)"
+        if forward_only
+        else f"one optimizer step over {tokens:,} tokens"
+    )
+    if engine.key == "actor" and shape.recompute_logprob:
+        extra = step.seconds / 3
+        recompute = StepTerm(
+            "log-prob recomputation",
+            extra,
+            "actor.recompute_logprob: one forward of the actor (a third of its "
+            f"{step.seconds:.4g} s step)",
+        )
+        step = replace(step, terms=(*step.terms, recompute))
+        seconds += extra
+        what += " + one forward to recompute the log-probs"
+    return EnginePace(engine.key, seconds, tokens / seconds, what, step)
+
+
+def _update_terms(
+    experiment: Experiment,
+    arch: Architecture,
+    hardware: Hardware,
+    mode: str,
+    rollout_parallel: ParallelStrategy | None,
+) -> tuple[float, float, tuple[StepTerm, ...]]:
+    """The weight update to the rollout and, colocated, the offload / onload between the
+    sides: (update seconds, switch seconds, their terms)."""
+    actor = experiment.get("actor")
+    if rollout_parallel is None or actor is None or not actor.active:
+        return 0.0, 0.0, ()
+    # both sides inside one node (colocated: they share the same GPUs)
+    sizes = (actor.allocation.world_size, rollout_parallel.world_size)
+    span = max(sizes) if mode == COLOCATED else sum(sizes)
+    inside = experiment.cluster.n_gpus_per_node >= span
+    term = weight_update(
+        arch,
+        experiment.update_mode,
+        hardware,
+        inside_node=inside,
+        senders=actor.allocation.world_size,
+    )
+    if mode != COLOCATED:
+        return term.seconds, 0.0, (term,)
+    moved = switch(arch, hardware, actor.allocation.world_size)
+    return term.seconds, moved.seconds, (term, moved)
