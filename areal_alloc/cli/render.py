@@ -98,27 +98,31 @@ def _memory_table(plan: Plan) -> list[str]:
     gpu = f"{plan.gpu}, {readable_bytes(plan.gpu_memory)}" if plan.gpu_memory else "no GPU named"
     if plan.gpu_memory and plan.gpu_origin:
         gpu += f", {plan.gpu_origin}"  # from --gpu, detected by nvidia-smi, from cluster.gpu
-    rows = [["engine", "per GPU", "fits", "largest term", "KV cache per instance"]]
+    # the peak phase (memory.PHASES) sets "per GPU"; its largest term says what to change
+    rows = [["engine", "per GPU", "fits", "peak phase", "largest term", "KV cache per instance"]]
     for e in plan.engines:
         m = e.memory
         if m is None:
             if e.not_estimated:
-                rows.append([e.key, "not estimated", "-", "(model not found: see warning)", ""])
+                rows.append(
+                    [e.key, "not estimated", "-", "-", "(model not found: see warning)", ""]
+                )
             continue
         fits = {True: "yes", False: "NO", None: "-"}[m.fits]
         kv = ""
-        if m.kv_cache is not None:
-            kv = f"{m.kv_cache.bytes_per_token:,} B/token"
-            if m.kv_cache.tokens is not None:
-                kv += (
-                    f", {m.kv_cache.tokens:,} tokens = {m.kv_cache.sequences:,} × "
-                    f"{m.kv_cache.sequence_length:,}"
-                )
+        if m.kv_cache is not None:  # its bytes per token: explain, and the plan's JSON
+            kv = (
+                f"{m.kv_cache.bytes_per_token:,} B/token"
+                if m.kv_cache.tokens is None
+                else f"{m.kv_cache.tokens:,} tokens = {m.kv_cache.sequences:,} × "
+                f"{m.kv_cache.sequence_length:,}"
+            )
         rows.append(
             [
                 e.key,
                 readable_bytes(m.total),
                 fits,
+                m.phase or "-",
                 f"{m.largest.name} {readable_bytes(m.largest.bytes)}",
                 kv,
             ]
@@ -162,6 +166,7 @@ def render_memory(estimate: MemoryEstimate, title: str) -> str:
                 f"{kv.sequence_length:,} tokens"
                 + (f" (the run keeps {kv.concurrency:,} in flight)" if kv.concurrency else "")
             )
+    lines.extend(_phase_lines(estimate))
     total = f"  total {readable_bytes(estimate.total)} per GPU"
     if estimate.capacity is not None:
         headroom = estimate.headroom or 0
@@ -171,6 +176,29 @@ def render_memory(estimate: MemoryEstimate, title: str) -> str:
     lines.append(total)
     lines.extend(f"  assumed: {a}" for a in estimate.assumptions)
     return "\n".join(lines)
+
+
+def _phase_lines(estimate: MemoryEstimate) -> list[str]:
+    """Each phase the engine goes through with its bytes and its terms (those that
+    differ from the peak's, with their own bytes); nothing for a single phase."""
+    if len(estimate.phases) < 2:
+        return []
+    sizes = estimate.phase_bytes
+    peak = set(estimate.terms)
+    rows = [
+        [
+            p.name,
+            readable_bytes(sizes[p.name]),
+            " + ".join(
+                t.name if t in peak else f"{t.name} {readable_bytes(t.bytes)}" for t in p.terms
+            ),
+        ]
+        for p in estimate.phases
+    ]
+    return [
+        f"  phases (the terms above are the peak, {estimate.phase}):",
+        *("    " + line for line in table(rows)),
+    ]
 
 
 #: Node rows drawn at most; beyond it the middle of the map is summarised.

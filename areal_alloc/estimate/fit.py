@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
 from areal_alloc import defaults
@@ -45,6 +45,7 @@ from areal_alloc.estimate.memory import (
     VLLM_MAX_NUM_SEQS,
     InferenceSettings,
     MemoryEstimate,
+    Phase,
     Term,
     TrainingSettings,
     inference_memory,
@@ -140,6 +141,8 @@ def _training_settings(
             lora_targets=read.target_modules if read.use_lora else (),
             critic=read.is_critic,
             memory_efficient_load=read.memory_efficient_load,
+            # the actor's forward phase before its update (memory.PHASES)
+            recompute_logprob=engine.key == "actor" and bool(run.recompute_logprob),
         )
     except AllocationError as error:
         raise AllocationValidationError(f"{path}: {error.message}") from None
@@ -333,16 +336,13 @@ def _add_colocated(
             estimate = estimates[runner]
             if estimate is None:
                 continue
-            training: list[Term] = []  # beside its training phase
+            training: list[Term] = []  # beside its phases after loading
             loading: list[Term] = []  # beside its load phase
             for other in members:
                 there = estimates[other]
                 if other == runner or there is None:
                     continue
-                # every training engine loads before any offloading starts
-                if there.kv_cache is None and _loaded_before(
-                    engines[other].key, engines[runner].key
-                ):
+                if there.kv_cache is None and _loaded_before(experiment, other, runner):
                     term = _resident_term(engines, runner, other, there, there.at_load, "weights")
                     if term is not None:
                         loading.append(term)
@@ -368,31 +368,35 @@ def _add_colocated(
 LOAD_ORDER = ("actor", "critic", "ref", "teacher")
 
 
-def _loaded_before(other: str, runner: str) -> bool:
-    """Whether ``other`` is already on the GPUs while ``runner`` loads its model."""
-    if other not in LOAD_ORDER or runner not in LOAD_ORDER:
+def _loaded_before(experiment: Experiment, other: int, runner: int) -> bool:
+    """Whether the training engine ``other`` is on the GPUs while ``runner`` loads.
+
+    Every training engine loads before any offloading starts, in :data:`LOAD_ORDER`,
+    and before any inference server starts; only the actor is offloaded before the
+    servers start, when it is offloaded while they serve (areal/trainer/rl_trainer.py
+    lines 333-335 and, with awex, 345; critic, ref and teacher by their own
+    ``offload`` only at line 490, after the servers start; reference commit cbff54d6).
+    """
+    engines = experiment.engines
+    off, run = engines[other].key, engines[runner].key
+    if engines[runner].allocation.is_inference:
+        return off != "actor" or _offloaded_while(experiment, runner, other) is None
+    if off not in LOAD_ORDER or run not in LOAD_ORDER:
         return False
-    return LOAD_ORDER.index(other) < LOAD_ORDER.index(runner)
+    return LOAD_ORDER.index(off) < LOAD_ORDER.index(run)
 
 
 def _beside(estimate: MemoryEstimate, training: list[Term], loading: list[Term]) -> MemoryEstimate:
-    """``estimate`` with what colocated engines keep beside it, in its peak phase.
-
-    An estimate whose peak is FSDP's load phase keeps its training phase too: with
-    the other engines' states beside it, training may become the peak again.
-    """
-    if not estimate.training_terms:
-        return replace(estimate, terms=(*estimate.terms, *training))
-    train = sum(t.bytes for t in (*estimate.training_terms, *training))
-    load = sum(t.bytes for t in (*estimate.terms, *loading))
-    if load > train:
-        return replace(estimate, terms=(*estimate.terms, *loading))
-    kept = tuple(a for a in estimate.assumptions if " peaks while loading" not in a)
-    return replace(
-        estimate,
-        terms=(*estimate.training_terms, *training),
-        training_terms=(),
-        assumptions=kept,
+    """``estimate`` with what colocated engines keep beside each of its phases
+    (``loading`` beside its load phase, ``training`` beside every later one), its
+    peak chosen again: with the other engines beside it, another phase may peak."""
+    if not training and not loading:
+        return estimate
+    return estimate.with_phases(
+        tuple(
+            Phase(p.name, (*p.terms, *(loading if p.name == "load" else training)))
+            for p in estimate.phases
+        )
     )
 
 

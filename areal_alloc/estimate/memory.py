@@ -35,11 +35,13 @@ __all__ = [
     "GIB",
     "LOGITS",
     "NON_TORCH_BYTES",
+    "PHASES",
     "VLLM_MAX_NUM_SEQS",
     "VLLM_SAMPLER_BYTES",
     "InferenceSettings",
     "KVCache",
     "MemoryEstimate",
+    "Phase",
     "Term",
     "TrainingSettings",
     "activation_bytes_per_token",
@@ -105,7 +107,22 @@ OPTIMIZERS = ("adam", "adam_bf16", "sgd")
 #:
 #: ``float32_logits``: the float32 logits alone, 4 B, as Megatron-LM's
 #: theoretical_memory_usage.py counts the output layer (its anchors' figure).
-LOGITS = ("areal", "float32", "float32_logits")
+#:
+#: ``float32_compiled``: the same cross-entropy on ``pred.float()`` under torch.compile
+#: (torchtitan compiles its loss with ``training.compile`` from
+#: torchtitan/components/loss.py ``build_cross_entropy_loss``, pytorch/torchtitan@
+#: e7c0cae934df78d6e9c2835f42ff1f757dc3fddc; at 9dec370a train.py still says "compiling
+#: loss function causes CUDA errors, turning off for now"): inductor fuses the upcast,
+#: log-softmax and nll, saves the bfloat16 logits (2 B) and writes their bfloat16 gradient
+#: (2 B): 4 B.
+#:
+#: ``chunked_compiled``: torchtune's ``CEWithChunkedOutputLoss`` (torchtune/modules/loss/
+#: ce_chunked_output_loss.py, pytorch/torchtune@bd2a0fc7c31430972728494fa01aaeeb0ebf1ba1):
+#: the model returns its logits in 8 bfloat16 chunks (``chunked_output``, no ``.float()``)
+#: and the compiled ``compute_cross_entropy`` upcasts one chunk at a time: the bfloat16
+#: chunks (2 B) and one chunk's float32 upcast, gradient and bfloat16 gradient
+#: ((4 + 4 + 2) / 8 B, rounded up): 3 B.
+LOGITS = ("areal", "float32", "float32_logits", "float32_compiled", "chunked_compiled")
 
 
 def dtype_bytes(name: str, key: str) -> int:
@@ -166,9 +183,44 @@ class KVCache:
         }
 
 
+#: The phases an engine goes through, in the order a run meets them; an engine's
+#: memory is its peak over its own (:meth:`MemoryEstimate.with_phases`). The
+#: reference's trainer (areal/trainer/rl_trainer.py, areal-project/AReaL@cbff54d645d2
+#: cd8ee1f1c358a82f3f473588433d) loads every training engine (``initialize``, lines
+#: 311-327) before any inference server starts (``_init_rollout``, line 358); a step
+#: (lines 686-856) generates, then runs the critic's values and the ref's and
+#: teacher's log-probabilities (forward passes), the actor's ``compute_logp`` when
+#: ``should_compute_prox_logp()`` (``recompute_logprob``), then ``ppo_update``, whose
+#: ``train_batch`` runs forward and backward per micro-batch and then
+#: ``optimizer_step`` (areal/engine/fsdp_engine.py lines 774-812).
+#:
+#: - ``load``: the weights being loaded (FSDP without ``memory_efficient_load``: the
+#:   whole model on every GPU before sharding; Megatron's gradient buffers and
+#:   optimizer are built with the model);
+#: - ``generation``: an inference server's weights, KV cache and activation peak;
+#: - ``forward``: a forward pass without gradients (ref, teacher, the critic's
+#:   values, the actor's log-prob recomputation): one layer's activations and the
+#:   bfloat16 logits, beside what the engine keeps between its phases;
+#: - ``backward``: every activation of the micro-batch, the logits as the loss holds
+#:   them and the gradients;
+#: - ``optimizer_step``: states, gradients and master weights, the activations freed
+#:   (FSDP's AdamW is torch's fused one, no per-tensor temporaries:
+#:   areal/engine/fsdp_engine.py lines 1195-1202, ``fused=True`` but for a vision
+#:   model at t > 1).
+PHASES = ("load", "generation", "forward", "backward", "optimizer_step")
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """One phase of an engine (:data:`PHASES`) and the terms on its GPU meanwhile."""
+
+    name: str
+    terms: tuple[Term, ...]
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryEstimate:
-    """One engine's memory per GPU, term by term."""
+    """One engine's memory per GPU, term by term: the terms of its peak phase."""
 
     key: str
     backend: str
@@ -184,19 +236,53 @@ class MemoryEstimate:
     #: bytes it holds right after loading, before its first step (FSDP: the sharded
     #: weights; gradients and AdamW states appear at the first step)
     at_load: int = 0
-    #: the training phase's terms when ``terms`` are the load phase (its peak)
-    training_terms: tuple[Term, ...] = ()
+    #: the phase whose terms are ``terms`` (the peak), and every phase it goes through
+    phase: str = ""
+    phases: tuple[Phase, ...] = ()
 
-    @property
-    def total(self) -> int:
-        if self.claimed_fraction is not None and self.capacity is not None:
+    def _bytes(self, terms: tuple[Term, ...]) -> int:
+        if (
+            self.claimed_fraction is not None
+            and self.capacity is not None
+            and any(t.name == "kv_cache" for t in terms)
+        ):
             # what the server claims, and what a colocated engine keeps beside it; when
             # the weights and reserve alone overflow the claim, they are the total (a
             # 6e27 GiB weight term is never left out of "total 72.0 GiB of 80.0 GiB")
             claim = int(self.claimed_fraction * self.capacity)
-            needed = sum(t.bytes for t in self.terms if t.name not in ("kv_cache", "colocated"))
-            return max(claim, needed) + self.term("colocated")
-        return sum(t.bytes for t in self.terms)
+            needed = sum(t.bytes for t in terms if t.name not in ("kv_cache", "colocated"))
+            return max(claim, needed) + sum(t.bytes for t in terms if t.name == "colocated")
+        return sum(t.bytes for t in terms)
+
+    @property
+    def total(self) -> int:
+        return self._bytes(self.terms)
+
+    @property
+    def phase_bytes(self) -> dict[str, int]:
+        """Each phase's bytes per GPU, in the order of :data:`PHASES`."""
+        if not self.phases:
+            return {self.phase: self.total} if self.phase else {}
+        return {p.name: self._bytes(p.terms) for p in self.phases}
+
+    def with_phases(self, phases: tuple[Phase, ...]) -> MemoryEstimate:
+        """This estimate over ``phases``: its terms those of the peak phase (a tie goes
+        to the later phase, the one the run keeps repeating)."""
+        sizes = [self._bytes(p.terms) for p in phases]
+        peak = max(range(len(phases)), key=lambda i: (sizes[i], i))
+        chosen = phases[peak]
+        kept = tuple(a for a in self.assumptions if " peaks while loading" not in a)
+        if chosen.name == "load" and any(t.name == "load" for t in chosen.terms):
+            then = max(
+                ((sizes[i], phases[i].name) for i in range(len(phases)) if i != peak),
+                default=None,
+            )
+            kept += (
+                f"{self.key} peaks while loading: the whole model on every GPU before "
+                f"sharding ({self.key}.fsdp.memory_efficient_load=false)"
+                + (f"; its {then[1]} then needs {readable_bytes(then[0])} per GPU" if then else ""),
+            )
+        return replace(self, terms=chosen.terms, phase=chosen.name, phases=phases, assumptions=kept)
 
     def term(self, name: str) -> int:
         return sum(t.bytes for t in self.terms if t.name == name)
@@ -219,7 +305,12 @@ class MemoryEstimate:
         return self.total <= self.capacity
 
     def with_term(self, term: Term) -> MemoryEstimate:
-        return replace(self, terms=(*self.terms, term))
+        """``term`` beside every phase but loading (what a colocated engine keeps)."""
+        if not self.phases:
+            return replace(self, terms=(*self.terms, term))
+        return self.with_phases(
+            tuple(p if p.name == "load" else Phase(p.name, (*p.terms, term)) for p in self.phases)
+        )
 
     def to_dict(self) -> dict[str, object]:
         names = ("weights", "gradients", "optimizer", "activations", "logits", "reserve")
@@ -230,6 +321,8 @@ class MemoryEstimate:
         if self.kv_cache is not None:
             out["kv_cache"] = self.term("kv_cache")
         out["total"] = self.total
+        out["phase"] = self.phase
+        out["phases"] = self.phase_bytes
         out["capacity"] = self.capacity
         out["headroom"] = self.headroom
         out["fits"] = self.fits
@@ -279,6 +372,9 @@ class TrainingSettings:
     #: how the loss holds the vocabulary logits (:data:`LOGITS`): the reference's
     #: engines, a whole-vocabulary float32 cross-entropy, or the float32 logits alone
     logits: str = "areal"
+    #: a forward pass before training (the actor's ``recompute_logprob``): a forward
+    #: phase beside the backward one (a ref, a teacher and a critic always have one)
+    recompute_logprob: bool = False
 
     def __post_init__(self) -> None:
         if self.recompute not in RECOMPUTE:
@@ -715,24 +811,22 @@ def training_memory(
             on_gpu = (tp_part + exp) / tp + rep
             shard_text = f"({_b(tp_part + exp)}/t{tp} + {_b(rep)} replicated)"
         stage_flight = in_flight if first else 1.0
-        if settings.recompute in ("full", "op") or forward_only:
-            one_layer = max(
-                activation_bytes_per_token(
-                    arch,
-                    moe=m,
-                    tp=tp,
-                    sequence_parallel=sp,
-                    recompute="none",
-                    flash_attention=settings.flash_attention,
-                    dropout=settings.dropout,
-                    sequence_length=tokens,
-                )[0]
-                for m in (
-                    (False, True) if p.moe_layers and p.dense_layers else (bool(p.moe_layers),)
-                )
-            )
-        else:
-            one_layer = 0.0
+        # a forward pass without gradients keeps one layer's working set at a time
+        forward_layer = max(
+            activation_bytes_per_token(
+                arch,
+                moe=m,
+                tp=tp,
+                sequence_parallel=sp,
+                recompute="none",
+                flash_attention=settings.flash_attention,
+                dropout=settings.dropout,
+                sequence_length=tokens,
+            )[0]
+            for m in ((False, True) if p.moe_layers and p.dense_layers else (bool(p.moe_layers),))
+        )
+        recomputes = settings.recompute in ("full", "op") or forward_only
+        one_layer = forward_layer if recomputes else 0.0
         if forward_only:
             acts = tokens * one_layer
             act_text = (
@@ -835,8 +929,35 @@ def training_memory(
                 f"and fragmentation (--memory-reserve-gib)",
             )
         )
-        stages.append((sum(t.bytes for t in terms), first, terms))
-    _, first, terms = max(stages, key=lambda s: s[0])
+        stage_phases = {"forward" if forward_only else "backward": tuple(terms)}
+        if not forward_only:
+            # what stays between the phases (weights, gradients, optimizer states), and
+            # the reserve beside everything
+            held = tuple(t for t in terms if t.name in ("weights", "gradients", "optimizer"))
+            reserve = tuple(t for t in terms if t.name == "reserve")
+            if settings.recompute_logprob or settings.critic:
+                fwd_logit, fwd_text = _logit_bytes(settings.logits, megatron_like, tp, True)
+                forward = [
+                    Term(
+                        "activations",
+                        int(tokens * forward_layer),
+                        f"forward only: one layer's working set, {tokens:,} tokens × "
+                        f"{forward_layer:,.0f} B",
+                    )
+                ]
+                if logits:
+                    forward.append(
+                        Term(
+                            "logits",
+                            int(tokens * (arch.vocab_size / tp) * fwd_logit),
+                            f"{tokens:,} tokens × vocab {arch.vocab_size:,}/t{tp} × "
+                            f"{fwd_logit} B ({fwd_text})",
+                        )
+                    )
+                stage_phases["forward"] = (*held, *forward, *reserve)
+            stage_phases["optimizer_step"] = (*held, *reserve)
+        stages.append((sum(t.bytes for t in terms), first, terms, stage_phases))
+    _, first, terms, by_phase = max(stages, key=lambda s: s[0])
     if pp > 1:
         assumptions.append(f"most-loaded GPU: the {'first' if first else 'last'} pipeline stage")
     if settings.flash_attention and settings.recompute == "none":
@@ -846,14 +967,17 @@ def training_memory(
     resident = sum(t.bytes for t in terms if t.name in ("weights", "gradients", "optimizer"))
     # torch's AdamW creates its states at the first step, FSDP its gradients at the
     # first backward; Megatron allocates its grad buffers and optimizer when built
-    at_load = resident if megatron_like else sum(t.bytes for t in terms if t.name == "weights")
-    training_terms: tuple[Term, ...] = ()
+    loaded = ("weights", "gradients", "optimizer") if megatron_like else ("weights",)
+    at_load = sum(t.bytes for t in terms if t.name in loaded)
     if backend == "fsdp" and not settings.memory_efficient_load:
-        loading, note = _fsdp_load_peak(key, p, settings, lora, terms)
-        if note:
-            assumptions.append(note)
-            training_terms, terms = tuple(terms), loading
-    return MemoryEstimate(
+        loading = _fsdp_load_peak(key, p, settings, lora, terms)
+    else:
+        loading = tuple(t for t in terms if t.name in (*loaded, "reserve"))
+    phases = (
+        Phase("load", loading),
+        *(Phase(name, by_phase[name]) for name in PHASES if name in by_phase),
+    )
+    estimate = MemoryEstimate(
         key,
         backend,
         tuple(terms),
@@ -861,8 +985,8 @@ def training_memory(
         tuple(assumptions),
         resident=resident,
         at_load=at_load,
-        training_terms=training_terms,
     )
+    return estimate.with_phases(phases)
 
 
 def _logit_bytes(mode: str, megatron: bool, tp: int, forward_only: bool) -> tuple[int, str]:
@@ -875,6 +999,10 @@ def _logit_bytes(mode: str, megatron: bool, tp: int, forward_only: bool) -> tupl
         return 12, "float32 cross-entropy: log-softmax, its gradient and nll's"
     if mode == "float32_logits":
         return 4, "float32 logits"
+    if mode == "float32_compiled":
+        return 4, "compiled float32 cross-entropy: bf16 logits + their bf16 gradient"
+    if mode == "chunked_compiled":
+        return 3, "chunked compiled cross-entropy: bf16 logits + one of 8 chunks upcast"
     if megatron and tp > 1:
         return 8, "bf16 logits + float32 vocab-parallel softmax + bf16 gradient"
     return 6, "bf16 logits + bf16 gradient + one chunk's slice gradient"
@@ -895,8 +1023,8 @@ def _fsdp_load_peak(
     settings: TrainingSettings,
     lora: _Adapters | None,
     terms: list[Term],
-) -> tuple[list[Term], str | None]:
-    """The peak of FSDP's load phase with ``fsdp.memory_efficient_load: false``.
+) -> tuple[Term, ...]:
+    """FSDP's load phase with ``fsdp.memory_efficient_load: false``.
 
     Every rank builds the whole model on its own GPU, in ``optimizer_dtype``,
     before ``parallelize_model`` shards it (areal/engine/fsdp_engine.py
@@ -906,23 +1034,13 @@ def _fsdp_load_peak(
     """
     storage = dtype_bytes(settings.optimizer_dtype, f"{key}.optimizer_dtype")
     params = p.total + (0 if lora is None else lora.tensor + lora.experts)
-    reserve = next((t for t in terms if t.name == "reserve"), None)
-    reserve_bytes = reserve.bytes if reserve is not None else 0
     load = Term(
         "load",
         int(params * storage),
         f"{_b(params)} params × {storage} B ({settings.optimizer_dtype}): every rank builds the "
         f"whole model on its GPU before sharding ({key}.fsdp.memory_efficient_load=false)",
     )
-    training = sum(t.bytes for t in terms)
-    out = [load] + ([reserve] if reserve is not None else [])
-    if load.bytes + reserve_bytes <= training:
-        return out, None
-    return out, (
-        f"{key} peaks while loading: the whole model on every GPU before sharding "
-        f"({key}.fsdp.memory_efficient_load=false); training then needs "
-        f"{readable_bytes(training)} per GPU"
-    )
+    return (load, *(t for t in terms if t.name == "reserve"))
 
 
 def _megatron_lora_terms(
@@ -1258,4 +1376,8 @@ def inference_memory(
         claimed = fraction
     kv = KVCache(per_token, formula, tokens, settings.context_length, settings.concurrency)
     assumptions = (f"{backend} claims {settings.memory_fraction:g} of each GPU",)
-    return MemoryEstimate(key, backend, tuple(terms), capacity, assumptions, kv, claimed)
+    estimate = MemoryEstimate(key, backend, tuple(terms), capacity, assumptions, kv, claimed)
+    # the server loads its weights first; SGLang sizes its pool after loading them and
+    # vLLM after its profile run (the rules above), so the claim is the generation phase's
+    loading = tuple(t for t in terms if t.name in ("weights", "reserve"))
+    return estimate.with_phases((Phase("load", loading), Phase("generation", tuple(terms))))

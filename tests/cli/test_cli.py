@@ -34,10 +34,10 @@ node map (one column per GPU, · free):
 
 memory per GPU (estimate; H100-80GB, 80.0 GiB, from hydra.callbacks.areal_alloc.gpu; \
 every term: areal-alloc explain SPEC --model M):
-  engine   per GPU   fits  largest term       KV cache per instance
-  rollout  72.0 GiB  yes   kv_cache 67.2 GiB  14,336 B/token, 5,035,389 tokens = 153 × 32,768
-  actor    34.3 GiB  yes   optimizer 7.1 GiB
-  ref      37.4 GiB  yes   load 28.4 GiB
+  engine   per GPU   fits  peak phase  largest term       KV cache per instance
+  rollout  72.0 GiB  yes   generation  kv_cache 67.2 GiB  5,035,389 tokens = 153 × 32,768
+  actor    34.3 GiB  yes   backward    optimizer 7.1 GiB
+  ref      37.4 GiB  yes   load        load 28.4 GiB
 
 pace per RL step (estimate; 512 sequences):
   rollout   98.8 s generating

@@ -448,7 +448,7 @@ def test_a_model_not_found_is_said_even_with_quiet(
     )
     assert main(["check", str(experiment)]) == 0
     out, _ = capsys.readouterr()
-    assert "  actor   not estimated  -     (model not found: see warning)" in out
+    assert "  actor   not estimated  -     -           (model not found: see warning)" in out
     assert (
         "warning: actor not estimated: actor.path='/cluster/models/no-such-model': not found "
         "here (no local config.json, hub cache or catalogue entry)"
