@@ -32,8 +32,9 @@ from typing import Any
 from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import GPU, find_gpu, find_model, reported_bytes
 from areal_alloc.errors import AllocationError
-from areal_alloc.estimate.fit import estimate_allocation
-from areal_alloc.estimate.memory import InferenceSettings, MemoryEstimate, TrainingSettings
+from areal_alloc.estimate.engines import estimate_allocation
+from areal_alloc.estimate.execution import InferenceSettings, TrainingSettings
+from areal_alloc.estimate.memory import MemoryEstimate
 from areal_alloc.estimate.speed import generation, training_step
 from areal_alloc.estimate.system import Hardware, resolve_gpu
 from areal_alloc.model import ModelAllocation
@@ -248,11 +249,16 @@ def _unmodelled(inputs: Mapping[str, Any], kind: str) -> str | None:
     found = []
     precision = str(inputs.get("precision") or "")
     if ("float8" in precision or "fp8" in precision) and not (
-        kind in _INFERENCE and _fp8_weights(inputs)
+        (kind in _INFERENCE and _fp8_weights(inputs))
+        or (kind == "train_memory" and _float8_linears(inputs))
     ):
         found.append(f"float8 precision ({precision!r})")
     features = (
-        ("async_tp", True, "asynchronous tensor parallelism (collectives overlapped)"),
+        *(
+            ()
+            if kind == "train_memory"
+            else (("async_tp", True, "asynchronous tensor parallelism (collectives overlapped)"),)
+        ),
         ("optimizer_in_backward", True, "the optimizer step inside the backward pass"),
         ("activation_offloading", True, "activation offloading to the CPU"),
         ("optimizer", "AdamW8bit", "8-bit Adam states"),
@@ -263,8 +269,8 @@ def _unmodelled(inputs: Mapping[str, Any], kind: str) -> str | None:
     if inputs.get("extra_flags"):
         found.append(f"the engine's extra flags {inputs['extra_flags']!r}")
     loss = str(inputs.get("loss") or "")
-    if "chunked" in loss:
-        found.append(f"chunked cross-entropy (loss {loss!r})")
+    if "chunked" in loss and not inputs.get("compile"):
+        found.append(f"chunked cross-entropy, not compiled (loss {loss!r})")
     if not found:
         return None
     return "not modelled: " + "; ".join(found)
@@ -312,16 +318,70 @@ def _allocation(inputs: Mapping[str, Any], engine: str | None = None) -> ModelAl
         raise NotCompared(f"{spec}: {error.message}") from None
 
 
+def _float8_linears(inputs: Mapping[str, Any]) -> bool:
+    """torchao's float8 linears with bf16 otherwise: their memory is taken as the bf16 run's.
+    ``Float8Linear`` keeps the weights in their dtype and casts per matmul; for the backward
+    it saves the high-precision input and weight (``manual_float8_matmul_with_args_in_hp``:
+    ``ctx.save_for_backward(input_hp, weight_hp_t)``) or, tensorwise, their float8 casts
+    (``..._in_float8``: ``save_for_backward(input_fp8, weight_fp8_t)``, 1 B each; not
+    counted) (pytorch/ao torchao/float8/float8_linear.py@024fe94fd86a94f43be1f0dd62201bd92a313dcb).
+    The float8 FSDP all-gather halves only the one gathered layer's bytes (not counted)."""
+    precision = str(inputs.get("precision") or "")
+    return precision.startswith("float8 linears") and "bf16 otherwise" in precision
+
+
+def _logits_mode(inputs: Mapping[str, Any]) -> str:
+    """How the run's loss holds the logits (memory.LOGITS): torchtitan's and torchtune's
+    cross-entropy on float32 logits; compiled where the run's version compiles the loss
+    (``inputs.loss_compiled``); torchtune's chunked loss under its compiled recipe
+    (full_finetune_single_device.py: ``if self._compile: training.compile_loss(...)``,
+    pytorch/torchtune@bd2a0fc7c31430972728494fa01aaeeb0ebf1ba1)."""
+    loss = str(inputs.get("loss") or "")
+    if "chunked" in loss and inputs.get("compile"):
+        return "chunked_compiled"
+    if inputs.get("loss_compiled"):
+        return "float32_compiled"
+    return "float32"
+
+
+#: torchtune's "Peak Memory Active" counts the tensors torch's allocator holds, none of what
+#: the reserve stands for (the CUDA context, NCCL's buffers, the allocator's cached blocks).
+#: A "max reserved" peak keeps the reserve: it holds the allocator's cached blocks.
+_TORCH_ALLOCATOR_METRICS = ("Peak Memory Active",)
+
+
+def _torch_allocator_metric(inputs: Mapping[str, Any]) -> bool:
+    return any(m in str(inputs.get("memory_metric") or "") for m in _TORCH_ALLOCATOR_METRICS)
+
+
 def _training_settings(inputs: Mapping[str, Any]) -> TrainingSettings:
     precision = str(inputs.get("precision") or "")
     return TrainingSettings(
         recompute=_recompute(inputs),
-        # torchtitan's and torchtune's recipes: cross-entropy on float32 logits
-        logits="float32",
+        logits=_logits_mode(inputs),
         tokens_per_micro_batch=int(inputs["micro_batch"]) * int(inputs["seq_len"]),
         # torchtune's single-device bf16 recipe keeps no float32 copy
         optimizer_dtype="bfloat16" if "no fp32 master" in precision else "float32",
+        # torchtitan builds the model on the meta device and materialises its shards
+        # (train.py: ``with torch.device("meta"):``, at 9dec370a and e7c0cae9); torchtune's
+        # single-device recipe builds it on the GPU in its dtype
+        memory_efficient_load=True,
+        reserve_bytes=0 if _torch_allocator_metric(inputs) else 4 * GIB,
     )
+
+
+def _train_memory_note(inputs: Mapping[str, Any]) -> str:
+    notes = []
+    if _float8_linears(inputs):
+        notes.append("float8 linears taken as bf16 (torchao saves the bf16 input and weight)")
+    if inputs.get("async_tp"):
+        notes.append("async TP holds what TP holds")
+    mode = _logits_mode(inputs)
+    if mode != "float32":
+        notes.append(f"logits: {mode}")
+    if _torch_allocator_metric(inputs):
+        notes.append("active tensors only: no reserve (CUDA context, NCCL, cached blocks)")
+    return "; ".join(notes)
 
 
 # --- one adapter per kind ------------------------------------------------------------
@@ -339,7 +399,7 @@ def _train_memory(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[floa
         _training_settings(inputs),
         None,
     )
-    return estimate.total / GIB, ""
+    return estimate.total / GIB, _train_memory_note(inputs)
 
 
 def _tokens_per_step(inputs: Mapping[str, Any], alloc: ModelAllocation) -> int:
