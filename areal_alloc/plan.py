@@ -46,7 +46,7 @@ class EnginePlan:
     allocation: ModelAllocation
     active: bool = True
     note: str | None = None
-    #: memory per GPU, when the config names the model (see ``areal_alloc.estimate.fit``)
+    #: memory per GPU, when the config names the model (see ``areal_alloc.estimate.engines``)
     memory: MemoryEstimate | None = None
     #: why there is no estimate: the key read and the model it names was not found
     not_estimated: str | None = None
@@ -187,7 +187,7 @@ def _with_memory(
     With the GPU's speeds known, also the run's pace (``areal_alloc.estimate.rl_step``).
     """
     # loaded only for configs that name a model: a plain layout check stays light
-    from areal_alloc.estimate.fit import estimate_memory, memory_problems
+    from areal_alloc.estimate.engines import estimate_memory, memory_problems
     from areal_alloc.estimate.rl_step import estimate_pace
 
     fit = estimate_memory(experiment, machine)

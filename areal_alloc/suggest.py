@@ -26,7 +26,8 @@ from areal_alloc.architecture import Architecture
 from areal_alloc.defaults import CONTEXT_LENGTH, NEW_TOKENS, PROMPT_TOKENS, WEIGHT_UPDATE_MODE
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.estimate import rl_step
-from areal_alloc.estimate.memory import InferenceSettings, Term, TrainingSettings
+from areal_alloc.estimate.execution import InferenceSettings, TrainingSettings
+from areal_alloc.estimate.memory import Term
 from areal_alloc.estimate.speed import balance_advice
 from areal_alloc.estimate.system import Hardware
 from areal_alloc.layouts import LayoutConstraints, RankedLayout, fastest_layouts

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 
 from areal_alloc.catalogue import find_gpu, find_model
-from areal_alloc.estimate.memory import TrainingSettings
+from areal_alloc.estimate.execution import TrainingSettings
 from areal_alloc.estimate.system import Hardware
 from areal_alloc.layouts import LayoutConstraints, ranked_layouts
 from areal_alloc.suggest import RunShape, suggest

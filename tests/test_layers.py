@@ -193,7 +193,7 @@ LAYERS = [
     "areal_alloc.estimate.system",
     "areal_alloc.estimate.execution",
     "areal_alloc.estimate.memory",
-    "areal_alloc.estimate.fit",
+    "areal_alloc.estimate.engines",
     "areal_alloc.estimate.speed",
     "areal_alloc.estimate.rl_step",
     # the search: layouts ranked, the split between rollout and training
@@ -293,7 +293,7 @@ def test_only_the_experiment_reads_the_raw_config() -> None:
     "module",
     [
         "areal_alloc.plan",
-        "areal_alloc.estimate.fit",
+        "areal_alloc.estimate.engines",
         "areal_alloc.estimate.rl_step",
         "areal_alloc.cli.estimates",
     ],

@@ -24,15 +24,9 @@ from areal_alloc.defaults import (
 )
 from areal_alloc.errors import AllocationError, AllocationValidationError
 from areal_alloc.estimate import calibration, rl_step
-from areal_alloc.estimate.fit import estimate_allocation
-from areal_alloc.estimate.memory import (
-    RECOMPUTE,
-    InferenceSettings,
-    KVCache,
-    MemoryEstimate,
-    TrainingSettings,
-    readable_bytes,
-)
+from areal_alloc.estimate.engines import estimate_allocation
+from areal_alloc.estimate.execution import RECOMPUTE, InferenceSettings, TrainingSettings
+from areal_alloc.estimate.memory import KVCache, MemoryEstimate, readable_bytes
 from areal_alloc.estimate.rl_step import Pace
 from areal_alloc.estimate.speed import (
     decode_step,

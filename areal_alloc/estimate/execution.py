@@ -16,17 +16,31 @@ from ``areal_alloc.defaults`` or is cited here:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from areal_alloc import defaults
-from areal_alloc.experiment.read import Experiment
+from areal_alloc.errors import AllocationError, AllocationValidationError
+from areal_alloc.experiment.read import Engine, Experiment, InferenceConfig, RunConfig, TrainConfig
+from areal_alloc.limits import MAX_COUNT
+from areal_alloc.numbers import read_float, read_int
 from areal_alloc.settings import Resolved
 
 __all__ = [
     "DEFAULT_OFFPOLICYNESS",
     "DEFAULT_RECOMPUTE_LOGPROB",
+    "GIB",
+    "LOGITS",
+    "LORA_TARGETS",
+    "OPTIMIZERS",
+    "RECOMPUTE",
+    "VLLM_MAX_NUM_SEQS",
+    "InferenceSettings",
     "StepShape",
+    "TrainingSettings",
+    "inference_settings",
     "step_shape",
+    "training_settings",
 ]
 
 #: InferenceEngineConfig.max_head_offpolicyness default 0 (synchronous) and
@@ -34,6 +48,296 @@ __all__ = [
 #: areal/api/cli_args.py lines 2502 and 1804, commit cbff54d645d2cd8ee1f1c358a82f3f473588433d)
 DEFAULT_OFFPOLICYNESS = 0
 DEFAULT_RECOMPUTE_LOGPROB = False
+
+
+# --- the engines' settings ------------------------------------------------------------
+
+
+GIB = 1 << 30
+
+
+#: The reference's vLLMConfig default ``max_num_seqs: int = 256`` (areal/api/cli_args.py,
+#: areal-project/AReaL@cbff54d645d2cd8ee1f1c358a82f3f473588433d)
+VLLM_MAX_NUM_SEQS = 256
+
+
+#: none | selective (Korthikanti's: the attention scores) | full (each layer's input) |
+#: op (torchtitan's and the archon engine's per-op selective checkpointing, see
+#: :func:`op_sac_bytes_per_token`)
+RECOMPUTE = ("none", "selective", "full", "op")
+
+
+OPTIMIZERS = ("adam", "adam_bf16", "sgd")
+
+
+#: Bytes per element of the [tokens, vocab/t] logits at the loss's peak, by how the loss
+#: holds them.
+#:
+#: ``areal``: the reference's log-probabilities (areal/utils/functional/vocab_parallel.py,
+#: areal-project/AReaL@cbff54d645d2cd8ee1f1c358a82f3f473588433d). Without tensor
+#: parallelism of the vocabulary, ``gather_logprobs`` runs ``log_softmax(logits.float())``
+#: (torch.compile'd) over chunks of ``logprobs_chunk_size`` = 1,024 tokens: the model's
+#: bfloat16 logits stay (2 B) and in the backward their bfloat16 gradient (2 B) takes
+#: each chunk's gradient, which ``slice_backward`` first writes into a full-size zero
+#: tensor (2 B): 6 B. Megatron at t > 1 (``_VocabParallelLogProbs``) keeps the bfloat16
+#: logits (2 B) and the float32 softmax it saves (4 B), turned into the gradient in place,
+#: and hands the output layer a bfloat16 copy of it (2 B): 8 B.
+#:
+#: ``float32``: a whole-vocabulary cross-entropy on ``logits.float()`` (torchtitan's
+#: ``cross_entropy(pred.flatten(0, 1).float(), ...)``, train.py at pytorch/torchtitan@
+#: 9dec370ad26b5f8e9a7333a0e36165018262644b; torchtune's ``output = self.output(h).float()``
+#: in torchtune/modules/transformer.py TransformerDecoder.forward): at the start of the
+#: backward the saved float32 log-softmax (4 B), the gradient ``nll_loss`` scatters into a
+#: zero tensor (4 B) and ``log_softmax``'s gradient (4 B): 12 B.
+#:
+#: ``float32_logits``: the float32 logits alone, 4 B, as Megatron-LM's
+#: theoretical_memory_usage.py counts the output layer (its anchors' figure).
+#:
+#: ``float32_compiled``: the same cross-entropy on ``pred.float()`` under torch.compile
+#: (torchtitan compiles its loss with ``training.compile`` from
+#: torchtitan/components/loss.py ``build_cross_entropy_loss``, pytorch/torchtitan@
+#: e7c0cae934df78d6e9c2835f42ff1f757dc3fddc; at 9dec370a train.py still says "compiling
+#: loss function causes CUDA errors, turning off for now"): inductor fuses the upcast,
+#: log-softmax and nll, saves the bfloat16 logits (2 B) and writes their bfloat16 gradient
+#: (2 B): 4 B.
+#:
+#: ``chunked_compiled``: torchtune's ``CEWithChunkedOutputLoss`` (torchtune/modules/loss/
+#: ce_chunked_output_loss.py, pytorch/torchtune@bd2a0fc7c31430972728494fa01aaeeb0ebf1ba1):
+#: the model returns its logits in 8 bfloat16 chunks (``chunked_output``, no ``.float()``)
+#: and the compiled ``compute_cross_entropy`` upcasts one chunk at a time: the bfloat16
+#: chunks (2 B) and one chunk's float32 upcast, gradient and bfloat16 gradient
+#: ((4 + 4 + 2) / 8 B, rounded up): 3 B.
+LOGITS = ("areal", "float32", "float32_logits", "float32_compiled", "chunked_compiled")
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingSettings:
+    """The run settings that change a training engine's memory (the reference's defaults)."""
+
+    dtype: str = defaults.DTYPE  # compute dtype (actor.dtype)
+    optimizer: str | None = "adam"  # None: no optimizer, forward only (ref, a teacher)
+    optimizer_dtype: str = defaults.OPTIMIZER_DTYPE  # FSDP parameter storage and Adam states
+    distributed_optimizer: bool = True  # Megatron
+    precision_aware_optimizer: bool = False  # Megatron: bf16 Adam states
+    recompute: str = "none"  # none | selective | full
+    tokens_per_micro_batch: int = defaults.CONTEXT_LENGTH
+    micro_batches: int | None = None  # None: enough to fill the pipeline
+    virtual_pipeline: int = 1
+    offload_params: bool = False  # FSDP CPU offload of parameters and optimizer
+    flash_attention: bool = True  # never stores the a·s² attention scores
+    dropout: bool = False  # dropout masks (the reference's LLMs train without dropout)
+    #: None: the reference's rule, on when t > 1. It has no config key for it: the
+    #: Megatron engine builds ``use_sequence_parallel=parallel_strategy.tensor_parallel_size
+    #: > 1`` (areal/engine/megatron_engine.py _make_parallel_strategy) and megatron-bridge's
+    #: provider ``sequence_parallel = mpu.get_tensor_model_parallel_world_size() > 1``
+    #: (areal/models/mcore/registry.py; areal-project/AReaL@cbff54d645d2cd8ee1f1c358a82f3f47
+    #: 3588433d, areal/api/cli_args.py has no sequence_parallel key). A run outside the
+    #: reference (Megatron-LM without --sequence-parallel) sets it False.
+    sequence_parallel: bool | None = None
+    reserve_bytes: int = 4 * GIB
+    #: LoRA rank (use_lora: true); None: every parameter trains
+    lora_rank: int | None = None
+    #: target_modules; empty: all-linear (the reference's default)
+    lora_targets: tuple[str, ...] = ()
+    #: a critic: a value head of one output instead of the vocabulary (is_critic)
+    critic: bool = False
+    #: FSDP fsdp.memory_efficient_load: false makes every rank build the whole model
+    memory_efficient_load: bool = False
+    #: how the loss holds the vocabulary logits (:data:`LOGITS`): the reference's
+    #: engines, a whole-vocabulary float32 cross-entropy, or the float32 logits alone
+    logits: str = "areal"
+    #: a forward pass before training (the actor's ``recompute_logprob``): a forward
+    #: phase beside the backward one (a ref, a teacher and a critic always have one)
+    recompute_logprob: bool = False
+
+    def __post_init__(self) -> None:
+        if self.recompute not in RECOMPUTE:
+            raise AllocationValidationError(
+                f"recompute={self.recompute!r}: must be one of {', '.join(RECOMPUTE)}"
+            )
+        if self.logits not in LOGITS:
+            raise AllocationValidationError(
+                f"logits={self.logits!r}: must be one of {', '.join(LOGITS)}"
+            )
+        if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
+            raise AllocationValidationError(
+                f"optimizer.type={self.optimizer!r}: must be one of {', '.join(OPTIMIZERS)}"
+            )
+        for name in ("tokens_per_micro_batch", "virtual_pipeline", "lora_rank"):
+            value = getattr(self, name)
+            if name == "lora_rank" and value is None:
+                continue
+            number = read_int(value, name, minimum=1, maximum=MAX_COUNT)  # the one reader
+            if number is not value:  # "8192" given directly: kept as the number it names
+                object.__setattr__(self, name, number)
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceSettings:
+    """The settings that decide an inference server's KV cache (the reference's defaults)."""
+
+    dtype: str = defaults.DTYPE
+    kv_cache_dtype: str = "auto"  # auto: the model dtype
+    # sglang.mem_fraction_static / vllm.gpu_memory_utilization
+    memory_fraction: float = defaults.MEMORY_FRACTION
+    context_length: int = defaults.CONTEXT_LENGTH  # sglang.context_length / vllm.max_model_len
+    concurrency: int | None = None  # sequences in flight per instance
+    #: memory outside the weights and the KV cache; None: the engine's own rule
+    #: (:func:`inference_memory`), a number: --memory-reserve-gib in its place
+    reserve_bytes: int | None = None
+    #: vllm.max_num_seqs: the requests vLLM's profile run samples at once
+    max_num_seqs: int = VLLM_MAX_NUM_SEQS
+    #: vllm.max_num_batched_tokens: the tokens of vLLM's profile forward; None: vLLM's
+    #: server default, 8,192 on a GPU of ≥ 70 GiB other than an A100, else 2,048
+    #: (vllm/engine/arg_utils.py ``default_max_num_batched_tokens``, OPENAI_API_SERVER)
+    max_num_batched_tokens: int | None = None
+    #: the total memory the device reports (catalogue.REPORTED_GIB); None: the capacity
+    device_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        # the one reader of numbers, with the bounds the settings and flags have
+        fraction = read_float(
+            self.memory_fraction, "memory_fraction", minimum=0, maximum=1, above=True
+        )
+        length = read_int(self.context_length, "context_length", minimum=1, maximum=MAX_COUNT)
+        object.__setattr__(self, "memory_fraction", fraction)
+        object.__setattr__(self, "context_length", length)
+
+
+#: The linear layers LoRA adapts, by the names either engine accepts in target_modules.
+#: FSDP (areal/engine/fsdp_engine.py _apply_peft_wrapper, reference commit cbff54d6):
+#: peft's LoraConfig on Hugging Face module names, empty or ["all-linear"] meaning every
+#: linear layer but the output head. Megatron (areal/engine/megatron_engine.py
+#: _apply_megatron_bridge_lora, same commit): megatron-bridge's LoRA on its fused
+#: linear_qkv, linear_proj, linear_fc1 (gate and up) and linear_fc2, all four when
+#: empty or "all-linear".
+LORA_TARGETS = (
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+    "gate",
+    "linear_qkv",
+    "linear_proj",
+    "linear_fc1",
+    "linear_fc2",
+)
+
+
+def training_settings(
+    engine: Engine, run: RunConfig, reserve: int | None, notes: list[str]
+) -> TrainingSettings:
+    """The memory model's settings of a training engine, from its one reading."""
+    read, path = engine.training or TrainConfig(), engine.path
+    if read.optimizer_assumed:
+        notes.append(f"{path}.optimizer unset: assumed adam (the run trains {engine.key})")
+    tokens, micro_batches = read.max_tokens_per_mb, None
+    if tokens is None:
+        dp = engine.allocation.parallel.dp_size
+        tokens, micro_batches, note = _whole_local_batch(run, read.n_mbs, path, dp)
+        notes.append(note)
+    lora_rank: int | None = None
+    if read.use_lora:
+        lora_rank = read.lora_rank
+        _lora_targets(read.target_modules, path, notes)
+    try:
+        return TrainingSettings(
+            dtype=read.dtype,
+            optimizer=read.optimizer,
+            optimizer_dtype=read.optimizer_dtype,
+            distributed_optimizer=read.distributed_optimizer,
+            precision_aware_optimizer=read.precision_aware_optimizer,
+            recompute=read.recompute,
+            tokens_per_micro_batch=tokens,
+            micro_batches=micro_batches,
+            virtual_pipeline=read.virtual_pipeline_size or 1,
+            offload_params=read.offload_params,
+            reserve_bytes=4 * GIB if reserve is None else reserve,
+            lora_rank=lora_rank,
+            lora_targets=read.target_modules if read.use_lora else (),
+            critic=read.is_critic,
+            memory_efficient_load=read.memory_efficient_load,
+            # the actor's forward phase before its update (memory.PHASES)
+            recompute_logprob=engine.key == "actor" and bool(run.recompute_logprob),
+        )
+    except AllocationError as error:
+        raise AllocationValidationError(f"{path}: {error.message}") from None
+
+
+def _whole_local_batch(run: RunConfig, n_mbs: int, path: str, dp: int) -> tuple[int, int, str]:
+    """Tokens of one micro-batch when ``mb_spec.max_tokens_per_mb`` is unset.
+
+    The reference then caps a micro-batch at DEFAULT_MAX_TOKENS_PER_MB = 10**12
+    tokens and packs by count, at least ``mb_spec.n_mbs`` (default 1) groups
+    (areal/utils/data.py split_padded_tensor_dict_into_mb_list and
+    allocate_balanced_mbs, lines 697-721 and 467-474, reference commit cbff54d6):
+    each data-parallel rank's whole share of the step is one micro-batch. That
+    share: train_dataset.batch_size × gconfig.n_samples sequences over d, each at
+    most train_dataset.max_length + gconfig.max_new_tokens tokens.
+    """
+    batch, samples, new_tokens = run.batch, run.samples, run.new_tokens
+    prompt_text = (
+        f"train_dataset.max_length {run.max_length:,}"
+        if run.max_length is not None
+        else f"a {defaults.PROMPT_TOKENS:,}-token prompt (train_dataset.max_length unset)"
+    )
+    sequences = math.ceil(batch * samples / dp)
+    length = run.prompt + new_tokens
+    tokens = max(1, math.ceil(sequences * length / n_mbs))
+    split = f" / mb_spec.n_mbs {n_mbs}" if n_mbs > 1 else ""
+    note = (
+        f"{path}.mb_spec.max_tokens_per_mb unset: the reference packs each data-parallel rank's "
+        f"whole batch into {n_mbs} micro-batch{'es' if n_mbs > 1 else ''} (areal/utils/data.py): "
+        f"train_dataset.batch_size {batch:,} × gconfig.n_samples {samples:,} / d{dp} = "
+        f"{sequences:,} sequence{'s' if sequences != 1 else ''} × ({prompt_text} + "
+        f"gconfig.max_new_tokens {new_tokens:,}){split} = {tokens:,} tokens per micro-batch"
+    )
+    return tokens, n_mbs, note
+
+
+def _lora_targets(targets: tuple[str, ...], path: str, notes: list[str]) -> None:
+    """Say which of LoRA's ``target_modules`` the estimate does not count."""
+    known = set(LORA_TARGETS) | {"all-linear"}
+    unknown = [t for t in targets if t not in known]
+    if unknown:
+        notes.append(
+            f"{path}.target_modules: {', '.join(map(repr, unknown))} not counted (areal-alloc "
+            f"counts {', '.join(LORA_TARGETS)} or all-linear)"
+        )
+
+
+def inference_settings(
+    engine: Engine, reserve: int | None, device: int | None = None
+) -> InferenceSettings:
+    """The memory model's settings of an inference engine, from its one reading."""
+    read = engine.inference or InferenceConfig()
+    backend = engine.allocation.backend
+    concurrency = read.max_concurrent_rollouts
+    per_instance = (
+        None if concurrency is None else math.ceil(concurrency / engine.allocation.n_instances)
+    )
+    try:
+        return InferenceSettings(
+            dtype=read.dtype,
+            kv_cache_dtype=read.kv_cache_dtype,
+            memory_fraction=read.memory_fraction,
+            context_length=read.context_length,
+            concurrency=per_instance,
+            reserve_bytes=reserve,
+            # vLLM's profile run (memory.inference_memory): the reference passes both to
+            # vllm serve (areal/api/cli_args.py vLLMConfig, max_num_seqs 256 by default)
+            max_num_seqs=read.max_num_seqs or VLLM_MAX_NUM_SEQS,
+            max_num_batched_tokens=read.max_num_batched_tokens,
+            device_bytes=device,
+        )
+    except AllocationError as error:
+        raise AllocationValidationError(f"{backend}: {error.message}") from None
+
+
+# --- the run's shape ------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)

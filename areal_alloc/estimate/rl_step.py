@@ -30,8 +30,13 @@ from dataclasses import dataclass, replace
 
 from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationValidationError
-from areal_alloc.estimate.execution import DEFAULT_OFFPOLICYNESS, StepShape, step_shape
-from areal_alloc.estimate.memory import MemoryEstimate, TrainingSettings
+from areal_alloc.estimate.execution import (
+    DEFAULT_OFFPOLICYNESS,
+    StepShape,
+    TrainingSettings,
+    step_shape,
+)
+from areal_alloc.estimate.memory import MemoryEstimate
 from areal_alloc.estimate.speed import (
     StepEstimate,
     StepTerm,
@@ -362,7 +367,7 @@ def estimate_pace(
     machine: Resolved | None = None,
 ) -> Pace | None:
     """Each engine of ``experiment``'s seconds per RL step (``memory``, ``models`` and
-    ``settings`` in its engines' order, from ``areal_alloc.estimate.fit``); None without a
+    ``settings`` in its engines' order, from ``areal_alloc.estimate.engines``); None without a
     GPU whose speeds are known.
 
     ``machine``: the GPU, speeds and efficiencies (``areal_alloc.settings``), else those

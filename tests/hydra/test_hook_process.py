@@ -92,7 +92,7 @@ def test_an_unexpected_error_names_the_engine_and_its_model_file(tmp_path: Path)
             }
         )
     )
-    code = app_code("areal_alloc.estimate.fit", "training_memory", FAILING)
+    code = app_code("areal_alloc.estimate.engines", "training_memory", FAILING)
     done = subprocess.run(
         [sys.executable, "-c", code, f"+actor.path={model}"],
         cwd=tmp_path,

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from areal_alloc.catalogue import find_gpu, find_model
-from areal_alloc.estimate.memory import TrainingSettings
+from areal_alloc.estimate.execution import TrainingSettings
 from areal_alloc.estimate.system import Hardware
 from areal_alloc.layouts import (
     LayoutConstraints,

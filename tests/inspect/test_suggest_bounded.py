@@ -9,7 +9,7 @@ import pytest
 
 import areal_alloc.suggest as suggest_module
 from areal_alloc.catalogue import find_gpu, find_model
-from areal_alloc.estimate.memory import TrainingSettings
+from areal_alloc.estimate.execution import TrainingSettings
 from areal_alloc.estimate.system import Hardware
 from areal_alloc.layouts import FastestLayouts, RankedLayout, ranked_layouts
 from areal_alloc.strategy import ParallelStrategy

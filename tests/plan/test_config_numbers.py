@@ -342,8 +342,8 @@ CONFIG_KEYS = [
 def test_any_config_json_value_estimates_or_is_one_line(
     base: dict[str, Any], key: str, value: object
 ) -> None:
-    from areal_alloc.estimate.fit import estimate_allocation
-    from areal_alloc.estimate.memory import GIB
+    from areal_alloc.estimate.engines import estimate_allocation
+    from areal_alloc.estimate.execution import GIB
     from areal_alloc.model import ModelAllocation
 
     try:

@@ -17,7 +17,8 @@ from types import SimpleNamespace
 import pytest
 
 from areal_alloc.architecture import Architecture
-from areal_alloc.estimate.memory import TrainingSettings, training_memory
+from areal_alloc.estimate.execution import TrainingSettings
+from areal_alloc.estimate.memory import training_memory
 from areal_alloc.model import ModelAllocation
 from benchmarks.measured import load
 

@@ -15,10 +15,8 @@ import pytest
 from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import GPUS, MODELS, find_gpu, find_model
 from areal_alloc.errors import AllocationValidationError
+from areal_alloc.estimate.execution import GIB, InferenceSettings, TrainingSettings
 from areal_alloc.estimate.memory import (
-    GIB,
-    InferenceSettings,
-    TrainingSettings,
     activation_bytes_per_token,
     inference_memory,
     kv_bytes_per_token,

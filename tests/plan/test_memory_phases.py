@@ -3,7 +3,7 @@
 The phases and what is resident in each follow the reference's trainer and engines
 (areal/trainer/rl_trainer.py and areal/engine/fsdp_engine.py at areal-project/AReaL@
 cbff54d645d2cd8ee1f1c358a82f3f473588433d; the rules are cited beside
-``areal_alloc.estimate.memory.PHASES`` and ``areal_alloc.estimate.fit``). Expected
+``areal_alloc.estimate.memory.PHASES`` and ``areal_alloc.estimate.engines``). Expected
 relations are written from those rules: which terms each phase holds, and which
 colocated engine is beside it, never our own figures copied back.
 """
@@ -22,13 +22,8 @@ from hypothesis import strategies as st
 
 from areal_alloc.catalogue import find_model
 from areal_alloc.errors import AllocationError
-from areal_alloc.estimate.memory import (
-    GIB,
-    PHASES,
-    MemoryEstimate,
-    Term,
-    activation_bytes_per_token,
-)
+from areal_alloc.estimate.execution import GIB
+from areal_alloc.estimate.memory import PHASES, MemoryEstimate, Term, activation_bytes_per_token
 from areal_alloc.plan import plan_config
 from tests.conftest import MainCli
 

@@ -13,7 +13,7 @@ from areal_alloc import suggest as suggest_module
 from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import find_gpu, find_model
 from areal_alloc.errors import AllocationValidationError
-from areal_alloc.estimate.memory import GIB, TrainingSettings
+from areal_alloc.estimate.execution import GIB, TrainingSettings
 from areal_alloc.estimate.speed import (
     StepEstimate,
     _members_per_node,

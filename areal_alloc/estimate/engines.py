@@ -1,4 +1,5 @@
-"""Will it fit: each engine's memory per GPU, read from an experiment config.
+"""Each engine of an experiment, its memory per GPU, colocated engines beside it, and what
+does not fit (the settings each engine runs with: ``areal_alloc.estimate.execution``).
 
 The model each engine runs and the settings that change memory come from the
 experiment's one reading (:class:`areal_alloc.experiment.read.Experiment`), of the
@@ -31,34 +32,30 @@ GPU and the reserve from ``areal_alloc.settings``:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from areal_alloc import defaults
 from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import reported_bytes
-from areal_alloc.errors import AllocationError, AllocationValidationError, reading
-from areal_alloc.estimate.memory import (
-    GIB,
-    VLLM_MAX_NUM_SEQS,
+from areal_alloc.errors import reading
+from areal_alloc.estimate.execution import (
     InferenceSettings,
+    TrainingSettings,
+    inference_settings,
+    training_settings,
+)
+from areal_alloc.estimate.memory import (
     MemoryEstimate,
     Phase,
     Term,
-    TrainingSettings,
     inference_memory,
     readable_bytes,
     training_memory,
 )
 from areal_alloc.estimate.system import GPUSpec, resolve_gpu
 from areal_alloc.experiment.read import (
-    Engine,
     Experiment,
-    InferenceConfig,
-    RunConfig,
-    TrainConfig,
 )
 from areal_alloc.model import ModelAllocation
 from areal_alloc.settings import (
@@ -103,121 +100,6 @@ class Fit:
     training: tuple[TrainingSettings | None, ...] = ()
     #: why an active engine has no estimate: the key read and what was not found
     not_estimated: tuple[str | None, ...] = ()
-
-
-# --- reading ------------------------------------------------------------------------
-
-
-def _training_settings(
-    engine: Engine, run: RunConfig, reserve: int | None, notes: list[str]
-) -> TrainingSettings:
-    """The memory model's settings of a training engine, from its one reading."""
-    read, path = engine.training or TrainConfig(), engine.path
-    if read.optimizer_assumed:
-        notes.append(f"{path}.optimizer unset: assumed adam (the run trains {engine.key})")
-    tokens, micro_batches = read.max_tokens_per_mb, None
-    if tokens is None:
-        dp = engine.allocation.parallel.dp_size
-        tokens, micro_batches, note = _whole_local_batch(run, read.n_mbs, path, dp)
-        notes.append(note)
-    lora_rank: int | None = None
-    if read.use_lora:
-        lora_rank = read.lora_rank
-        _lora_targets(read.target_modules, path, notes)
-    try:
-        return TrainingSettings(
-            dtype=read.dtype,
-            optimizer=read.optimizer,
-            optimizer_dtype=read.optimizer_dtype,
-            distributed_optimizer=read.distributed_optimizer,
-            precision_aware_optimizer=read.precision_aware_optimizer,
-            recompute=read.recompute,
-            tokens_per_micro_batch=tokens,
-            micro_batches=micro_batches,
-            virtual_pipeline=read.virtual_pipeline_size or 1,
-            offload_params=read.offload_params,
-            reserve_bytes=4 * GIB if reserve is None else reserve,
-            lora_rank=lora_rank,
-            lora_targets=read.target_modules if read.use_lora else (),
-            critic=read.is_critic,
-            memory_efficient_load=read.memory_efficient_load,
-            # the actor's forward phase before its update (memory.PHASES)
-            recompute_logprob=engine.key == "actor" and bool(run.recompute_logprob),
-        )
-    except AllocationError as error:
-        raise AllocationValidationError(f"{path}: {error.message}") from None
-
-
-def _whole_local_batch(run: RunConfig, n_mbs: int, path: str, dp: int) -> tuple[int, int, str]:
-    """Tokens of one micro-batch when ``mb_spec.max_tokens_per_mb`` is unset.
-
-    The reference then caps a micro-batch at DEFAULT_MAX_TOKENS_PER_MB = 10**12
-    tokens and packs by count, at least ``mb_spec.n_mbs`` (default 1) groups
-    (areal/utils/data.py split_padded_tensor_dict_into_mb_list and
-    allocate_balanced_mbs, lines 697-721 and 467-474, reference commit cbff54d6):
-    each data-parallel rank's whole share of the step is one micro-batch. That
-    share: train_dataset.batch_size × gconfig.n_samples sequences over d, each at
-    most train_dataset.max_length + gconfig.max_new_tokens tokens.
-    """
-    batch, samples, new_tokens = run.batch, run.samples, run.new_tokens
-    prompt_text = (
-        f"train_dataset.max_length {run.max_length:,}"
-        if run.max_length is not None
-        else f"a {defaults.PROMPT_TOKENS:,}-token prompt (train_dataset.max_length unset)"
-    )
-    sequences = math.ceil(batch * samples / dp)
-    length = run.prompt + new_tokens
-    tokens = max(1, math.ceil(sequences * length / n_mbs))
-    split = f" / mb_spec.n_mbs {n_mbs}" if n_mbs > 1 else ""
-    note = (
-        f"{path}.mb_spec.max_tokens_per_mb unset: the reference packs each data-parallel rank's "
-        f"whole batch into {n_mbs} micro-batch{'es' if n_mbs > 1 else ''} (areal/utils/data.py): "
-        f"train_dataset.batch_size {batch:,} × gconfig.n_samples {samples:,} / d{dp} = "
-        f"{sequences:,} sequence{'s' if sequences != 1 else ''} × ({prompt_text} + "
-        f"gconfig.max_new_tokens {new_tokens:,}){split} = {tokens:,} tokens per micro-batch"
-    )
-    return tokens, n_mbs, note
-
-
-def _lora_targets(targets: tuple[str, ...], path: str, notes: list[str]) -> None:
-    """Say which of LoRA's ``target_modules`` the estimate does not count."""
-    from areal_alloc.estimate.memory import LORA_TARGETS
-
-    known = set(LORA_TARGETS) | {"all-linear"}
-    unknown = [t for t in targets if t not in known]
-    if unknown:
-        notes.append(
-            f"{path}.target_modules: {', '.join(map(repr, unknown))} not counted (areal-alloc "
-            f"counts {', '.join(LORA_TARGETS)} or all-linear)"
-        )
-
-
-def _inference_settings(
-    engine: Engine, reserve: int | None, device: int | None = None
-) -> InferenceSettings:
-    """The memory model's settings of an inference engine, from its one reading."""
-    read = engine.inference or InferenceConfig()
-    backend = engine.allocation.backend
-    concurrency = read.max_concurrent_rollouts
-    per_instance = (
-        None if concurrency is None else math.ceil(concurrency / engine.allocation.n_instances)
-    )
-    try:
-        return InferenceSettings(
-            dtype=read.dtype,
-            kv_cache_dtype=read.kv_cache_dtype,
-            memory_fraction=read.memory_fraction,
-            context_length=read.context_length,
-            concurrency=per_instance,
-            reserve_bytes=reserve,
-            # vLLM's profile run (memory.inference_memory): the reference passes both to
-            # vllm serve (areal/api/cli_args.py vLLMConfig, max_num_seqs 256 by default)
-            max_num_seqs=read.max_num_seqs or VLLM_MAX_NUM_SEQS,
-            max_num_batched_tokens=read.max_num_batched_tokens,
-            device_bytes=device,
-        )
-    except AllocationError as error:
-        raise AllocationValidationError(f"{backend}: {error.message}") from None
 
 
 # --- estimating ---------------------------------------------------------------------
@@ -288,12 +170,12 @@ def estimate_memory(experiment: Experiment, settings: Resolved | None = None) ->
             continue
         allocation = engine.allocation
         if allocation.is_inference:
-            serve = _inference_settings(engine, reserve, device)
+            serve = inference_settings(engine, reserve, device)
             estimates.append(
                 estimate_allocation(allocation, arch, capacity, None, serve, engine.key)
             )
         else:
-            train = _training_settings(engine, experiment.run, reserve, notes)
+            train = training_settings(engine, experiment.run, reserve, notes)
             trainings[-1] = train
             estimates.append(
                 estimate_allocation(allocation, arch, capacity, train, None, engine.key)
