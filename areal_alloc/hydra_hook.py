@@ -88,6 +88,9 @@ class ValidateAllocations(Callback):
 
     ``gpu`` (a catalogue name or GiB), ``peak_tflops``, ``hbm_tbps``, ``nvlink_gbps``,
     ``inter_node_gbps``, ``compute_efficiency``, ``comm_efficiency``,
+    ``report=true`` writes the plan as one HTML page, ``plan.html``, into each job's
+    output folder (a run's, and every job's of a multirun) when the job starts.
+
     ``memory_reserve_gib`` and ``on_memory`` are areal-alloc's settings
     (``areal_alloc.settings``): given here they win over the environment
     (``AREAL_ALLOC_GPU`` …), nvidia-smi and the config's ``cluster`` keys, and
@@ -108,6 +111,7 @@ class ValidateAllocations(Callback):
         comm_efficiency: float | str | None = None,
         memory_reserve_gib: float | str | None = None,
         mean_gen_len: int | str | None = None,
+        report: bool | str = False,
     ) -> None:
         if on_invalid not in ("fail", "skip"):
             raise SystemExit(
@@ -119,8 +123,14 @@ class ValidateAllocations(Callback):
                 f"{PREFIX}hydra.callbacks.areal_alloc.on_memory={on_memory!r}: "
                 f"must be 'fail', 'warn' or 'off'"
             )
+        if str(report).lower() not in ("true", "false"):
+            raise SystemExit(
+                f"{PREFIX}hydra.callbacks.areal_alloc.report={shown(report)}: must be true or false"
+            )
         self.on_invalid = on_invalid
         self.verbose = verbose
+        #: write ``plan.html`` (areal_alloc.report) into each job's output folder
+        self.report = str(report).lower() == "true"
         self._hook_settings: dict[str, object] = {
             "on_memory": on_memory,
             "gpu": gpu,
@@ -194,6 +204,39 @@ class ValidateAllocations(Callback):
 
             with contextlib.suppress(Exception):  # only a cache
                 remember(key, lines)
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """``report=true``: ``plan.html`` into the job's output folder (it exists by now).
+
+        A report that cannot be written is said in one line and the job runs: the
+        allocation was checked already, the page is an extra.
+        """
+        if not self.report:
+            return
+        try:
+            import os
+
+            from areal_alloc.report import render_report  # only when asked for: light hook
+
+            folder = str(config.hydra.runtime.output_dir)
+            path = os.path.join(folder, "plan.html")
+            plan = sys.modules[__name__].plan_config(config, settings=self.settings)
+            with open(path, "w", encoding="utf-8") as out:
+                out.write(render_report(plan.to_dict()))
+        except KeyboardInterrupt:
+            raise _interrupted() from None
+        except OSError as error:
+            where = shown(getattr(error, "filename", None) or "plan.html")
+            print(
+                f"{PREFIX}cannot write the report {where}: {error.strerror or error}",
+                file=sys.stderr,
+            )
+        except Exception as error:  # Hydra would print a traceback-like warning
+            print(
+                f"{PREFIX}could not write the report plan.html ({type(error).__name__}: "
+                f"{clipped(str(error).splitlines()[0] if str(error) else '', 200)})",
+                file=sys.stderr,
+            )
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:

@@ -209,13 +209,19 @@ LAYERS = [
     "areal_alloc.schema",
     "areal_alloc.resolvers",
     "areal_alloc.sweep",
+    # the plan as one HTML page (the hook writes it on request)
+    "areal_alloc.report._grid",
+    "areal_alloc.report._groups",
+    "areal_alloc.report._page",
+    "areal_alloc.report",
     "areal_alloc.hydra_hook",
     # the command line
     "areal_alloc.cli.render",
     "areal_alloc.cli.args",
     "areal_alloc.cli.estimates",
-    "areal_alloc.cli.commands",
+    # the app before the subcommands: report composes the built-in experiment with it
     "areal_alloc.cli.app",
+    "areal_alloc.cli.commands",
     "areal_alloc.cli",
     "areal_alloc",
 ]

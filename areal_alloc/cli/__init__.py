@@ -7,7 +7,7 @@ when it is needed, so ``areal-alloc explain`` never imports Hydra.
 
 ``areal-alloc [HYDRA OVERRIDES…]`` prints the plan of the composed experiment.
 A bare first word that is a subcommand (explain, migrate, layouts, check,
-preflight, suggest, calibrate) runs that instead; Hydra overrides contain ``=``
+preflight, suggest, calibrate, report) runs that instead; Hydra overrides contain ``=``
 or start with ``+``, ``~`` or ``-``, so the two never collide, and any other bare
 word is answered with the list of subcommands.
 """

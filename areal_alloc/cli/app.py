@@ -48,8 +48,12 @@ def show_plan(cfg: DictConfig) -> None:
         print(json.dumps(plan.to_dict(), indent=1))
     elif output == "text":
         print(render_plan(plan))
+    elif output == "html":  # the report (areal_alloc.report), one self-contained page
+        from areal_alloc.report import render_report
+
+        print(render_report(plan.to_dict()), end="")
     else:
-        raise SystemExit(f"areal-alloc: output={shown(output)}: must be 'text' or 'json'")
+        raise SystemExit(f"areal-alloc: output={shown(output)}: must be 'text', 'json' or 'html'")
 
 
 @hydra.main(config_path=CONFIG_PATH, config_name="config", version_base="1.3")

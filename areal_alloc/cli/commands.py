@@ -1,5 +1,5 @@
-"""The subcommands of ``areal-alloc``: explain, migrate, layouts, check, preflight, and (from
-``estimates``) suggest and calibrate.
+"""The subcommands of ``areal-alloc``: explain, migrate, layouts, check, preflight, report,
+and (from ``estimates``) suggest and calibrate.
 
 Each takes ``--help``; errors print one clear message on stderr and exit 1.
 """
@@ -54,6 +54,7 @@ from areal_alloc.rankgroups import (
     order_refusal,
     summarize_rank_groups,
 )
+from areal_alloc.settings import HOOK_PREFIX, NAMES
 from areal_alloc.vocab import DEFAULT_ORDER
 
 __all__ = ["COMMANDS", "run_command"]
@@ -445,6 +446,90 @@ def preflight(args: list[str]) -> int:
     return 0  # pragma: no cover - execvp does not return
 
 
+# --- report ----------------------------------------------------------------------
+
+
+_REPORT_USAGE = "areal-alloc report [--config FILE] [key=value …] [-o plan.html]"
+
+
+def _hook_override(name: str, value: object) -> str:
+    """A setting flag as the app's hook parameter: ``--gpu H800`` →
+    ``hydra.callbacks.areal_alloc.gpu='H800'`` (quoted for Hydra's override grammar)."""
+    text = str(value).replace("\\", "\\\\").replace("'", "\\'")
+    return f"{HOOK_PREFIX}{name}='{text}'"
+
+
+def _app_page(overrides: list[str], ns: argparse.Namespace) -> str:
+    """The built-in experiment's page, composed by the app itself (``output=html``)."""
+    import contextlib
+    import io
+
+    from areal_alloc.cli.app import run_app
+
+    if getattr(ns, "no_calibration", False):
+        raise AllocationError(
+            "--no-calibration reaches the plan of --config FILE only; for the built-in "
+            "experiments set AREAL_ALLOC_NO_CALIBRATION=1 or give --config FILE"
+        )
+    given = [_hook_override(n, getattr(ns, n)) for n in NAMES if getattr(ns, n, None) is not None]
+    page = io.StringIO()
+    with contextlib.redirect_stdout(page):
+        run_app([*overrides, *given, "output=html"])
+    return page.getvalue()
+
+
+def report(args: list[str]) -> int:
+    parser = command_parser(
+        "report",
+        "Write the plan as one self-contained HTML page: the cluster's GPUs with each "
+        "engine's place, each training engine's rank groups, memory per GPU and the RL "
+        "step, with the plan's JSON embedded; the page fetches nothing. With --config FILE "
+        "the file is composed as check composes it; without, the built-in experiment as "
+        "areal-alloc composes it (experiment=moe_32, any override).",
+        "examples:\n  areal-alloc report -o plan.html\n"
+        "  areal-alloc report experiment=moe_32 -o moe.html\n"
+        "  areal-alloc report --config gsm8k_grpo.yaml actor.backend=fsdp:d4t2 -o plan.html",
+    )
+    parser.add_argument(
+        "items", nargs="*", metavar="FILE|OVERRIDE", help="an experiment YAML, key=value overrides"
+    )
+    parser.add_argument("--config", action="append", default=[], metavar="FILE")
+    parser.add_argument(
+        "-o",
+        "--output",
+        default="-",
+        metavar="FILE",
+        help="the page's file; '-' (the default): standard output",
+    )
+    _setting_flags(parser)
+    ns = parser.parse_intermixed_args(args)
+    overrides = [item for item in ns.items if _is_override(item)]
+    files = [*ns.config, *(item for item in ns.items if not _is_override(item))]
+    if len(files) > 1:
+        raise AllocationError(
+            f"one experiment file per page, got {len(files)}: "
+            f"{', '.join(shown(f) for f in files)}; usage: {_REPORT_USAGE}"
+        )
+    if files:
+        from areal_alloc.report import render_report
+
+        plan = plan_config(compose_file(files[0], overrides), settings=settings_of(ns))
+        page = render_report(plan.to_dict(), title=files[0])
+    else:
+        page = _app_page(overrides, ns)
+    if ns.output == "-":
+        sys.stdout.write(page)
+        return 0
+    try:
+        with open(ns.output, "w", encoding="utf-8") as out:
+            out.write(page)
+    except (OSError, ValueError) as error:  # ValueError: a NUL character in the name
+        reason = error.strerror if isinstance(error, OSError) else str(error)
+        print(f"areal-alloc report: cannot write {shown(ns.output)}: {reason}", file=sys.stderr)
+        return 1
+    return 0
+
+
 # --- suggest ---------------------------------------------------------------------
 
 
@@ -456,6 +541,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "preflight": preflight,
     "suggest": suggest_command,
     "calibrate": calibrate,
+    "report": report,
 }
 
 

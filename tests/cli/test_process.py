@@ -291,7 +291,7 @@ CUT = f"'{'z' * 59}…' (20,000 characters)"
             f"areal-alloc: actor.scheduling_strategy.target={CUT}: no such engine; configured "
             "engines: rollout, ref",
         ),
-        ([f"output={LONG}"], f"areal-alloc: output={CUT}: must be 'text' or 'json'"),
+        ([f"output={LONG}"], f"areal-alloc: output={CUT}: must be 'text', 'json' or 'html'"),
     ],
 )
 def test_long_values_in_the_app_are_quoted_cut(

@@ -315,7 +315,7 @@ def test_an_engine_written_as_a_list_must_be_a_mapping() -> None:
         (
             ["frobnicate"],
             "areal-alloc: 'frobnicate' is neither a subcommand nor a Hydra override; "
-            "subcommands: explain, migrate, layouts, check, preflight, suggest, calibrate "
+            "subcommands: explain, migrate, layouts, check, preflight, suggest, calibrate, report "
             "(each has --help); "
             "overrides are key=value, e.g. areal-alloc actor.backend=fsdp:d4t2\n",
         ),

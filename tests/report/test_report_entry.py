@@ -1,0 +1,171 @@
+"""The report's ways in (issue 19): ``areal-alloc report``, ``output=html``, and the hook's
+``hydra.callbacks.areal_alloc.report=true`` in a run and in a multirun, all in process."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import AppRun, MainCli
+
+USER_APP = Path(__file__).parents[1] / "apps" / "user_app" / "my_app.py"
+
+
+def _embedded(html: str) -> dict[str, Any]:
+    found = re.search(r'<script type="application/json" id="plan-json">(.*?)</script>', html)
+    assert found is not None
+    plan: dict[str, Any] = json.loads(found.group(1))
+    return plan
+
+
+def test_output_html_is_the_page_of_the_plan_output_json_prints(main_cli: MainCli) -> None:
+    page = main_cli("experiment=moe_32", "output=html")
+    data = main_cli("experiment=moe_32", "output=json")
+    assert (page.returncode, page.stderr) == (0, "")
+    assert page.stdout.startswith("<!DOCTYPE html>")
+    assert page.stdout.endswith("</html>\n")
+    assert _embedded(page.stdout) == json.loads(data.stdout)
+
+
+def test_report_writes_the_apps_page_to_a_file_or_to_stdout(
+    main_cli: MainCli, tmp_path: Path
+) -> None:
+    app = main_cli("experiment=moe_32", "output=html").stdout
+    ran = main_cli("report", "experiment=moe_32", "-o", "plan.html")
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, "", "")
+    assert (tmp_path / "plan.html").read_text(encoding="utf-8") == app
+    for argv in (["report", "experiment=moe_32"], ["report", "-o", "-", "experiment=moe_32"]):
+        ran = main_cli(*argv)
+        assert (ran.returncode, ran.stdout, ran.stderr) == (0, app, "")
+
+
+def test_report_composes_a_file_as_check_does(main_cli: MainCli, data: Path) -> None:
+    path = str(data / "real_grpo.yaml")
+    checked = main_cli("check", path, "actor.backend=fsdp:d4t2", "--json", "--gpu", "H800")
+    ran = main_cli("report", "--config", path, "actor.backend=fsdp:d4t2", "--gpu", "H800")
+    assert (checked.returncode, ran.returncode, ran.stderr) == (0, 0, "")
+    assert _embedded(ran.stdout) == json.loads(checked.stdout)
+    assert f"<h1>{path}</h1>" in ran.stdout
+
+
+def test_a_setting_flag_reaches_the_app_as_the_hooks_parameter(main_cli: MainCli) -> None:
+    ran = main_cli("report", "--gpu", "H800")
+    plan = _embedded(ran.stdout)
+    assert (plan["cluster"]["gpu"], plan["cluster"]["gpu_source"]) == (
+        "H800",
+        "hydra.callbacks.areal_alloc.gpu",
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (
+            ["report", "-o", "no/such/folder/plan.html"],
+            "areal-alloc report: cannot write 'no/such/folder/plan.html': No such file or "
+            "directory",
+        ),
+        (
+            ["report", "a.yaml", "b.yaml"],
+            "areal-alloc report: one experiment file per page, got 2: 'a.yaml', 'b.yaml'; "
+            "usage: areal-alloc report [--config FILE] [key=value …] [-o plan.html]",
+        ),
+        (
+            ["report", "actor.backend=fsdp:d4p2", "-o", "plan.html"],
+            "areal-alloc: actor.backend='fsdp:d4p2': FSDP backend only supports "
+            "data/tensor/context parallelism (d, t, c), got pipeline parallelism (p2); use "
+            "megatron or archon for p",
+        ),
+        (
+            ["output=pdf"],
+            "areal-alloc: output='pdf': must be 'text', 'json' or 'html'",
+        ),
+    ],
+)
+def test_every_error_is_one_line_and_no_file_is_left(
+    argv: list[str], error: str, main_cli: MainCli, tmp_path: Path
+) -> None:
+    ran = main_cli(*argv)
+    assert (ran.returncode, ran.stdout) == (1, "")
+    assert ran.stderr.splitlines()[0] == error
+    assert not (tmp_path / "plan.html").exists()
+
+
+def test_an_unwritable_file_is_one_line(main_cli: MainCli, tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        ran = main_cli("report", "-o", str(locked / "plan.html"))
+    finally:
+        locked.chmod(0o700)
+    if ran.returncode == 0:  # root writes anywhere
+        pytest.skip("this user can write into a read-only folder (root)")
+    assert (ran.returncode, ran.stdout) == (1, "")
+    assert ran.stderr == (
+        f"areal-alloc report: cannot write {str(locked / 'plan.html')!r}: Permission denied\n"
+    )
+
+
+# --- the hook --------------------------------------------------------------------------
+
+
+def _user_app(app_in_process: AppRun, tmp_path: Path, *args: str) -> tuple[int, str]:
+    markers = tmp_path / "markers"
+    markers.mkdir(exist_ok=True)
+    ran = app_in_process(USER_APP, *args, cwd=tmp_path, env={"MARKER_DIR": str(markers)})
+    return ran.returncode, ran.stderr
+
+
+def test_the_hook_writes_plan_html_into_the_runs_folder(
+    app_in_process: AppRun, tmp_path: Path
+) -> None:
+    code, err = _user_app(
+        app_in_process,
+        tmp_path,
+        "hydra.run.dir=out",
+        "hydra.callbacks.areal_alloc.report=true",
+    )
+    assert (code, err) == (0, "")
+    plan = _embedded((tmp_path / "out" / "plan.html").read_text(encoding="utf-8"))
+    assert [e["backend"] for e in plan["engines"]] == ["sglang:d2t4", "fsdp:d4t2"]
+
+
+def test_the_hook_writes_one_page_per_job_of_a_multirun(
+    app_in_process: AppRun, tmp_path: Path
+) -> None:
+    code, err = _user_app(
+        app_in_process,
+        tmp_path,
+        "-m",
+        "actor.backend=fsdp:d8,fsdp:d4t2",
+        "hydra.sweep.dir=multi",
+        "hydra.callbacks.areal_alloc.report=true",
+    )
+    assert code == 0, err
+    pages = sorted((tmp_path / "multi").glob("*/plan.html"))
+    assert [p.parent.name for p in pages] == ["0", "1"]
+    backends = [_embedded(p.read_text(encoding="utf-8"))["engines"][1]["backend"] for p in pages]
+    assert backends == ["fsdp:d8", "fsdp:d4t2"]
+
+
+def test_without_report_the_hook_writes_no_page(app_in_process: AppRun, tmp_path: Path) -> None:
+    code, err = _user_app(app_in_process, tmp_path, "hydra.run.dir=out")
+    assert (code, err) == (0, "")
+    assert not (tmp_path / "out" / "plan.html").exists()
+
+
+def test_a_report_value_that_is_no_boolean_is_one_line(
+    app_in_process: AppRun, tmp_path: Path
+) -> None:
+    code, err = _user_app(
+        app_in_process, tmp_path, "hydra.run.dir=out", "hydra.callbacks.areal_alloc.report=yes"
+    )
+    assert (code, err) == (
+        1,
+        "areal-alloc: hydra.callbacks.areal_alloc.report='yes': must be true or false\n",
+    )
