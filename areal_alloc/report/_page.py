@@ -41,7 +41,7 @@ GROUP_COLOURS = (
 )  # fmt: skip
 #: Rank cells drawn with their rank number written in them at most.
 _NUMBERED_RANKS = 256
-_CELL, _PITCH, _LABEL, _TOP = 20, 22, 150, 20
+_CELL, _PITCH, _LABEL, _TOP = 24, 27, 150, 22
 _BAR_WIDTH = 720
 
 _CSS = """
@@ -54,7 +54,8 @@ code,.mono{font-family:ui-monospace,monospace;font-size:.95em}
 table{border-collapse:collapse}td,th{padding:2px 10px 2px 0;text-align:left;vertical-align:top}
 th{font-weight:600;border-bottom:1px solid #ccc}.legend{list-style:none;padding:0}
 .legend li{margin:2px 0}.legend svg{vertical-align:middle;margin-right:6px}
-svg text{font-size:11px;fill:#333}svg text.n{font-size:8px;fill:#222;pointer-events:none}
+svg text{font-size:11px;fill:#333}svg text.n{font-size:9px;fill:#222;pointer-events:none}
+svg.cluster,svg.ranks,svg.timeline{max-width:100%;height:auto}
 rect.gpu,rect.rank{stroke:#fff;stroke-width:1}rect.inst{fill:none;stroke:#111;stroke-width:1.6}
 rect.rank{fill:#eee}rect.rank.hl{stroke:#000;stroke-width:2.5}
 fieldset{border:0;padding:0;margin:.3em 0}fieldset label{margin-right:1em;white-space:nowrap}
@@ -314,7 +315,9 @@ def _legend(plan: Mapping[str, Any], colours: Mapping[str, str]) -> str:
         fill = colours.get(key, "#999")
         text = f"{key} {engine.get('backend', '')}"
         if engine.get("instances"):
-            text += f", {engine['instances']:,} instance(s) of {engine['instance_size']:,} GPUs"
+            count, size = engine["instances"], engine["instance_size"]
+            text += f", {count:,} instance{'s' if count != 1 else ''} of {size:,} GPU"
+            text += "s" if size != 1 else ""
         where = _where(placement["gpu_ranges"], per_node)
         items.append(
             f'<li data-engine="{h(key)}">{_swatch(fill)}<span class="mono">{h(text)}</span> '
@@ -482,13 +485,14 @@ def _memory_bar(engine: Mapping[str, Any], memory: Mapping[str, Any]) -> str:
     verdict = {True: "fits", False: "DOES NOT FIT", None: "no GPU named"}[fits]
     head = f"total {gib(total)}" + (f" of {gib(capacity)}" if capacity else "")
     phase = memory.get("phase")
-    peak = f"; the peak is set by the {h(phase)} phase" if isinstance(phase, str) and phase else ""
+    peak = f"; its peak is the {h(phase)} phase" if isinstance(phase, str) and phase else ""
+    phases = memory.get("phases")
     parts = [
         f'<div class="memory" data-engine="{h(engine["key"])}" data-total="{total}" '
         f'data-capacity="{capacity if capacity is not None else ""}">'
         f'<h3><span class="mono">{h(engine["key"])} {h(engine["backend"])}</span>: {h(head)}, '
         f'<span class="{"bad" if fits is False else ""}">{verdict}</span>{peak}</h3>'
-        f'<svg width="{_BAR_WIDTH + 10}" height="34">'
+        f'<svg width="{_BAR_WIDTH + 130}" height="34">'
     ]
     x = 0.0
     for name, size, formula in segments:
@@ -504,6 +508,7 @@ def _memory_bar(engine: Mapping[str, Any], memory: Mapping[str, Any]) -> str:
         parts.append(
             f'<line x1="{cx:.2f}" x2="{cx:.2f}" y1="0" y2="30" stroke="#000" stroke-width="2">'
             f"<title>capacity {h(gib(capacity))}</title></line>"
+            f'<text x="{cx + 4:.2f}" y="19">capacity {h(gib(capacity))}</text>'
         )
     parts.append("</svg>")
     parts.append(
@@ -515,6 +520,11 @@ def _memory_bar(engine: Mapping[str, Any], memory: Mapping[str, Any]) -> str:
         )
         + "</ul>"
     )
+    if isinstance(phases, dict) and phases:
+        listed = ", ".join(f"{name} {gib(size)}" for name, size in phases.items())
+        parts.append(
+            f'<p class="note">per phase: {h(listed)}; the bar is the peak phase\'s terms</p>'
+        )
     kv = engine.get("kv_cache")
     if kv:
         line = f"KV cache: {kv['bytes_per_token']:,} B/token per GPU = {kv['formula']}"
@@ -613,11 +623,16 @@ def _timeline_section(plan: Mapping[str, Any], colours: Mapping[str, str]) -> st
             f'data-name="{h(label)}" data-start="{start}" data-seconds="{length}">'
             f"<title>{h(title)}</title></rect>"
         )
-        if w > 60:
-            parts.append(
-                f'<text x="{x + 4:.2f}" y="{y + 15}" style="fill:#fff">{h(label)} '
-                f"{h(seconds(length))}</text>"
+        text = f"{h(label)} {h(seconds(length))}"
+        if w > 7 * len(text):
+            parts.append(f'<text x="{x + 4:.2f}" y="{y + 15}" style="fill:#fff">{text}</text>')
+        else:  # a short bar: its label beside it, before it when it ends the step
+            side = (
+                f'x="{x - 4:.2f}" text-anchor="end"'
+                if x > _LABEL + width / 2
+                else (f'x="{x + w + 4:.2f}"')
             )
+            parts.append(f'<text {side} y="{y + 15}">{text}</text>')
     sx = _LABEL + step * scale
     parts.append(
         f'<line x1="{sx:.2f}" x2="{sx:.2f}" y1="14" y2="{bottom}" stroke="#000" stroke-width="2">'
@@ -712,6 +727,10 @@ def bounded_json(plan: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
     return out, cut
 
 
+def _section(ident: str, heading: str, body: str) -> str:
+    return f'<section id="{ident}"><h2>{heading}</h2>{body}</section>'
+
+
 def render_report(plan: Mapping[str, Any], title: str = "allocation plan") -> str:
     """The report of one plan's JSON dict (``Plan.to_dict()``) as one HTML page."""
     cluster = plan["cluster"]
@@ -746,22 +765,20 @@ def render_report(plan: Mapping[str, Any], title: str = "allocation plan") -> st
     body = [
         f"<h1>{h(title)}</h1><p>{h(summary)}{h(gpu)}</p>",
         _engine_table(plan),
-        "<h2>Cluster</h2>",
-        cluster_html,
-        "<h2>Rank groups</h2>",
-        _groups_section(plan, groups),
-        "<h2>Memory per GPU</h2>",
-        _memory_section(plan),
-        "<h2>RL step</h2>",
-        _timeline_section(plan, colours),
-        "<h2>Assumptions and warnings</h2>",
-        _notes_section(plan),
-        "<h2>The numbers</h2>",
-        "<p>This page is drawn from the plan's JSON, embedded here exactly as "
-        "<code>areal-alloc output=json</code> and <code>check --json</code> print it "
-        "(<code>script#plan-json</code>), and the rank groups as <code>explain --json</code> "
-        f"lists them (<code>script#rank-groups</code>).{shortened}</p>"
-        '<details><summary>the plan as JSON</summary><pre id="json-view"></pre></details>',
+        _section("cluster", "Cluster", cluster_html),
+        _section("groups", "Rank groups", _groups_section(plan, groups)),
+        _section("memory", "Memory per GPU", _memory_section(plan)),
+        _section("rl-step", "RL step", _timeline_section(plan, colours)),
+        _section("notes", "Assumptions and warnings", _notes_section(plan)),
+        _section(
+            "numbers",
+            "The numbers",
+            "<p>This page is drawn from the plan's JSON, embedded here exactly as "
+            "<code>areal-alloc output=json</code> and <code>check --json</code> print it "
+            "(<code>script#plan-json</code>), and the rank groups as <code>explain --json</code> "
+            f"lists them (<code>script#rank-groups</code>).{shortened}</p>"
+            '<details><summary>the plan as JSON</summary><pre id="json-view"></pre></details>',
+        ),
         f'<script type="application/json" id="plan-json">{embedded_json(embedded)}</script>',
         '<script type="application/json" id="rank-groups">'
         f"{embedded_json([g.to_dict() for g in groups])}</script>",
