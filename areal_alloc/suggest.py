@@ -26,7 +26,7 @@ from areal_alloc.architecture import Architecture
 from areal_alloc.defaults import CONTEXT_LENGTH, NEW_TOKENS, PROMPT_TOKENS, WEIGHT_UPDATE_MODE
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.estimate import rl_step
-from areal_alloc.estimate.execution import InferenceSettings, TrainingSettings
+from areal_alloc.estimate.execution import InferenceSettings, StepShape, TrainingSettings
 from areal_alloc.estimate.memory import Term
 from areal_alloc.estimate.speed import balance_advice
 from areal_alloc.estimate.system import Hardware
@@ -81,6 +81,20 @@ class RunShape:
     @property
     def generated_tokens(self) -> int:
         return self.batch * self.mean
+
+    @property
+    def step(self) -> StepShape:
+        """The step's shape as the plan's pace reads it (areal_alloc.estimate.execution)."""
+        return StepShape(
+            sequences=self.batch,
+            prompt=self.prompt_len,
+            new_tokens=self.gen_len,
+            mean=self.mean,
+            recompute_logprob=self.recompute_logprob,
+            offpolicyness=None,
+            colocated=False,
+            max_concurrent=self.max_concurrent,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,9 +292,18 @@ def suggest(
     context_length: int = CONTEXT_LENGTH,
     top: int = 3,
     memory_reserve: int | None = None,
+    inference: InferenceSettings | None = None,
+    ref_training: TrainingSettings | None = None,
+    critic_training: TrainingSettings | None = None,
 ) -> list[Proposal]:
     """The best ``top`` splits of ``gpus`` between rollout and training, fastest first.
 
+    The engines' execution settings: ``training`` the actor's (micro-batch tokens,
+    recomputation …), ``ref_training`` / ``critic_training`` those of the ref and the
+    critic placed on the actor's GPUs (default: the actor's, the ref forward only), and
+    ``inference`` the rollout's (default: the reference's, with ``context_length``) —
+    ``suggest --config`` passes the config's own, so that a proposal of the config's own
+    split has the plan's figures (:func:`areal_alloc.estimate.rl_step.training_pace`).
     ``memory_reserve``: bytes kept back per GPU by both engines (``--memory-reserve-gib``);
     None keeps the settings' defaults (4 GiB training, 2 GiB inference).
     """
@@ -288,15 +311,19 @@ def suggest(
         raise AllocationValidationError(f"{gpus} GPU(s): a rollout and a trainer need at least 2")
     per_node = hardware.gpus_per_node
     training = training or TrainingSettings()
-    # the colocated ref (forward only) and critic (trains) take turns on the actor's GPUs
-    forward_cost = rl_step.forward_cost(
-        ref=shape.ref, critic=shape.critic, recompute_logprob=shape.recompute_logprob
-    )
-    inference = InferenceSettings(context_length=context_length)
+    # the ref (forward only) and the critic (it trains) take turns on the actor's GPUs
+    side: list[tuple[str, TrainingSettings]] = [("actor", training)]
+    if shape.ref:
+        side.append(("ref", ref_training or replace(training, optimizer=None)))
+    if shape.critic:
+        side.append(("critic", critic_training or training))
+    if inference is None:
+        inference = InferenceSettings(context_length=context_length)
     if memory_reserve is not None:
         training = replace(training, reserve_bytes=memory_reserve)
         inference = replace(inference, reserve_bytes=memory_reserve)
     constraints = LayoutConstraints(gpus_per_node=per_node)
+    step = shape.step
     sequence = shape.prompt_len + shape.gen_len
     best_rollout: dict[int, RankedLayout | None] = {}
     best_train: dict[int, RankedLayout | None] = {}
@@ -312,7 +339,11 @@ def suggest(
         return parallel.tp_size * parallel.pp_size <= per_node and parallel.dp_size <= shape.batch
 
     def ranks_have_sequences(parallel: ParallelStrategy) -> bool:
-        return parallel.dp_size <= shape.batch  # every data-parallel rank trains a sequence
+        # every data-parallel rank trains a sequence, and the step's sequences split evenly
+        # over them: the reference's single controller refuses a count that is not a
+        # multiple of dp (areal_alloc.experiment.rules.batch_splits_over_data_parallel)
+        dp = parallel.dp_size
+        return dp <= shape.batch and shape.batch % dp == 0
 
     def colocated_fit(actor: RankedLayout) -> bool:
         return _fits_with_colocated(actor, shape, capacity)
@@ -328,7 +359,7 @@ def suggest(
                 hardware,
                 top=1,
                 tokens_per_step=shape.generated_tokens,
-                sequence_length=min(sequence, context_length),
+                sequence_length=min(sequence, inference.context_length),
                 inference=inference,
                 keep=instance_in_node,
                 sequences=shape.batch,
@@ -347,7 +378,8 @@ def suggest(
                 hardware,
                 top=1,
                 tokens_per_step=shape.train_tokens,
-                sequence_length=min(sequence, training.tokens_per_micro_batch),
+                # a trained sequence as the plan's pace reads it: prompt + mean generation
+                sequence_length=min(step.length, training.tokens_per_micro_batch),
                 training=training,
                 keep=ranks_have_sequences,
                 accept=colocated_fit,
@@ -365,7 +397,14 @@ def suggest(
         if rollout is None or actor is None:
             return None
         gen = _generation(arch, rollout, hardware, shape)
-        train = shape.train_tokens / actor.speed.tokens_per_second * forward_cost
+        train = rl_step.training_side(  # each engine with its own settings, as the plan does
+            [
+                rl_step.training_pace(
+                    key, train_backend, actor.parallel, arch, hardware, step, settings
+                )
+                for key, settings in side
+            ]
+        )
         inside = rollout_gpus + train_gpus <= per_node
         update = rl_step.weight_update(
             arch, shape.update_mode, hardware, inside_node=inside, senders=train_gpus
@@ -402,7 +441,7 @@ def suggest(
         len(splits),
         training_slower,
         total,
-        asynchronous=shape.asynchronous,
+        asynchronous=shape.step_mode == rl_step.ASYNCHRONOUS,
         window=max(_WINDOW, top),
     )
     proposals = [p for p in map(proposal, order) if p is not None]

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from areal_alloc.architecture import Architecture
-from areal_alloc.catalogue import find_model
+from areal_alloc.catalogue import find_model, reported_bytes
 from areal_alloc.cli.args import command_parser, count, fraction, positive, real, speed
 from areal_alloc.cli.render import table
 from areal_alloc.compose import compose_file
@@ -25,7 +25,13 @@ from areal_alloc.defaults import (
 from areal_alloc.errors import AllocationError, AllocationValidationError
 from areal_alloc.estimate import calibration, rl_step
 from areal_alloc.estimate.engines import estimate_allocation
-from areal_alloc.estimate.execution import RECOMPUTE, InferenceSettings, TrainingSettings
+from areal_alloc.estimate.execution import (
+    RECOMPUTE,
+    InferenceSettings,
+    TrainingSettings,
+    inference_settings,
+    training_settings,
+)
 from areal_alloc.estimate.memory import KVCache, MemoryEstimate, readable_bytes
 from areal_alloc.estimate.rl_step import Pace
 from areal_alloc.estimate.speed import (
@@ -36,7 +42,7 @@ from areal_alloc.estimate.speed import (
     training_step,
 )
 from areal_alloc.estimate.system import GPUSpec, Hardware, build_hardware
-from areal_alloc.experiment.read import read_experiment
+from areal_alloc.experiment.read import Experiment, read_experiment
 from areal_alloc.layouts import (
     LayoutConstraints,
     TooManyLayouts,
@@ -72,6 +78,11 @@ __all__ = [
     "speed_flags",
     "suggest_command",
 ]
+
+
+#: suggest's micro-batch tokens and recomputation without --config (flags override)
+SUGGEST_TOKENS = 16384
+SUGGEST_RECOMPUTE = "full"
 
 
 def machine(ns: argparse.Namespace, cfg: object = None) -> Resolved:
@@ -717,12 +728,70 @@ def _suggest_from_config(ns: argparse.Namespace) -> tuple[bool, bool]:
         "update_mode": experiment.update_mode,
     }
     ns.current = pace
+    _config_execution(ns, experiment)
     by_key = {e.key: e for e in plan.engines if e.active}
     if ns.train_backend is None and "actor" in by_key:
         ns.train_backend = by_key["actor"].allocation.backend
     if ns.rollout_backend is None and "rollout" in by_key:
         ns.rollout_backend = by_key["rollout"].allocation.backend
     return ("ref" in by_key) and not ns.no_ref, ("critic" in by_key) or ns.critic
+
+
+def _config_execution(ns: argparse.Namespace, experiment: Experiment) -> None:
+    """The engines' own execution settings as the plan reads them
+    (``areal_alloc.estimate.execution``): the actor's, the ref's and the critic's micro-batch
+    tokens, recomputation and optimizer, and the rollout's server settings; the proposals
+    are estimated with them (flags given still win), as ``current`` is."""
+    resolved = machine(ns)
+    reserve = resolved.memory_reserve.value if resolved.memory_reserve is not None else None
+    engines = {e.key: e for e in experiment.engines if e.active}
+    notes: list[str] = []  # what the plan says of them; suggest's own figures follow
+    ns.config_training = {
+        key: training_settings(engine, experiment.run, reserve, notes)
+        for key, engine in engines.items()
+        if key in ("actor", "ref", "critic") and not engine.allocation.is_inference
+    }
+    rollout = engines.get("rollout")
+    if rollout is not None and rollout.allocation.is_inference:
+        chosen = resolved.gpu  # a server sizes its claim from the memory the device reports
+        device = reported_bytes(chosen.catalogue) if chosen and chosen.catalogue else None
+        ns.config_inference = inference_settings(rollout, reserve, device)
+
+
+def _suggest_settings(
+    ns: argparse.Namespace,
+) -> tuple[TrainingSettings, TrainingSettings | None, TrainingSettings | None, InferenceSettings]:
+    """The actor's, the ref's, the critic's and the rollout's settings for the proposals:
+    --config's engines (else the defaults: 16,384 tokens per micro-batch, full
+    recomputation), with --tokens, --recompute and --context-length over them."""
+    found: dict[str, TrainingSettings] = getattr(ns, "config_training", None) or {}
+    given: dict[str, object] = {}
+    if ns.tokens is not None:  # every training engine's micro-batch
+        given.update(tokens_per_micro_batch=ns.tokens, micro_batches=None)
+    if ns.recompute is not None:
+        given["recompute"] = ns.recompute
+
+    def flagged(settings: TrainingSettings) -> TrainingSettings:
+        return replace(settings, **given)  # type: ignore[arg-type]
+
+    actor = flagged(
+        found.get("actor")
+        or TrainingSettings(tokens_per_micro_batch=SUGGEST_TOKENS, recompute=SUGGEST_RECOMPUTE)
+    )
+    ref, critic = (found.get(key) for key in ("ref", "critic"))
+    ref = None if ref is None else flagged(ref)
+    critic = None if critic is None else flagged(critic)
+    if found.get("actor") is not None and not (ns.tokens and ns.recompute):
+        ns.config_execution_note = (
+            f"; the actor's {actor.tokens_per_micro_batch:,} tokens per micro-batch and "
+            f"recomputation {actor.recompute} are the config's (actor.mb_spec, "
+            f"gradient_checkpointing): --tokens and --recompute override them"
+        )
+    ns.recompute = actor.recompute  # what a does-not-fit message names
+    inference = getattr(ns, "config_inference", None) or InferenceSettings()
+    if ns.context_length is not None:
+        inference = replace(inference, context_length=ns.context_length)
+    return actor, ref, critic, inference
 
 
 def _current(pace: Pace | None) -> dict[str, object] | None:
@@ -790,12 +859,25 @@ def suggest_command(args: list[str]) -> int:
     parser.add_argument(
         "--tokens",
         type=count,
-        default=16384,
+        default=None,
         metavar="N",
-        help="training tokens per micro-batch (default 16384)",
+        help=f"training tokens per micro-batch (default: the config's mb_spec, else "
+        f"{SUGGEST_TOKENS})",
     )
-    parser.add_argument("--recompute", choices=RECOMPUTE, default="full")
-    parser.add_argument("--context-length", type=count, default=CONTEXT_LENGTH, metavar="N")
+    parser.add_argument(
+        "--recompute",
+        choices=RECOMPUTE,
+        default=None,
+        help=f"default: the config's gradient_checkpointing, else {SUGGEST_RECOMPUTE}",
+    )
+    parser.add_argument(
+        "--context-length",
+        type=count,
+        default=None,
+        metavar="N",
+        help=f"default: the config's sglang.context_length / vllm.max_model_len, else "
+        f"{CONTEXT_LENGTH}",
+    )
     parser.add_argument("--top", type=positive, default=3, metavar="K")
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
@@ -836,7 +918,7 @@ def suggest_command(args: list[str]) -> int:
         update_mode=str(step.get("update_mode", WEIGHT_UPDATE_MODE)),
         mode=rl_step.SYNCHRONOUS if ns.sync else step.get("mode"),  # type: ignore[arg-type]
     )
-    training = TrainingSettings(tokens_per_micro_batch=ns.tokens, recompute=ns.recompute)
+    training, ref_training, critic_training, inference = _suggest_settings(ns)
     reserve = machine(ns).memory_reserve  # --memory-reserve-gib, the environment, cluster keys
     proposals = suggest(
         arch,
@@ -847,14 +929,17 @@ def suggest_command(args: list[str]) -> int:
         train_backend=ns.train_backend or "megatron",
         rollout_backend=ns.rollout_backend or "sglang",
         training=training,
-        context_length=ns.context_length,
         top=ns.top,
         memory_reserve=reserve.value if reserve is not None else None,
+        inference=inference,
+        ref_training=ref_training,
+        critic_training=critic_training,
     )
     if not proposals:
         raise AllocationError(
             f"no split of {ns.gpus} {gpu.name} GPUs fits {ns.model}: the rollout or the "
             f"trainer does not fit on any share; {_memory_fixes(ns)}"
+            + getattr(ns, "config_execution_note", "")
         )
     if ns.json:
         listed = [p.to_dict() for p in proposals]

@@ -11,7 +11,8 @@
   training teacher's forward (a third of forward + backward), the critic's step, an
   inference teacher's prefill, and the actor's log-prob recomputation when
   ``actor.recompute_logprob``, one after another as the reference's training loop calls
-  them (:func:`forward_cost` when they share the actor's layout, as ``suggest`` places them);
+  them (:func:`training_pace`, engine by engine, on the engine's layout or, as ``suggest``
+  places the ref and the critic, on the actor's);
 - the weight update to the rollout (:func:`weight_update`);
 - the mode read from the config (:func:`mode_of`) and the step in that mode
   (:func:`step_seconds`): asynchronous (η = ``rollout.max_head_offpolicyness`` > 0:
@@ -61,11 +62,11 @@ __all__ = [
     "Pace",
     "decode_batch",
     "estimate_pace",
-    "forward_cost",
     "mode_of",
     "rollout",
     "step_seconds",
     "switch",
+    "training_pace",
     "training_side",
     "weight_update",
 ]
@@ -338,21 +339,6 @@ _MODE_RULE = {
 }
 
 
-def forward_cost(*, ref: bool, critic: bool, recompute_logprob: bool) -> float:
-    """The training side in actor steps when the ref (forward only) and the critic (it
-    trains) take turns on the actor's layout, as ``suggest`` places them: 1, + 1/3 for the
-    ref's forward (a third of forward + backward), + 1 for the critic, + 1/3 for the
-    actor's log-prob recomputation (``actor.recompute_logprob``)."""
-    cost = 1.0
-    if ref:
-        cost += 1 / 3
-    if critic:
-        cost += 1.0
-    if recompute_logprob:
-        cost += 1 / 3
-    return cost
-
-
 def training_side(paces: Sequence[EnginePace]) -> float:
     """The training-side engines one after another, as the reference's training loop
     calls them: the sum of their seconds per step."""
@@ -400,7 +386,16 @@ def estimate_pace(
             pace = _prefill_pace(engine, model, hardware, shape.tokens)
             training.append(pace)
         else:
-            pace = _training_pace(engine, model, hardware, shape, train_settings)
+            allocation = engine.allocation
+            pace = training_pace(
+                engine.key,
+                allocation.backend,
+                allocation.parallel,
+                model,
+                hardware,
+                shape,
+                train_settings,
+            )
             training.append(pace)
         paces.append(pace)
     if not paces:
@@ -478,22 +473,28 @@ def _prefill_pace(
     return EnginePace(engine.key, seconds, tokens / seconds, what, step)
 
 
-def _training_pace(
-    engine: Engine,
+def training_pace(
+    key: str,
+    backend: str,
+    parallel: ParallelStrategy,
     model: Architecture,
     hardware: Hardware,
     shape: StepShape,
     settings: TrainingSettings | None,
 ) -> EnginePace:
-    """A training engine's step: the actor's and the critic's optimizer step, the ref's and
-    a training teacher's forward; the actor's log-prob recomputation when asked."""
-    allocation, tokens, length = engine.allocation, shape.tokens, shape.length
+    """A training engine's step on ``parallel``, with its own settings (micro-batch tokens,
+    recomputation, optimizer: none is forward only): the actor's and the critic's optimizer
+    step, the ref's and a training teacher's forward (a third of forward + backward); the
+    actor's log-prob recomputation when ``shape.recompute_logprob``. The plan calls it on
+    each engine's layout, ``suggest`` on the actor's for the ref and the critic it places
+    there."""
+    tokens, length = shape.tokens, shape.length
     ts = settings or TrainingSettings()
     forward_only = ts.optimizer is None
     step = training_step(
-        allocation.backend,
+        backend,
         model,
-        allocation.parallel,
+        parallel,
         hardware,
         tokens_per_step=tokens,
         tokens_per_micro_batch=ts.tokens_per_micro_batch,
@@ -507,7 +508,7 @@ def _training_pace(
         if forward_only
         else f"one optimizer step over {tokens:,} tokens"
     )
-    if engine.key == "actor" and shape.recompute_logprob:
+    if key == "actor" and shape.recompute_logprob:
         extra = step.seconds / 3
         recompute = StepTerm(
             "log-prob recomputation",
@@ -518,7 +519,7 @@ def _training_pace(
         step = replace(step, terms=(*step.terms, recompute))
         seconds += extra
         what += " + one forward to recompute the log-probs"
-    return EnginePace(engine.key, seconds, tokens / seconds, what, step)
+    return EnginePace(key, seconds, tokens / seconds, what, step)
 
 
 def _update_terms(

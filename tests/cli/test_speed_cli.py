@@ -187,7 +187,9 @@ def test_suggest_reads_an_experiment_config(main_cli: MainCli, tmp_path: object)
     experiment.write_text(
         "cluster: {n_nodes: 4, n_gpus_per_node: 8, gpu: H100-80GB}\n"
         "rollout: {backend: 'vllm:d2t4'}\n"
-        "actor: {backend: 'fsdp:d8', path: /storage/models/Qwen3-8B}\n"
+        # the config's own micro-batch and recomputation are what suggest estimates with
+        "actor: {backend: 'fsdp:d8', path: /storage/models/Qwen3-8B, "
+        "gradient_checkpointing: true, mb_spec: {max_tokens_per_mb: 16384}}\n"
         "ref: {backend: '', scheduling_strategy: {type: colocation, target: actor}}\n"
         "train_dataset: {batch_size: 32, max_length: 2048}\n"
         "gconfig: {n_samples: 4, max_new_tokens: 4096}\n"

@@ -1,0 +1,72 @@
+"""``suggest --config``: proposals with the config's own execution settings, so that the
+proposal of the config's own split has the figures of the plan's pace (``current``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import MainCli
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = [
+    "conf/app/experiment/grpo_2x8.yaml",  # mb 16,384 tokens, gradient checkpointing, a ref
+    "tests/data/real_grpo.yaml",  # mb 10,240, no checkpointing, mem_fraction 0.8, async
+    "tests/data/reference/math__gsm8k_grpo.yaml",
+    "tests/data/reference/math__gsm8k_grpo_megatron.yaml",
+    "tests/data/reference/math__gsm8k_ppo.yaml",  # a critic
+]
+FIGURES = ("generate_seconds", "train_seconds", "step_seconds")
+
+
+def _suggest(main_cli: MainCli, *args: str) -> Any:
+    done = main_cli("suggest", "--gpu", "H100-80GB", "--json", *args)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("path", CONFIGS)
+def test_the_proposal_of_the_configs_own_split_has_the_plans_figures(
+    main_cli: MainCli, path: str
+) -> None:
+    config = str(ROOT / path)
+    best = _suggest(main_cli, "--config", config, "--top", "1")["proposals"][0]
+    # the config with that split: the plan's pace of it is `current`, and the search
+    # proposes the same split again, estimated by the same functions
+    found = _suggest(main_cli, "--config", config, *best["overrides"], "--top", "3")
+    specs = (best["rollout"]["backend"], best["actor"]["backend"])
+    same = [
+        p for p in found["proposals"] if (p["rollout"]["backend"], p["actor"]["backend"]) == specs
+    ]
+    assert same, (specs, [p["overrides"] for p in found["proposals"]])
+    current = found["current"]
+    assert current is not None
+    assert {k: same[0][k] for k in (*FIGURES, "mode")} == pytest.approx(
+        {k: current[k] for k in (*FIGURES, "mode")}, rel=1e-9
+    )
+
+
+def _actor_terms(proposal: Any) -> dict[str, str]:
+    found = proposal["actor"]
+    terms = {t["name"]: t["formula"] for t in found["memory"]["terms"]}
+    terms.update({t["name"]: t["formula"] for t in found["speed"]["terms"]})
+    return terms
+
+
+def test_proposals_read_the_configs_micro_batch_and_recomputation(main_cli: MainCli) -> None:
+    """real_grpo.yaml's actor: 10,240 tokens per micro-batch, no gradient checkpointing
+    (suggest's own defaults are 16,384 and full); a flag given still wins."""
+    config = str(ROOT / CONFIGS[1])
+    own = _actor_terms(_suggest(main_cli, "--config", config, "--top", "1")["proposals"][0])
+    assert own["activations"].startswith("10,240 tokens/micro-batch")
+    assert "recomputation" not in own["compute"]
+    flagged = _actor_terms(
+        _suggest(
+            main_cli, "--config", config, "--tokens", "4096", "--recompute", "full", "--top", "1"
+        )["proposals"][0]
+    )
+    assert flagged["activations"].startswith("4,096 tokens/micro-batch")
+    assert "full recomputation" in flagged["compute"]
