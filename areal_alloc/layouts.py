@@ -18,7 +18,9 @@ from areal_alloc.catalogue import find_model
 from areal_alloc.defaults import CONTEXT_LENGTH
 from areal_alloc.errors import AllocationValidationError, shown
 from areal_alloc.estimate.execution import RECOMPUTE, InferenceSettings, TrainingSettings
-from areal_alloc.estimate.memory import MemoryEstimate, inference_memory, training_memory
+from areal_alloc.estimate.memory import MemoryEstimate
+from areal_alloc.estimate.memory_inference import inference_memory
+from areal_alloc.estimate.memory_training import training_memory
 from areal_alloc.estimate.rl_step import decode_batch
 from areal_alloc.estimate.speed import StepEstimate, decode_step, training_step
 from areal_alloc.estimate.system import Hardware, resolve_gpu

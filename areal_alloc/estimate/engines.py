@@ -45,14 +45,9 @@ from areal_alloc.estimate.execution import (
     inference_settings,
     training_settings,
 )
-from areal_alloc.estimate.memory import (
-    MemoryEstimate,
-    Phase,
-    Term,
-    inference_memory,
-    readable_bytes,
-    training_memory,
-)
+from areal_alloc.estimate.memory import MemoryEstimate, Phase, Term, readable_bytes
+from areal_alloc.estimate.memory_inference import inference_memory
+from areal_alloc.estimate.memory_training import training_memory
 from areal_alloc.estimate.system import GPUSpec, resolve_gpu
 from areal_alloc.experiment.read import (
     Experiment,

@@ -18,7 +18,7 @@ import pytest
 
 from areal_alloc.architecture import Architecture
 from areal_alloc.estimate.execution import TrainingSettings
-from areal_alloc.estimate.memory import training_memory
+from areal_alloc.estimate.memory_training import training_memory
 from areal_alloc.model import ModelAllocation
 from benchmarks.measured import load
 

@@ -15,13 +15,10 @@ import pytest
 from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import GPUS, MODELS, find_gpu, find_model
 from areal_alloc.errors import AllocationValidationError
+from areal_alloc.estimate.activations import activation_bytes_per_token
 from areal_alloc.estimate.execution import GIB, InferenceSettings, TrainingSettings
-from areal_alloc.estimate.memory import (
-    activation_bytes_per_token,
-    inference_memory,
-    kv_bytes_per_token,
-    training_memory,
-)
+from areal_alloc.estimate.memory_inference import inference_memory, kv_bytes_per_token
+from areal_alloc.estimate.memory_training import training_memory
 from areal_alloc.model import ModelAllocation
 from areal_alloc.plan import plan_config
 
@@ -686,7 +683,7 @@ def test_any_actor_path_gives_a_plan_or_one_clear_error(text: str) -> None:
 def test_op_sac_keeps_the_block_input_every_other_mm_and_attention(
     tp: int, sp: bool, expected: int
 ) -> None:
-    from areal_alloc.estimate.memory import op_sac_bytes_per_token
+    from areal_alloc.estimate.activations import op_sac_bytes_per_token
 
     arch = find_model("meta-llama/Llama-3.1-8B")
     per_token, _ = op_sac_bytes_per_token(arch, moe=False, tp=tp, sequence_parallel=sp)

@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 
 from areal_alloc.catalogue import find_model
 from areal_alloc.errors import AllocationError
+from areal_alloc.estimate.activations import activation_bytes_per_token
 from areal_alloc.estimate.execution import GIB
-from areal_alloc.estimate.memory import PHASES, MemoryEstimate, Term, activation_bytes_per_token
+from areal_alloc.estimate.memory import PHASES, MemoryEstimate, Term
 from areal_alloc.plan import plan_config
 from tests.conftest import MainCli
 

@@ -25,9 +25,9 @@ from areal_alloc.catalogue import find_model
 from areal_alloc.cli import main
 from areal_alloc.defaults import REFERENCE_COMMIT, REFERENCE_DEFAULTS
 from areal_alloc.errors import AllocationValidationError
+from areal_alloc.estimate.activations import lora_parameters
 from areal_alloc.estimate.engines import estimate_allocation
 from areal_alloc.estimate.execution import GIB, TrainingSettings
-from areal_alloc.estimate.memory import lora_parameters
 from areal_alloc.model import ModelAllocation
 from areal_alloc.plan import plan_config
 

@@ -1,0 +1,251 @@
+"""What a training step keeps for its backward, per token and layer, and LoRA's adapters.
+
+- activations from Korthikanti et al. 2022, "Reducing Activation Recomputation
+  in Large Transformer Models" (arXiv:2205.05198), Table 2, generalised from
+  GPT's MLP to grouped-query attention, SwiGLU and mixture-of-experts layers
+  (:func:`activation_bytes_per_token`; torchtitan's per-op policy:
+  :func:`op_sac_bytes_per_token`);
+- the parameters LoRA adds for its target modules (:func:`lora_parameters`).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from areal_alloc.architecture import Architecture
+from areal_alloc.estimate.execution import LORA_TARGETS
+
+__all__ = [
+    "activation_bytes_per_token",
+    "lora_parameters",
+    "op_sac_bytes_per_token",
+]
+
+
+@functools.lru_cache(maxsize=1024)
+def activation_bytes_per_token(
+    arch: Architecture,
+    *,
+    moe: bool,
+    tp: int,
+    sequence_parallel: bool,
+    recompute: str,
+    flash_attention: bool,
+    dropout: bool,
+    sequence_length: int,
+) -> tuple[float, str]:
+    """Bytes one token leaves stored in one layer, per GPU, and how they were counted.
+
+    Korthikanti et al. 2022, section 4 and Table 2, counts per token of one layer
+    (2 bytes an element, 1 byte a dropout mask): attention 11h + 5as (the a·s²
+    scores), MLP 19h, two layer norms 4h: 34h + 5as in all. Under tensor
+    parallelism without sequence parallelism 10h of it (norm inputs, the
+    attention and MLP inputs, the dropout masks) stays on every GPU and the rest
+    is split by t; with sequence parallelism all of it is split by t. Selective
+    recomputation (and FlashAttention, which never stores the scores) drops the
+    5as term; full recomputation keeps only each layer's 2h input.
+
+    Generalised here: q, k and v widths from the attention heads (GQA: the kv
+    heads; MLA: its head dims), SwiGLU's gate and up outputs (4f) and their
+    product (2f) instead of GeLU's 2f + 2f, and an MoE layer's top-k routed
+    experts (each token's copy 2h and 6f each) plus shared experts and the
+    float32 router logits.
+    """
+    h = arch.hidden_size
+    mask = 1 if dropout else 0
+    if arch.is_mla:
+        a = arch.num_attention_heads
+        q = k = a * (arch.qk_nope_head_dim + arch.qk_rope_head_dim)
+        v = proj = a * arch.v_head_dim
+    else:
+        q = proj = arch.query_width
+        k = v = arch.kv_width
+    replicated = 4 * h + 2 * h + 2 * h + 2 * mask * h  # norm inputs, attn & MLP inputs, masks
+    split = 2 * (q + k + v + proj)
+    # SwiGLU keeps gate and up (4f) and their product (2f); GeLU its input and output (4f)
+    per_f = 6 if arch.gated_mlp else 4
+    kind = "SwiGLU" if arch.gated_mlp else "GeLU"
+    if moe:
+        k_experts = arch.experts_per_token
+        split += k_experts * (2 * h + per_f * arch.moe_intermediate_size)
+        split += per_f * arch.shared_expert_intermediate_size + 4 * arch.num_experts
+        mlp = (
+            f"MoE {k_experts}×(2h + {per_f}·{arch.moe_intermediate_size})"
+            + (
+                f" + {per_f}·{arch.shared_expert_intermediate_size}"
+                if arch.shared_expert_intermediate_size
+                else ""
+            )
+            + f" + 4·{arch.num_experts} router"
+        )
+    else:
+        split += per_f * arch.intermediate_size
+        mlp = f"{kind} {per_f}·{arch.intermediate_size}"
+    scores = 0
+    if recompute == "none" and not flash_attention:
+        scores = (5 if dropout else 2) * arch.num_attention_heads * sequence_length
+    if recompute == "full":
+        return 2 * h / (tp if sequence_parallel else 1), f"2h = {2 * h} (full recomputation)"
+    if recompute == "op":
+        return op_sac_bytes_per_token(arch, moe=moe, tp=tp, sequence_parallel=sequence_parallel)
+    if sequence_parallel or tp == 1:
+        per_token = (replicated + split + scores) / tp
+        how = (
+            f"({replicated} + {split} + {scores})/t{tp}"
+            if tp > 1
+            else f"{replicated + split + scores}"
+        )
+    else:
+        per_token = replicated + (split + scores) / tp
+        how = f"{replicated} + ({split} + {scores})/t{tp}"
+    text = f"2·(q{q} + k{k} + v{v} + o{proj}) + {mlp} + norms/inputs {replicated}: {how}"
+    return per_token, text
+
+
+def op_sac_bytes_per_token(
+    arch: Architecture, *, moe: bool, tp: int, sequence_parallel: bool
+) -> tuple[float, str]:
+    """Bytes one token leaves stored in one layer under per-op selective checkpointing.
+
+    torchtitan's policy (torchtitan/parallelisms/parallelize_llama.py ``_save_list`` and
+    ``_custom_policy``, pytorch/torchtitan@9dec370ad26b5f8e9a7333a0e36165018262644b; the
+    archon engine's copy in areal/experimental/models/archon/activation_checkpoint.py,
+    areal-project/AReaL@cbff54d645d2cd8ee1f1c358a82f3f473588433d, its default
+    ``ac_mode: selective``, ``selective_ac_option: op``): each block keeps its input and
+    the outputs of the ops in the save list (``aten.mm`` but every second one counted per
+    block, flash/efficient attention, ``reduce_scatter``) and recomputes the rest (norms,
+    rotary, SiLU, products). A block's mms in order: wq, wk, wv, wo, then w1, w3, w2
+    (SwiGLU, torchtitan/models/llama/model.py ``w2(F.silu(w1(x)) * w3(x))``) or w1, w2; the
+    1st, 3rd, 5th and 7th are kept. Attention keeps its output (q width) and its float32
+    log-sum-exp per head. A column-parallel output is split by t; a row-parallel one (wo,
+    w2) is a full-width partial sum on every rank, its reduce-scatter output h/t kept
+    besides under sequence parallelism. An MoE block's routed experts run grouped mms,
+    not in the list: only its router and shared experts' mms count.
+    """
+    h = arch.hidden_size
+    if arch.is_mla:
+        a = arch.num_attention_heads
+        q = a * (arch.qk_nope_head_dim + arch.qk_rope_head_dim)
+        kv = a * arch.v_head_dim
+        out = a * arch.v_head_dim
+    else:
+        q, kv, out = arch.query_width, arch.kv_width, arch.query_width
+    if moe:
+        f = arch.shared_expert_intermediate_size
+        mlp: list[tuple[str, int, bool]] = [("router", arch.num_experts, False)]
+    else:
+        f = arch.intermediate_size
+        mlp = []
+    if f:
+        mlp += [("w1", f, True)] + ([("w3", f, True)] if arch.gated_mlp else [])
+        mlp += [("w2", h, False)]
+    # (name, width, column-parallel)
+    mms = [("wq", q, True), ("wk", kv, True), ("wv", kv, True), ("wo", h, False), *mlp]
+    kept = mms[0::2]
+    elements = float(h / tp if sequence_parallel else h)  # the block's input
+    for _, width, column in kept:
+        elements += width / tp if column else width
+    if sequence_parallel and tp > 1:  # the two reduce-scatter outputs
+        elements += 2 * h / tp
+    elements += out / tp  # attention output
+    per_token = 2 * elements + 4 * arch.num_attention_heads / tp  # bf16; float32 lse
+    names = "+".join(name for name, _, _ in kept)
+    return per_token, (
+        f"per-op SAC: input, kept mms {names}, attention output and log-sum-exp: {per_token:,.0f} B"
+    )
+
+
+_MEGATRON_NAMES = {
+    "q_proj": "linear_qkv",
+    "k_proj": "linear_qkv",
+    "v_proj": "linear_qkv",
+    "o_proj": "linear_proj",
+    "gate_proj": "linear_fc1",
+    "up_proj": "linear_fc1",
+    "down_proj": "linear_fc2",
+}
+
+
+_HF_NAMES = {
+    "linear_qkv": ("q_proj", "k_proj", "v_proj"),
+    "linear_proj": ("o_proj",),
+    "linear_fc1": ("gate_proj", "up_proj"),
+    "linear_fc2": ("down_proj",),
+}
+
+
+@functools.lru_cache(maxsize=256)
+def lora_parameters(
+    arch: Architecture, megatron: bool, rank: int, targets: tuple[str, ...] = ()
+) -> tuple[int, int, int, str]:
+    """Adapter parameters of one dense layer, one MoE layer's non-expert part, and its experts.
+
+    A linear layer of ``in`` inputs and ``out`` outputs gets ``r·(in + out)``
+    adapter parameters (A: in → r, B: r → out). peft adapts q, k and v one by
+    one; megatron-bridge adapts the fused qkv and gate-up projections (one A
+    each). Routed experts are adapted one by one; peft's all-linear also adapts
+    the router (``gate``), megatron-bridge's does not.
+    """
+    h, r = arch.hidden_size, rank
+    everything = not targets or "all-linear" in targets
+    wanted: set[str] = set()
+    for name in targets:
+        if megatron:
+            wanted.add(_MEGATRON_NAMES.get(name, name))
+        else:
+            wanted.update(_HF_NAMES.get(name, (name,)))
+    if everything:
+        wanted = set(_HF_NAMES) if megatron else {n for v in _HF_NAMES.values() for n in v}
+        if not megatron:
+            wanted.add("gate")
+
+    def linear(name: str, fan_in: int, fan_out: int) -> int:
+        return r * (fan_in + fan_out) if name in wanted else 0
+
+    if arch.is_mla:  # q (or q_a, q_b), kv_a, kv_b and o, counted as q, k, v and o
+        qn, kn, vn, on = (
+            ("linear_qkv",) * 3 + ("linear_proj",)
+            if megatron
+            else ("q_proj", "k_proj", "v_proj", "o_proj")
+        )
+        a = arch.num_attention_heads
+        qk = arch.qk_nope_head_dim + arch.qk_rope_head_dim
+        if arch.q_lora_rank:
+            query = linear(qn, h, arch.q_lora_rank) + linear(qn, arch.q_lora_rank, a * qk)
+        else:
+            query = linear(qn, h, a * qk)
+        attention = (
+            query
+            + linear(kn, h, arch.kv_lora_rank + arch.qk_rope_head_dim)
+            + linear(vn, arch.kv_lora_rank, a * (arch.qk_nope_head_dim + arch.v_head_dim))
+            + linear(on, a * arch.v_head_dim, h)
+        )
+    elif megatron:
+        q, kv = arch.query_width, arch.kv_width
+        attention = linear("linear_qkv", h, q + 2 * kv) + linear("linear_proj", q, h)
+    else:
+        q, kv = arch.query_width, arch.kv_width
+        attention = (
+            linear("q_proj", h, q)
+            + linear("k_proj", h, kv)
+            + linear("v_proj", h, kv)
+            + linear("o_proj", q, h)
+        )
+
+    def mlp(f: int) -> int:
+        if not f:
+            return 0
+        if megatron:
+            width = 2 * f if arch.gated_mlp else f
+            return linear("linear_fc1", h, width) + linear("linear_fc2", f, h)
+        gate = linear("gate_proj", h, f) if arch.gated_mlp else 0
+        return gate + linear("up_proj", h, f) + linear("down_proj", f, h)
+
+    dense = attention + mlp(arch.intermediate_size)
+    moe = attention + mlp(arch.shared_expert_intermediate_size)
+    if arch.is_moe and not megatron:
+        moe += linear("gate", h, arch.num_experts)
+    experts = mlp(arch.moe_intermediate_size) * arch.num_experts if arch.is_moe else 0
+    names = sorted(n for n in wanted & set(LORA_TARGETS) if n != "gate" or arch.is_moe)
+    text = f"r{r} × (in + out) of {', '.join(names) or 'no layer'}"
+    return dense, moe, experts, text
