@@ -20,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
 
 from benchmarks.measured import (
+    GOALS,
     KINDS,
     RL_STEP_RULE,
     Compared,
@@ -38,6 +39,14 @@ def _number(value: float) -> str:
 
 def _percent(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
+
+
+def _beyond_goal(result: Compared) -> bool:
+    """A compared row whose error alone misses its kind's worst-error goal."""
+    goal = GOALS.get(result.kind)
+    if goal is None or goal.worst is None or result.error is None:
+        return False
+    return abs(result.error) > goal.worst
 
 
 def _table(rows: list[list[str]]) -> list[str]:
@@ -76,6 +85,14 @@ def text(results: list[Compared], summaries: list[Summary]) -> str:
             ]
         )
     out = _table(rows)
+    beyond = [r for r in compared if _beyond_goal(r)]
+    if beyond:
+        out += ["", "beyond the kind's worst-error goal, with the estimate's terms:"]
+        for r in beyond:
+            shown = [t for t in r.terms if not t.get("hidden")]
+            terms = ", ".join(f"{t['name']} {_number(float(str(t['seconds'])))} s" for t in shown)
+            terms = terms or "no terms listed for this kind"
+            out.append(f"  {r.id} ({r.error or 0.0:+.1%}): {terms}")
     notes = [f"  {r.id}: {r.note}" for r in compared if r.note]
     if any(r.kind == "rl_step" for r in compared):
         notes.append(f"  {RL_STEP_RULE}")

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -109,6 +109,8 @@ class Compared:
     estimate: float | None = None
     reason: str = ""  # not compared: why
     note: str = ""  # compared: what was assumed
+    #: compared: the estimate's terms ({name, seconds, formula[, hidden]}), where it has them
+    terms: tuple[dict[str, object], ...] = ()
 
     @property
     def error(self) -> float | None:
@@ -129,11 +131,17 @@ class Compared:
             "compared": self.estimate is not None,
             "reason": self.reason or None,
             "note": self.note or None,
+            "terms": list(self.terms),
         }
 
 
 class NotCompared(Exception):
     """A row the estimator cannot express; the message says why."""
+
+
+#: What an adapter answers: the estimate and what was assumed, and the estimate's terms
+#: where it has them (the speed kinds).
+Answer = tuple[float, str] | tuple[float, str, tuple[dict[str, object], ...]]
 
 
 # --- the data file -----------------------------------------------------------------
@@ -431,7 +439,7 @@ def paper_flops(arch: Architecture, batch: int, seq: int) -> float:
 _ATTENTION_KERNELS = {"flash": "flash-attention-2", "triton": "flash-attention-1"}
 
 
-def _train_tps(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float, str]:
+def _train_tps(data: Mapping[str, Any], row: Mapping[str, Any]) -> Answer:
     inputs = row["inputs"]
     alloc = _allocation(inputs)
     arch = _row_model(data, inputs)
@@ -453,10 +461,11 @@ def _train_tps(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float, 
     if inputs.get("attn_impl") == "triton":
         note = ", ".join(filter(None, (note, "attn_impl triton: FlashAttention-1's Triton kernel")))
     gpus = alloc.parallel.world_size
+    terms = tuple(step.terms_dict())
     if row["measured"]["unit"] == "TFLOPS/gpu":
         flops = paper_flops(arch, int(inputs["global_batch"]), seq)
-        return flops / (step.seconds * gpus * 1e12), note
-    return tokens / step.seconds / gpus, note
+        return flops / (step.seconds * gpus * 1e12), note, terms
+    return tokens / step.seconds / gpus, note, terms
 
 
 def _inference(
@@ -532,7 +541,7 @@ def _kv_memory(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float, 
     return estimate.term("kv_cache") / GIB, _kv_note(row["inputs"])
 
 
-def _decode_tps(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float, str]:
+def _decode_tps(data: Mapping[str, Any], row: Mapping[str, Any]) -> Answer:
     inputs = row["inputs"]
     hardware, note = _hardware(data, inputs)
     alloc, arch, estimate = _inference(data, {**inputs, "memory_fraction": VLLM_DEFAULT_FRACTION})
@@ -547,7 +556,7 @@ def _decode_tps(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float,
         gen_len=output,
         kv_bytes_per_token=kv.bytes_per_token if kv is not None else 0,
     )
-    return run.tokens_per_second, note
+    return run.tokens_per_second, note, tuple(run.terms_dict())
 
 
 def _rl_config(data: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, Any]:
@@ -609,7 +618,7 @@ def _rl_config(data: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, 
     return cfg
 
 
-def _rl_step(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float, str]:
+def _rl_step(data: Mapping[str, Any], row: Mapping[str, Any]) -> Answer:
     from areal_alloc.plan import plan_config  # the plan's imports are heavier
 
     inputs = row["inputs"]
@@ -640,25 +649,32 @@ def _rl_step(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float, st
     pace = plan.pace
     if pace is None:
         raise NotCompared("the plan gives no pace")
-    step = getattr(pace, "step_seconds", None)  # the plan's own step in the config's mode
-    if step is None:
-        asynchronous = inputs.get("mode") == "asynchronous"
-        step = (
-            max(pace.generate_seconds, pace.train_seconds)
-            if asynchronous
-            else (pace.generate_seconds + pace.train_seconds)
-        )
-    return float(step), note
+    sides: tuple[dict[str, object], ...] = (
+        {"name": "generation", "seconds": pace.generate_seconds, "formula": pace.mode},
+        {"name": "training side", "seconds": pace.train_seconds, "formula": pace.mode},
+    )
+    update = tuple(
+        {"name": t.name, "seconds": t.seconds, "formula": t.formula} for t in pace.step_terms
+    )
+    engines = tuple(
+        {
+            "name": f"engine {engine.key}",
+            "seconds": engine.seconds,
+            "formula": engine.what,
+            "hidden": True,  # inside the generation or the training side
+        }
+        for engine in pace.engines
+    )
+    return float(pace.step_seconds), note, sides + update + engines
 
 
-#: How a step is taken from the plan's pace until the pace gives its own step.
+#: How a step is taken from the plan's pace.
 RL_STEP_RULE = (
-    "rl_step: the plan's step in the config's mode where its pace gives one, else "
-    "max(generation, training) for an asynchronous run and their sum for a synchronous or "
-    "colocated one"
+    "rl_step: the plan's step in the config's mode (asynchronous: the slower side; "
+    "synchronous: the sum; colocated: the sum and the switch), with the weight update"
 )
 
-_ADAPTERS = {
+_ADAPTERS: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], Answer]] = {
     "train_memory": _train_memory,
     "kv_tokens": _kv_tokens,
     "kv_memory": _kv_memory,
@@ -711,10 +727,11 @@ def compare(data: Mapping[str, Any], row: Mapping[str, Any]) -> Compared:
     if reason is not None:
         return replace(base, reason=reason)
     try:
-        estimate, note = _ADAPTERS[row["kind"]](data, row)
+        answer = _ADAPTERS[row["kind"]](data, row)
     except NotCompared as why:
         return replace(base, reason=str(why))
-    return replace(base, estimate=estimate, note=note)
+    terms = answer[2] if len(answer) == 3 else ()
+    return replace(base, estimate=answer[0], note=answer[1], terms=terms)
 
 
 def compare_all(data: Mapping[str, Any], kind: str | None = None) -> list[Compared]:

@@ -96,3 +96,38 @@ def test_the_text_lists_every_row_and_the_goals(capsys: pytest.CaptureFixture[st
 def test_the_docs_show_the_accuracy_table() -> None:
     table = accuracy.markdown(summary(compare_all(DATA)))
     assert table in ACCURACY_PAGE.read_text(encoding="utf-8"), table
+
+
+def _shown(row: dict[str, Any]) -> dict[str, float]:
+    return {str(t["name"]): float(t["seconds"]) for t in row["terms"] if not t.get("hidden")}
+
+
+def test_a_decode_row_is_its_terms(capsys: pytest.CaptureFixture[str]) -> None:
+    """Generated tokens over the terms not hidden: batch × output length / their sum."""
+    assert accuracy.main(["--json", "--kind", "decode_tps"]) == 0
+    printed = {r["id"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    for row in rows(DATA, "decode_tps"):
+        answer = printed[row["id"]]
+        if not answer["compared"]:
+            continue
+        tokens = row["inputs"]["batch"] * row["inputs"]["output_len"]
+        assert answer["estimate"] == pytest.approx(tokens / sum(_shown(answer).values()))
+
+
+def test_an_rl_step_row_is_its_sides_in_its_mode(capsys: pytest.CaptureFixture[str]) -> None:
+    """Asynchronous: the slower side + the update; colocated: the sum + the update + the
+    offload/onload (the modes of areal_alloc.estimate.rl_step.step_seconds)."""
+    assert accuracy.main(["--json", "--kind", "rl_step"]) == 0
+    printed = {r["id"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    compared = [row for row in rows(DATA, "rl_step") if printed[row["id"]]["compared"]]
+    assert compared
+    for row in compared:
+        terms = _shown(printed[row["id"]])
+        generation, training = terms.pop("generation"), terms.pop("training side")
+        rest = sum(terms.values())  # the weight update, and a colocated step's switch
+        sides = (
+            max(generation, training)
+            if row["inputs"]["mode"] == "asynchronous"
+            else generation + training
+        )
+        assert printed[row["id"]]["estimate"] == pytest.approx(sides + rest), row["id"]
