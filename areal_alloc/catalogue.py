@@ -632,6 +632,12 @@ REPORTED_GIB: dict[str, tuple[float, str]] = {
         "llm-d/llm-d-benchmark config_explorer/empirical-vllm-memory-results.md"
         '@0fa12aa9788aae02df8307a0305c223949b58cd4 ("Test environment: H100 GPU (79.18 GiB)")',
     ),
+    "a100-80gb": (
+        85198045184 / GIB,
+        "https://gist.github.com/gengwg/3520df2ebf8872e5ee4818367e3a4122 (deviceQuery: "
+        "'Device 0: \"NVIDIA A100-SXM4-80GB\"', 'Total amount of global memory: 81251 MBytes "
+        "(85198045184 bytes)'; the total cudaMemGetInfo reports)",
+    ),
     "a100-40gb": (
         39.5,
         'vllm-project/vllm issue #12330 ("the current vLLM instance can use total_gpu_memory '

@@ -495,6 +495,7 @@ def _inference(
         device_bytes=device,
         max_num_seqs=int(inputs.get("max_num_seqs") or _vllm_default_seqs(inputs, device or 0)),
         max_num_batched_tokens=inputs.get("max_num_batched_tokens"),
+        vllm_allreduce_inputs_held=bool(inputs.get("vllm_allreduce_inputs_held")),
     )
     estimate = estimate_allocation(alloc, arch, capacity, None, settings)
     return alloc, arch, estimate
@@ -525,6 +526,8 @@ def _kv_note(inputs: Mapping[str, Any]) -> str:
         notes.append(f"memory fraction not stated: vLLM's default {VLLM_DEFAULT_FRACTION}")
     if _fp8_weights(inputs):
         notes.append("every weight taken as fp8, the KV cache bf16")
+    if inputs.get("vllm_allreduce_inputs_held"):
+        notes.append("vLLM before #2151: the profile run's TP all-reduce inputs held")
     return "; ".join(notes)
 
 

@@ -193,6 +193,11 @@ class InferenceSettings:
     max_num_batched_tokens: int | None = None
     #: the total memory the device reports (catalogue.REPORTED_GIB); None: the capacity
     device_bytes: int | None = None
+    #: vLLM before vllm-project/vllm#2151 (merged 2023-12-17, "Fix all-reduce memory
+    #: usage"): the profile run does not reuse the inputs of its tensor-parallel
+    #: all-reduces (vllm#2150: "when using TP, the activation memory for all reduce is not
+    #: reused"), so each one's hidden states stay allocated to its end (memory.inference_memory)
+    vllm_allreduce_inputs_held: bool = False
 
     def __post_init__(self) -> None:
         # the one reader of numbers, with the bounds the settings and flags have

@@ -31,6 +31,7 @@ __all__ = [
     "kv_bytes_per_token",
     "non_torch_bytes",
     "vllm_default_batched_tokens",
+    "vllm_held_allreduce_bytes",
     "vllm_profile_activation",
 ]
 
@@ -91,6 +92,22 @@ def vllm_default_batched_tokens(device_bytes: int, gpu_name: str = "") -> int:
     not an A100, else 2,048 (vllm/engine/arg_utils.py ``_set_default_args``,
     ``UsageContext.OPENAI_API_SERVER``)."""
     return 8192 if device_bytes >= 70 * GIB and "a100" not in gpu_name.lower() else 2048
+
+
+def vllm_held_allreduce_bytes(
+    arch: Architecture, compute: int, batched_tokens: int
+) -> tuple[int, str]:
+    """The tensor-parallel all-reduce inputs vLLM's profile run kept before vllm#2151
+    (:attr:`InferenceSettings.vllm_allreduce_inputs_held`): the vocabulary-parallel
+    embedding's and, per layer, the attention output projection's and the MLP down
+    projection's (row-parallel linears, vllm/model_executor/layers/linear.py), each the
+    [batched tokens, h] hidden states: (2·layers + 1) × tokens × h × dtype bytes."""
+    count = 2 * arch.num_layers + 1
+    held = count * batched_tokens * arch.hidden_size * compute
+    return held, (
+        f"{count} tensor-parallel all-reduce inputs held (before vllm#2151): "
+        f"{batched_tokens:,} tokens × h {arch.hidden_size} × {compute} B each"
+    )
 
 
 def vllm_profile_activation(
@@ -168,6 +185,10 @@ def inference_memory(
         activations, act_text = vllm_profile_activation(
             arch, tp, compute, settings.max_num_seqs, batched
         )
+        if settings.vllm_allreduce_inputs_held and tp > 1:
+            held, held_text = vllm_held_allreduce_bytes(arch, compute, batched)
+            activations += held
+            act_text += f" + {held_text}"
         terms.append(Term("activations", activations, act_text))
     if settings.reserve_bytes is not None:
         reserve = settings.reserve_bytes

@@ -719,7 +719,10 @@ def test_logits_bytes_as_the_loss_holds_them(
 def test_an_unknown_logits_mode_is_refused() -> None:
     with pytest.raises(AllocationValidationError) as caught:
         TrainingSettings(logits="fp8")
-    assert str(caught.value) == "logits='fp8': must be one of areal, float32, float32_logits"
+    assert str(caught.value) == (
+        "logits='fp8': must be one of areal, float32, float32_logits, float32_compiled, "
+        "chunked_compiled"
+    )
 
 
 # --- biases and learned positions ---------------------------------------------------------
