@@ -264,12 +264,17 @@ def _unmodelled(inputs: Mapping[str, Any], kind: str) -> str | None:
     features = (
         *(
             ()
-            if kind == "train_memory"
-            else (("async_tp", True, "asynchronous tensor parallelism (collectives overlapped)"),)
+            if kind == "train_memory"  # what they hold is modelled, not what they cost
+            else (
+                ("async_tp", True, "asynchronous tensor parallelism (collectives overlapped)"),
+                ("optimizer_in_backward", True, "the optimizer step inside the backward pass"),
+                ("activation_offloading", True, "activation offloading to the CPU"),
+            )
         ),
-        ("optimizer_in_backward", True, "the optimizer step inside the backward pass"),
-        ("activation_offloading", True, "activation offloading to the CPU"),
-        ("optimizer", "AdamW8bit", "8-bit Adam states"),
+        # torchtune's docs name two (torchao's AdamW8bit, bitsandbytes' PagedAdamW8bit,
+        # docs/source/tutorials/memory_optimizations.rst at bd2a0fc7); the README's row
+        # does not say which, and they keep different tensors in 8 bits
+        ("optimizer", "AdamW8bit", "8-bit AdamW of an unstated implementation"),
     )
     for key, value, what in features:
         if inputs.get(key) == value:
@@ -375,6 +380,8 @@ def _training_settings(inputs: Mapping[str, Any]) -> TrainingSettings:
         # single-device recipe builds it on the GPU in its dtype
         memory_efficient_load=True,
         reserve_bytes=0 if _torch_allocator_metric(inputs) else 4 * GIB,
+        optimizer_in_backward=bool(inputs.get("optimizer_in_backward")),
+        activation_offload=bool(inputs.get("activation_offloading")),
     )
 
 
@@ -544,9 +551,38 @@ def _kv_memory(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float, 
     return estimate.term("kv_cache") / GIB, _kv_note(row["inputs"])
 
 
+def _a100_variant(data: Mapping[str, Any], inputs: Mapping[str, Any]) -> tuple[str, str]:
+    """An A100 of unstated memory, as the run's own size implies: the batch's whole KV
+    cache (batch × (prompt + output) tokens) and the weights outgrow the 40 GB A100, so the
+    run had the 80 GB one; else the variant stays unknown (one rule for every decode row)."""
+    _, arch, estimate = _inference(
+        data, {**inputs, "gpu": "A100-80GB", "memory_fraction": VLLM_DEFAULT_FRACTION}
+    )
+    per_token = estimate.kv_cache.bytes_per_token if estimate.kv_cache is not None else 0
+    tokens = int(inputs["batch"]) * (int(inputs["prompt_len"]) + int(inputs["output_len"]))
+    weights = arch.parameters.total * 2  # fp16
+    needed = weights + tokens * per_token
+    small = find_gpu("A100-40GB").memory_bytes
+    if needed <= small:
+        raise NotCompared(
+            f"'A100': the memory variant is not stated and the run ({needed / GIB:.1f} GiB of "
+            f"weights and KV) fits either (HBM 1.555 TB/s for 40 GB, 2.039 for 80 GB)"
+        )
+    return "A100-80GB", (
+        f"A100 of unstated memory: weights {weights / GIB:.1f} GiB + KV {tokens:,} tokens × "
+        f"{per_token:,} B = {needed / GIB:.1f} GiB > the 40 GB A100's {small / GIB:.0f} GiB, "
+        f"so the 80 GB one"
+    )
+
+
 def _decode_tps(data: Mapping[str, Any], row: Mapping[str, Any]) -> Answer:
     inputs = row["inputs"]
+    variant = ""
+    if inputs["gpu"] == "A100":
+        gpu, variant = _a100_variant(data, inputs)
+        inputs = {**inputs, "gpu": gpu}
     hardware, note = _hardware(data, inputs)
+    note = ", ".join(filter(None, (variant, note)))
     alloc, arch, estimate = _inference(data, {**inputs, "memory_fraction": VLLM_DEFAULT_FRACTION})
     kv = estimate.kv_cache
     prompt, output = int(inputs["prompt_len"]), int(inputs["output_len"])
