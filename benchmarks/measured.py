@@ -391,6 +391,10 @@ def _train_memory_note(inputs: Mapping[str, Any]) -> str:
         notes.append("float8 linears taken as bf16 (torchao saves the bf16 input and weight)")
     if inputs.get("async_tp"):
         notes.append("async TP holds what TP holds")
+    if inputs.get("optimizer_in_backward"):
+        notes.append("optimizer in the backward: one parameter's gradient held")
+    if inputs.get("activation_offloading"):
+        notes.append("checkpoints offloaded to the CPU but the one recomputed")
     mode = _logits_mode(inputs)
     if mode != "float32":
         notes.append(f"logits: {mode}")

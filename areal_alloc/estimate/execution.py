@@ -34,6 +34,7 @@ __all__ = [
     "LORA_TARGETS",
     "OPTIMIZERS",
     "RECOMPUTE",
+    "TRAINING_RESERVE_BYTES",
     "VLLM_MAX_NUM_SEQS",
     "InferenceSettings",
     "StepShape",
@@ -54,6 +55,10 @@ DEFAULT_RECOMPUTE_LOGPROB = False
 
 
 GIB = 1 << 30
+#: What a training engine keeps back per GPU for the CUDA context, NCCL buffers and
+#: fragmentation: a stated assumption, overridden by ``--memory-reserve-gib`` and
+#: ``cluster.memory_reserve_gib``.
+TRAINING_RESERVE_BYTES = 4 * GIB
 
 
 #: The reference's vLLMConfig default ``max_num_seqs: int = 256`` (areal/api/cli_args.py,
@@ -134,7 +139,7 @@ class TrainingSettings:
     #: 3588433d, areal/api/cli_args.py has no sequence_parallel key). A run outside the
     #: reference (Megatron-LM without --sequence-parallel) sets it False.
     sequence_parallel: bool | None = None
-    reserve_bytes: int = 4 * GIB
+    reserve_bytes: int = TRAINING_RESERVE_BYTES
     #: LoRA rank (use_lora: true); None: every parameter trains
     lora_rank: int | None = None
     #: target_modules; empty: all-linear (the reference's default)
@@ -146,6 +151,15 @@ class TrainingSettings:
     #: how the loss holds the vocabulary logits (:data:`LOGITS`): the reference's
     #: engines, a whole-vocabulary float32 cross-entropy, or the float32 logits alone
     logits: str = "areal"
+    #: the optimizer steps each parameter inside the backward as its gradient is ready and
+    #: frees it, so one parameter's gradient is held at a time (torchtune's
+    #: ``optimizer_in_bwd``: "By completely removing the buffer of gradients",
+    #: docs/source/tutorials/memory_optimizations.rst, pytorch/torchtune@bd2a0fc7)
+    optimizer_in_backward: bool = False
+    #: the activation checkpoints wait on the CPU for the backward (torchtune's
+    #: ``enable_activation_offloading``: with checkpointing "only the checkpointed tensors
+    #: will be offloaded", the same page)
+    activation_offload: bool = False
     #: a forward pass before training (the actor's ``recompute_logprob``): a forward
     #: phase beside the backward one (a ref, a teacher and a critic always have one)
     recompute_logprob: bool = False
@@ -260,7 +274,7 @@ def training_settings(
             micro_batches=micro_batches,
             virtual_pipeline=read.virtual_pipeline_size or 1,
             offload_params=read.offload_params,
-            reserve_bytes=4 * GIB if reserve is None else reserve,
+            reserve_bytes=TRAINING_RESERVE_BYTES if reserve is None else reserve,
             lora_rank=lora_rank,
             lora_targets=read.target_modules if read.use_lora else (),
             critic=read.is_critic,

@@ -182,11 +182,23 @@ def training_memory(
                 f"forward only: one layer's working set, {tokens:,} tokens × {one_layer:,.0f} B"
             )
         else:
-            acts = tokens * layer_bytes * stage_flight * interleave + tokens * one_layer
+            # offloaded checkpoints: the one layer brought back for its recomputation
+            offloaded = settings.activation_offload and recomputes
+            layers_kept = (
+                max(per_token[False][0], per_token[True][0])
+                if offloaded
+                else layer_bytes * stage_flight * interleave
+            )
+            acts = tokens * layers_kept + tokens * one_layer
             act_text = (
                 f"{tokens:,} tokens/micro-batch"
                 + (f" (/c{cp})" if cp > 1 else "")
-                + f" × layers {_layers_text(dense_l, moe_l, per_token)}"
+                + (
+                    " × one layer's checkpoint back from the CPU (the rest offloaded) "
+                    f"{layers_kept:,.0f} B"
+                    if offloaded
+                    else f" × layers {_layers_text(dense_l, moe_l, per_token)}"
+                )
                 + (f" × {stage_flight:g} in flight (1F1B)" if stage_flight > 1 else "")
                 + (
                     f" × {interleave:.3f} interleaved (vpp {settings.virtual_pipeline})"
@@ -512,13 +524,25 @@ def _sharded_terms(
         return terms
     trained = sharded if lora is None else adapters
     what = "params" if lora is None else "adapter params (the base is frozen)"
-    terms.append(
-        Term(
-            "gradients",
-            int(trained * storage),
-            f"{_b(trained)} {what} × {storage} B ({storage_name})",
+    if settings.optimizer_in_backward and lora is None:
+        # stepped and freed as each is ready: the largest one's gradient, the embedding's
+        largest = max(p.embedding, p.output) / tp / (dp * cp)
+        terms.append(
+            Term(
+                "gradients",
+                int(largest * storage),
+                f"optimizer in the backward: one parameter's gradient at a time, the largest "
+                f"{_b(largest)} × {storage} B ({storage_name})",
+            )
         )
-    )
+    else:
+        terms.append(
+            Term(
+                "gradients",
+                int(trained * storage),
+                f"{_b(trained)} {what} × {storage} B ({storage_name})",
+            )
+        )
     optimizer = settings.optimizer or "adam"
     state_bytes = {"adam": 2 * storage, "adam_bf16": 4, "sgd": 0}[optimizer]
     name = {

@@ -65,3 +65,34 @@ def test_an_a100_80gb_reports_less_than_its_nameplate() -> None:
     # deviceQuery: "Total amount of global memory: 81251 MBytes (85198045184 bytes)"
     assert reported_bytes(find_gpu("A100-80GB")) == 85198045184
     assert reported_bytes(find_gpu("A100-80GB")) < find_gpu("A100-80GB").memory_bytes
+
+
+def _torchtune(*, in_backward: bool = False, offload: bool = False) -> dict[str, int]:
+    settings = TrainingSettings(
+        tokens_per_micro_batch=TOKENS,
+        recompute="full",
+        optimizer_dtype="bfloat16",
+        reserve_bytes=0,
+        optimizer_in_backward=in_backward,
+        activation_offload=offload,
+    )
+    estimate = estimate_allocation(
+        ModelAllocation.from_str("fsdp:d1"), LLAMA, 80 * GIB, settings, None
+    )
+    backward = next(p for p in estimate.phases if p.name == "backward")
+    return {t.name: t.bytes for t in backward.terms}
+
+
+def test_the_optimizer_in_the_backward_holds_one_parameters_gradient() -> None:
+    plain, fused = _torchtune(), _torchtune(in_backward=True)
+    assert plain["gradients"] == LLAMA.parameters.total * 2  # every bf16 gradient
+    # the largest parameter, the 128,256 × 4,096 embedding (untied: the output's is as large)
+    assert fused["gradients"] == 128256 * 4096 * 2
+    assert fused["optimizer"] == plain["optimizer"]
+
+
+def test_offloaded_checkpoints_leave_one_layer_on_the_gpu() -> None:
+    plain, offloaded = _torchtune(), _torchtune(offload=True)
+    # full recomputation keeps each of the 32 layers' 2h = 8,192 B input per token; offloaded,
+    # one layer's: 31 × 8,192 B × 16,384 tokens fewer
+    assert plain["activations"] - offloaded["activations"] == 31 * 8192 * TOKENS
