@@ -3,10 +3,10 @@
 Each active training engine's backend string is read back from the plan's JSON dict
 and its groups come from :func:`areal_alloc.rankgroups.summarize_rank_groups`, whose
 lists ``explain --json`` prints, in Megatron's default order. The report draws an
-engine's first :data:`MAX_DRAWN_RANKS` ranks and embeds ``explain SPEC --json --groups
-DRAWN``'s groups (every group that holds a drawn rank starts below DRAWN) cut to the
-drawn ranks: for an engine of at most that many GPUs, exactly what ``explain SPEC
---json`` lists.
+engine's first :data:`MAX_DRAWN_RANKS` ranks and embeds the first DRAWN groups of each
+kind (every group that holds a drawn rank starts below DRAWN) cut to the drawn ranks:
+for an engine of at most that many GPUs, exactly what ``explain SPEC --json`` lists
+(which stops at 16,384 ranks a kind; the page, at the drawn ranks).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 from areal_alloc.errors import AllocationError
 from areal_alloc.model import ModelAllocation
-from areal_alloc.rankgroups import JSON_MAX_RANKS, summarize_rank_groups
+from areal_alloc.rankgroups import summarize_rank_groups
 from areal_alloc.vocab import DEFAULT_ORDER
 
 __all__ = ["KINDS", "MAX_DRAWN_RANKS", "EngineGroups", "engine_groups"]
@@ -105,11 +105,10 @@ def engine_groups(plan: Mapping[str, Any]) -> list[EngineGroups]:
         gpus = _gpus_of(plan, engine, drawn)
         hybrid = parallel.ep_size > 1 or parallel.etp_size > 1
         try:
-            # explain --json --groups DRAWN's summaries: every group that holds a drawn rank
-            # (each starts below it), read lazily up to the drawn ranks only
-            summaries = summarize_rank_groups(
-                allocation, DEFAULT_ORDER, limit=drawn, max_ranks=JSON_MAX_RANKS
-            )
+            # the first DRAWN groups of each kind (explain --json --groups DRAWN's): every
+            # group that holds a drawn rank starts below DRAWN; each is read lazily, up to
+            # the drawn ranks only, so a group of a million ranks costs its drawn part
+            summaries = summarize_rank_groups(allocation, DEFAULT_ORDER, limit=drawn)
         except AllocationError as error:
             out.append(
                 EngineGroups(

@@ -418,7 +418,8 @@ def _groups_section(plan: Mapping[str, Any], groups: Sequence[EngineGroups]) -> 
             checked = " checked" if n == 0 else ""
             labels.append(
                 f'<label><input type="radio" class="kind" name="kind-{index}" value="{kind}" '
-                f'data-index="{index}"{checked}> {part}{kind}: {info["count"]:,} groups of '
+                f'data-index="{index}"{checked}> {part}{kind}: {info["count"]:,} '
+                f"group{'s' if info['count'] != 1 else ''} of "
                 f"{info['size']:,}</label>"
             )
         out.append("<fieldset>" + "".join(labels) + "</fieldset>")
@@ -431,8 +432,8 @@ def _groups_section(plan: Mapping[str, Any], groups: Sequence[EngineGroups]) -> 
         )
         if any(not info["complete"] for info in engine.kinds.values()):
             out.append(
-                f'<p class="note">Past {MAX_DRAWN_RANKS:,} ranks (or 16,384 listed ranks per '
-                f"kind) only the drawn part of each group is kept here; every group: "
+                f'<p class="note">Past {MAX_DRAWN_RANKS:,} ranks only the drawn part of each '
+                f"group is kept here; every group: "
                 f"<code>areal-alloc explain {h(engine.spec)} --json</code>.</p>"
             )
         out.append("</div>")

@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 
 from areal_alloc.limits import MAX_GPUS_PER_NODE
+from areal_alloc.model import ModelAllocation
 from areal_alloc.report import render_report
 from areal_alloc.report._grid import MAX_COLUMNS, MAX_ROWS
+from areal_alloc.report._groups import MAX_DRAWN_RANKS, engine_groups
 from tests.conftest import MainCli
 
 EXPERIMENTS = sorted(
@@ -353,3 +355,50 @@ def test_the_worst_map_is_bounded() -> None:
     assert len(page.select("rect", "gpu")) == MAX_ROWS * per_node
     assert "… 2,008 more nodes in 2,008 rows …" in html
     assert len(html.encode()) < MAX_BYTES
+
+
+@pytest.mark.parametrize(
+    "spec", ["megatron:d4096p4t16", "fsdp:d262144", "megatron:(attn:d64p4t4c4|ffn:d32p4t2e16)"]
+)
+def test_past_the_drawn_ranks_each_kind_still_covers_every_drawn_rank(
+    spec: str, main_cli: MainCli
+) -> None:
+    world = ModelAllocation.from_str(spec).world_size
+    per_node = 8
+    plan = {
+        "cluster": {
+            "n_nodes": world // per_node,
+            "n_gpus_per_node": per_node,
+            "capacity": world,
+            "cpu_only": False,
+        },
+        "total_gpus": world,
+        "engines": [
+            {
+                "key": "actor",
+                "backend": spec,
+                "world_size": world,
+                "gpus": world,
+                "active": True,
+                "scheduling": {"type": "separation", "target": None},
+            }
+        ],
+        "placements": [
+            {
+                "key": "actor",
+                "shared_with": [],
+                "gpu_ranges": [{"start": 0, "stop": world, "first_node": 0, "last_node": 0}],
+            }
+        ],
+    }
+    (engine,) = engine_groups(plan)
+    assert engine.drawn == MAX_DRAWN_RANKS
+    explained = json.loads(main_cli("explain", spec, "--json", "--groups", "1024").stdout)
+    for kind, info in engine.kinds.items():
+        ranks = sorted(r for g in info["groups"] for r in g)
+        assert ranks == list(range(MAX_DRAWN_RANKS)), kind  # each drawn rank in one group
+        assert not info["complete"]
+        # explain's lists (16,384 ranks a kind), cut to the drawn ranks: the page's first ones
+        listed = [[r for r in g if r < MAX_DRAWN_RANKS] for g in explained["rank_groups"][kind]]
+        listed = [g for g in listed if g]
+        assert info["groups"][: len(listed)] == listed, kind

@@ -169,3 +169,16 @@ def test_a_report_value_that_is_no_boolean_is_one_line(
         1,
         "areal-alloc: hydra.callbacks.areal_alloc.report='yes': must be true or false\n",
     )
+
+
+def test_the_hook_imports_the_report_only_when_asked() -> None:
+    # a fresh interpreter: the hook's module and the plugin import nothing of the report
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, hydra_plugins.areal_alloc.areal_alloc_searchpath, areal_alloc.hydra_hook\n"
+        "print(sorted(m for m in sys.modules if m.startswith('areal_alloc.report')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "[]\n", "")
