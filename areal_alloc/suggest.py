@@ -28,7 +28,6 @@ from areal_alloc.errors import AllocationValidationError
 from areal_alloc.estimate import rl_step
 from areal_alloc.estimate.execution import InferenceSettings, StepShape, TrainingSettings
 from areal_alloc.estimate.memory import Term
-from areal_alloc.estimate.speed import balance_advice
 from areal_alloc.estimate.system import Hardware
 from areal_alloc.layouts import LayoutConstraints, RankedLayout, fastest_layouts
 from areal_alloc.limits import MAX_COUNT
@@ -111,6 +110,10 @@ class Proposal:
     training_search_cut: bool = False
     update_seconds: float = 0.0  # the weight update to the rollout (rl_step.weight_update)
     generation: rl_step.Generation | None = None
+    gpus_per_node: int = 8
+    #: the step of the neighbouring splits as the search estimates them: one step of GPUs
+    #: more for training, one more for the rollout (None: no such split fits)
+    neighbours: tuple[float | None, float | None] | None = None
 
     @property
     def step_seconds(self) -> float:
@@ -130,7 +133,24 @@ class Proposal:
 
     @property
     def advice(self) -> str:
-        return balance_advice(self.balance)
+        """Which way GPUs should move, weighed against the neighbouring splits."""
+        gpus = self.rollout_gpus + self.train_gpus
+        split = rl_step.Split(self.rollout_gpus, self.train_gpus, gpus, self.gpus_per_node)
+        near = self.neighbours
+
+        def moved(side: str) -> float | None:
+            if near is None:
+                return None
+            return near[0] if side == rl_step.TRAINING else near[1]
+
+        return rl_step.balance_advice(
+            self.generate_seconds,
+            self.train_seconds,
+            self.shape.step_mode,
+            split,
+            update=self.update_seconds,
+            moved=None if near is None else moved,
+        )
 
     def overrides(self) -> list[str]:
         out = [f"rollout.backend={self.rollout.spec}", f"actor.backend={self.actor.spec}"]
@@ -420,6 +440,7 @@ def suggest(
             train_gpus in cut_splits,
             update.seconds,
             gen,
+            per_node,
         )
 
     def training_slower(index: int) -> bool:
@@ -446,7 +467,16 @@ def suggest(
     )
     proposals = [p for p in map(proposal, order) if p is not None]
     proposals.sort(key=lambda p: p.step_seconds)
-    return proposals[:top]
+
+    def step_of(index: int) -> float | None:
+        found = proposal(index) if 0 <= index < len(splits) else None
+        return None if found is None else found.step_seconds
+
+    def weighed(p: Proposal) -> Proposal:  # the advice against the splits beside it
+        index = splits.index(p.rollout_gpus)
+        return replace(p, neighbours=(step_of(index - 1), step_of(index + 1)))
+
+    return [weighed(p) for p in proposals[:top]]
 
 
 def _generation(

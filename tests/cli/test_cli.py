@@ -44,7 +44,10 @@ pace per RL step (estimate; 512 sequences):
   training  109 s (actor 87.2 s + ref 22.1 s)
   weight update (xccl)  0.87 s (NCCL broadcast of 14.19 GiB over network 200 Gb/s)
   step      209 s synchronous
-  rollout produces 1.1× what training consumes: move GPUs to training
+  rollout produces 1.1× what training consumes; a synchronous step is their sum, and a GPU \
+saves ≈ 13.7 s on training, 12.4 s on rollout, but the rollout cannot give up a node (8 GPUs): \
+it has 8 GPUs and needs at least 8, so the split is the best on whole nodes; a faster step \
+needs more GPUs (areal-alloc suggest --gpus N)
 """
 
 
