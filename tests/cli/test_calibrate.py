@@ -77,7 +77,7 @@ def test_list_and_forget(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["calibrate", "--list"]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "model     GPU        compute  HBM  from",
-        "Qwen3-8B  h100-80gb  0.387    -    a measured 30 s step of megatron:d4t2 "
+        "Qwen3-8B  h100-80gb  0.388    -    a measured 30 s step of megatron:d4t2 "
         "(1,048,576 tokens)",
         f"# 1 stored calibration(s): {OFF}",
     ]
@@ -96,7 +96,7 @@ def _calibrated(capsys: pytest.CaptureFixture[str]) -> str:
     fit = ["megatron:d4t2", *MODEL, "--tokens", "16384", "--recompute", "full"]
     assert main(["calibrate", *fit, "--step-seconds", "30"]) == 0
     capsys.readouterr()
-    return "compute efficiency 0.387 from a measured 30 s step of megatron:d4t2 (1,048,576 tokens)"
+    return "compute efficiency 0.388 from a measured 30 s step of megatron:d4t2 (1,048,576 tokens)"
 
 
 def test_layouts_rank_and_suggest_name_it(capsys: pytest.CaptureFixture[str]) -> None:
