@@ -11,7 +11,13 @@ import areal_alloc.suggest as suggest_module
 from areal_alloc.catalogue import find_gpu, find_model
 from areal_alloc.estimate.execution import TrainingSettings
 from areal_alloc.estimate.system import Hardware
-from areal_alloc.layouts import FastestLayouts, RankedLayout, ranked_layouts
+from areal_alloc.layouts import (
+    FastestLayouts,
+    LayoutConstraints,
+    RankedLayout,
+    fastest_layouts,
+    ranked_layouts,
+)
 from areal_alloc.strategy import ParallelStrategy
 from areal_alloc.suggest import RunShape, suggest
 
@@ -102,3 +108,64 @@ def test_no_split_of_up_to_4096_gpus_is_cut(gpus: int) -> None:
             )
         )
         assert count <= suggest_module.SPLIT_LAYOUTS, (name, gpus, count)
+
+
+# --- issue 17 item 6: no more instances or data-parallel ranks than the step's sequences ----
+
+FEW_SEQUENCES = [  # (model, GPUs, sequences per step, training backend)
+    ("Qwen3-0.6B", 64, 4, "fsdp"),
+    ("Qwen3-0.6B", 64, 6, "megatron"),
+    ("Qwen3-8B", 128, 12, "fsdp"),
+    ("Qwen3-30B-A3B", 512, 16, "megatron"),
+]
+
+
+@pytest.mark.parametrize(("model", "gpus", "batch", "backend"), FEW_SEQUENCES)
+@pytest.mark.parametrize("asynchronous", [True, False])
+def test_no_proposal_has_more_instances_or_ranks_than_sequences(
+    model: str, gpus: int, batch: int, backend: str, asynchronous: bool
+) -> None:
+    arch = find_model(model)
+    hardware = Hardware.from_gpu(GPU, 8)
+    shape = RunShape(batch=batch, gen_len=2048, asynchronous=asynchronous)
+    found = suggest(
+        arch, gpus, GPU.memory_bytes, hardware, shape, train_backend=backend, training=SETTINGS
+    )
+    assert found
+    for p in found:
+        assert p.rollout.parallel.dp_size <= batch, p.rollout.spec  # an instance per sequence
+        dp = p.actor.parallel.dp_size
+        # a sequence per rank at least, split evenly (the reference's single controller)
+        assert dp <= batch, p.actor.spec
+        assert batch % dp == 0, p.actor.spec
+    # the bound is what keeps them out: on the same GPUs, the fastest layouts that fit
+    # without it have more instances, or more ranks, than the step has sequences
+    first = found[0]
+    constraints = LayoutConstraints(gpus_per_node=8)
+    rollout = fastest_layouts(
+        "sglang",
+        first.rollout_gpus,
+        constraints,
+        arch,
+        GPU.memory_bytes,
+        hardware,
+        top=1,
+        tokens_per_step=shape.generated_tokens,
+        sequence_length=shape.prompt_len + shape.gen_len,
+        keep=lambda p: p.tp_size * p.pp_size <= 8,
+        sequences=batch,
+    ).layouts[0]
+    training = fastest_layouts(
+        backend,
+        first.train_gpus,
+        constraints,
+        arch,
+        GPU.memory_bytes,
+        hardware,
+        top=1,
+        tokens_per_step=shape.train_tokens,
+        sequence_length=min(shape.prompt_len + shape.gen_len, SETTINGS.tokens_per_micro_batch),
+        training=SETTINGS,
+    ).layouts[0]
+    wide = training.parallel.dp_size
+    assert rollout.parallel.dp_size > batch or wide > batch or batch % wide, (rollout, training)
