@@ -34,7 +34,8 @@ class _Piece:
     stop: int
     key: str | None
     offset: int = 0  # GPUs of the same placement before ``start``
-    size: int = 0  # an inference instance's GPUs; 0: a training engine
+    size: int = 0  # an inference instance's GPUs; 0: no instances here
+    server: str | None = None  # the inference engine of those instances (it, or a sharer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +46,7 @@ class Cell:
     width: int  # GPUs it stands for
     key: str | None  # the placed engine, None when free
     instance: int | None = None  # an inference instance's index, counted from 0
+    server: str | None = None  # that instance's engine: ``key``, or one colocated on it
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,12 +84,15 @@ def _pieces(plan: Mapping[str, Any]) -> list[_Piece]:
     }
     owned: list[_Piece] = []
     for placement in plan["placements"]:
+        key = placement["key"]
+        # its own instances, or those of an inference engine colocated on its GPUs
+        servers = [k for k in (key, *placement["shared_with"]) if sizes.get(k)]
+        server = servers[0] if servers else None
+        size = sizes[server] if server else 0
         offset = 0
         for run in placement["gpu_ranges"]:
             start, stop = run["start"], run["stop"]
-            owned.append(
-                _Piece(start, stop, placement["key"], offset, sizes.get(placement["key"], 0))
-            )
+            owned.append(_Piece(start, stop, key, offset, size, server))
             offset += stop - start
     owned.sort(key=lambda piece: piece.start)
     capacity = plan["cluster"]["capacity"]
@@ -111,7 +116,7 @@ def _node_cells(
     for gpu in range(first, first + per_node):
         piece = pieces[bisect.bisect_right(starts, gpu) - 1]
         instance = (piece.offset + gpu - piece.start) // piece.size if piece.size else None
-        cells.append(Cell(gpu - first, 1, piece.key, instance))
+        cells.append(Cell(gpu - first, 1, piece.key, instance, piece.server))
     return cells
 
 

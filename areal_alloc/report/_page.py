@@ -263,8 +263,9 @@ def _row_cells(
                 cell.key,
                 owners.get(cell.key, cell.key),
             )
-            if cell.instance is not None:
-                what += f", instance {cell.instance}" if row.first == row.last else ""
+            if cell.instance is not None and row.first == row.last:
+                server = f"{cell.server} " if cell.server != cell.key else ""
+                what += f", {server}instance {cell.instance}"
         yield (
             f'<rect class="gpu{" free" if cell.key is None else ""}" x="{x:g}" y="{y}" '
             f'width="{w:g}" height="{_CELL}" fill="{fill}" data-engine="{h(engine)}" '
@@ -283,14 +284,18 @@ def _outlines(row: Row, y: int, scale: float, sizes: Mapping[str, int]) -> Itera
         if cell.key is None or cell.instance is None:
             i = j
             continue
-        while j < len(cells) and (cells[j].key, cells[j].instance) == (cell.key, cell.instance):
+        while j < len(cells) and (cells[j].server, cells[j].instance) == (
+            cell.server,
+            cell.instance,
+        ):
             j += 1
         x = _LABEL + cell.gpu * scale * _PITCH - 1
         w = (cells[j - 1].gpu + 1 - cell.gpu) * scale * _PITCH - (_PITCH - _CELL) + 2
-        size = sizes.get(cell.key, 0)
+        server = cell.server or cell.key
+        size = sizes.get(server, 0)
         yield (
             f'<rect class="inst" x="{x:g}" y="{y - 1}" width="{w:g}" height="{_CELL + 2}" '
-            f'data-engine="{h(cell.key)}"><title>{h(cell.key)}: an instance of {size} GPUs'
+            f'data-engine="{h(server)}"><title>{h(server)}: an instance of {size} GPUs'
             f"</title></rect>"
         )
         i = j
@@ -325,13 +330,16 @@ def _legend(plan: Mapping[str, Any], colours: Mapping[str, str]) -> str:
         )
         if placement["shared_with"]:
             shared = ", ".join(placement["shared_with"])
+            each = " ".join(
+                f"{_swatch(colours.get(k, '#999'))}{h(k)}" for k in placement["shared_with"]
+            )
             items.append(
                 f'<li data-engine="{h(key)}" data-shared="{h(shared)}">{_swatch(fills[key])}'
-                f"{h(key)} + {h(shared)}: colocated, on the same GPUs</li>"
+                f"{h(key)} + {h(shared)}: colocated, on the same GPUs ({each})</li>"
             )
     free = plan["cluster"]["capacity"] - plan["total_gpus"]
     items.append(f'<li data-engine="">{_swatch("url(#free)")}free: {free:,} GPUs</li>')
-    if any(engines.get(p["key"], {}).get("instances") for p in plan["placements"]):
+    if any(e.get("instances") and e.get("active") for e in plan["engines"]):
         items.append(f"<li>{_swatch('none', outline=True)}one inference instance</li>")
     for e in plan["engines"]:
         if e["active"] and not e["gpus"] and e["scheduling"]["type"] == "colocation":
@@ -625,15 +633,8 @@ def _timeline_section(plan: Mapping[str, Any], colours: Mapping[str, str]) -> st
             f"<title>{h(title)}</title></rect>"
         )
         text = f"{h(label)} {h(seconds(length))}"
-        if w > 7 * len(text):
+        if w > 7 * len(text):  # a short bar is named in the list below the timeline
             parts.append(f'<text x="{x + 4:.2f}" y="{y + 15}" style="fill:#fff">{text}</text>')
-        else:  # a short bar: its label beside it, before it when it ends the step
-            side = (
-                f'x="{x - 4:.2f}" text-anchor="end"'
-                if x > _LABEL + width / 2
-                else (f'x="{x + w + 4:.2f}"')
-            )
-            parts.append(f'<text {side} y="{y + 15}">{text}</text>')
     sx = _LABEL + step * scale
     parts.append(
         f'<line x1="{sx:.2f}" x2="{sx:.2f}" y1="14" y2="{bottom}" stroke="#000" stroke-width="2">'
@@ -653,10 +654,12 @@ def _timeline_section(plan: Mapping[str, Any], colours: Mapping[str, str]) -> st
         )
     else:
         how = "synchronous: a step takes generation + training + the weight update"
+    listed = " · ".join(f"{h(label)} {h(seconds(length))}" for _, _, length, label, _, _ in bars)
     return (
         f"<p>One RL step of {pace['sequences_per_step']:,} sequences, {h(how)}; the training "
         "engines run one after another. Hover a bar for its terms and formulas.</p>"
         + "".join(parts)
+        + f'<p class="note">{listed} · step {h(seconds(step))} ({h(mode)})</p>'
         + f"<p>{h(pace['advice'])}</p>"
     )
 

@@ -76,17 +76,22 @@ class Page(HTMLParser):
         return found
 
 
+def _said(stderr: str) -> list[str]:
+    """What the run said on stderr beyond the hook's warnings and assumptions."""
+    noted = ("areal-alloc: warning: ", "areal-alloc: assumed: ")
+    return [line for line in stderr.splitlines() if not line.startswith(noted)]
+
+
 def _plan(main_cli: MainCli, *overrides: str) -> dict[str, Any]:
     ran = main_cli(*overrides, "output=json")
-    assert (ran.returncode, ran.stderr) == (0, ""), ran.stderr
+    assert (ran.returncode, _said(ran.stderr)) == (0, []), ran.stderr
     plan: dict[str, Any] = json.loads(ran.stdout)
     return plan
 
 
 def _html(main_cli: MainCli, *overrides: str) -> str:
     ran = main_cli(*overrides, "output=html")
-    assert ran.returncode == 0, ran.stderr
-    assert [line for line in ran.stderr.splitlines() if "warning" not in line] == []
+    assert (ran.returncode, _said(ran.stderr)) == (0, []), ran.stderr
     return ran.stdout
 
 
@@ -237,6 +242,42 @@ def test_the_rl_step_timeline_follows_the_mode(main_cli: MainCli) -> None:
     assert end == pytest.approx(pace["step_seconds"])
     # the training engines one after another, after generation (synchronous)
     assert float(bars["actor"].attrs["data-start"]) == pace["generate_seconds"]
+
+
+COLOCATED = (
+    "cluster.n_nodes=1",
+    "rollout.backend=sglang:d4t2",
+    "++rollout.scheduling_strategy.type=colocation",
+    "++rollout.scheduling_strategy.target=actor",
+    "++enable_offload=true",
+    "++actor.weight_update_mode=disk",
+)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "mode"),
+    [(("+rollout.max_head_offpolicyness=2",), "asynchronous"), (COLOCATED, "colocated")],
+)
+def test_the_timeline_in_the_other_modes(
+    overrides: tuple[str, ...], mode: str, main_cli: MainCli
+) -> None:
+    pace = _plan(main_cli, *overrides)["pace"]
+    page = Page(_html(main_cli, *overrides))
+    bars = {b.attrs["data-name"]: b for b in page.select("rect", "bar")}
+    start = {name: float(b.attrs["data-start"]) for name, b in bars.items()}
+    end = {name: start[name] + float(b.attrs["data-seconds"]) for name, b in bars.items()}
+    assert pace["mode"] == mode
+    assert max(end.values()) == pytest.approx(pace["step_seconds"])
+    terms = [t["name"] for t in pace["step_terms"]]
+    if mode == "asynchronous":  # training beside generation, the update after the slower
+        assert start["actor"] == 0.0
+        assert start[terms[0]] == max(pace["generate_seconds"], pace["train_seconds"])
+    else:  # taking turns: training after generation, the update and offload/onload after
+        assert start["actor"] == pace["generate_seconds"]
+        assert terms == ["weight update (disk)", "offload/onload"]
+        # the rollout's instances outlined on the actor's GPUs it shares
+        outlines = [r.attrs["data-engine"] for r in page.select("rect", "inst")]
+        assert outlines == ["rollout"] * 4
 
 
 # --- no network, escaping ---------------------------------------------------------------
