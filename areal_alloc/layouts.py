@@ -22,7 +22,9 @@ from areal_alloc.estimate.memory import MemoryEstimate
 from areal_alloc.estimate.memory_inference import inference_memory
 from areal_alloc.estimate.memory_training import training_memory
 from areal_alloc.estimate.rl_step import decode_batch
-from areal_alloc.estimate.speed import StepEstimate, decode_step, training_step
+from areal_alloc.estimate.speed import StepEstimate
+from areal_alloc.estimate.speed_inference import decode_step
+from areal_alloc.estimate.speed_training import training_step
 from areal_alloc.estimate.system import Hardware, resolve_gpu
 from areal_alloc.format import format_spec
 from areal_alloc.limits import MAX_COUNT, MAX_GPUS, MAX_LAYOUTS, grouped

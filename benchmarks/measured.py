@@ -35,7 +35,8 @@ from areal_alloc.errors import AllocationError
 from areal_alloc.estimate.engines import estimate_allocation
 from areal_alloc.estimate.execution import InferenceSettings, TrainingSettings
 from areal_alloc.estimate.memory import MemoryEstimate
-from areal_alloc.estimate.speed import generation, training_step
+from areal_alloc.estimate.speed_inference import generation
+from areal_alloc.estimate.speed_training import training_step
 from areal_alloc.estimate.system import Hardware, resolve_gpu
 from areal_alloc.model import ModelAllocation
 from areal_alloc.settings import NAMES, Settings

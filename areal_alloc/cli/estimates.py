@@ -34,13 +34,9 @@ from areal_alloc.estimate.execution import (
 )
 from areal_alloc.estimate.memory import KVCache, MemoryEstimate, readable_bytes
 from areal_alloc.estimate.rl_step import Pace
-from areal_alloc.estimate.speed import (
-    decode_step,
-    fit_decode,
-    fit_training,
-    generation,
-    training_step,
-)
+from areal_alloc.estimate.speed import fit_decode, fit_training
+from areal_alloc.estimate.speed_inference import decode_step, generation
+from areal_alloc.estimate.speed_training import training_step
 from areal_alloc.estimate.system import GPUSpec, Hardware, build_hardware
 from areal_alloc.experiment.read import Experiment, read_experiment
 from areal_alloc.layouts import (

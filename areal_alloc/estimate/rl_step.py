@@ -38,13 +38,9 @@ from areal_alloc.estimate.execution import (
     step_shape,
 )
 from areal_alloc.estimate.memory import MemoryEstimate
-from areal_alloc.estimate.speed import (
-    StepEstimate,
-    StepTerm,
-    decode_step,
-    generation,
-    training_step,
-)
+from areal_alloc.estimate.speed import StepEstimate, StepTerm
+from areal_alloc.estimate.speed_inference import decode_step, generation
+from areal_alloc.estimate.speed_training import training_step
 from areal_alloc.estimate.system import Hardware, build_hardware, hardware_assumptions
 from areal_alloc.experiment.read import Engine, Experiment
 from areal_alloc.settings import Resolved, Settings

@@ -8,7 +8,8 @@ import pytest
 
 from areal_alloc.catalogue import find_gpu, find_model
 from areal_alloc.errors import AllocationValidationError
-from areal_alloc.estimate.speed import attention_efficiency, attention_flops, training_step
+from areal_alloc.estimate.speed import attention_efficiency, attention_flops
+from areal_alloc.estimate.speed_training import training_step
 from areal_alloc.estimate.system import Hardware
 from areal_alloc.model import ModelAllocation
 

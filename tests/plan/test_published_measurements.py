@@ -50,7 +50,8 @@ import pytest
 
 from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import find_gpu
-from areal_alloc.estimate.speed import StepEstimate, training_step
+from areal_alloc.estimate.speed import StepEstimate
+from areal_alloc.estimate.speed_training import training_step
 from areal_alloc.estimate.system import Hardware
 from areal_alloc.model import ModelAllocation
 from benchmarks.measured import load, paper_flops, rows

@@ -15,7 +15,7 @@ from areal_alloc.catalogue import find_gpu, find_model
 from areal_alloc.errors import AllocationError
 from areal_alloc.estimate import rl_step
 from areal_alloc.estimate.execution import TrainingSettings
-from areal_alloc.estimate.speed import generation
+from areal_alloc.estimate.speed_inference import generation
 from areal_alloc.estimate.system import Hardware
 from areal_alloc.model import ModelAllocation
 from areal_alloc.settings import Settings

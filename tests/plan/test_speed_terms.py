@@ -11,14 +11,9 @@ import pytest
 from areal_alloc.catalogue import find_gpu, find_model
 from areal_alloc.cli import main
 from areal_alloc.errors import AllocationValidationError
-from areal_alloc.estimate.speed import (
-    StepEstimate,
-    attention_efficiency,
-    attention_flops,
-    decode_step,
-    generation,
-    training_step,
-)
+from areal_alloc.estimate.speed import StepEstimate, attention_efficiency, attention_flops
+from areal_alloc.estimate.speed_inference import decode_step, generation
+from areal_alloc.estimate.speed_training import training_step
 from areal_alloc.estimate.system import Hardware
 from areal_alloc.model import ModelAllocation
 from areal_alloc.strategy import ParallelStrategy

@@ -14,14 +14,9 @@ from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import find_gpu, find_model
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.estimate.execution import GIB, TrainingSettings
-from areal_alloc.estimate.speed import (
-    StepEstimate,
-    _members_per_node,
-    attention_flops,
-    decode_step,
-    model_flops,
-    training_step,
-)
+from areal_alloc.estimate.speed import StepEstimate, _members_per_node, attention_flops, model_flops
+from areal_alloc.estimate.speed_inference import decode_step
+from areal_alloc.estimate.speed_training import training_step
 from areal_alloc.estimate.system import Hardware
 from areal_alloc.model import ModelAllocation
 from areal_alloc.suggest import RunShape, suggest

@@ -1,0 +1,369 @@
+"""How long one optimizer step of a training engine takes, term by term (:func:`training_step`).
+
+- compute: the model's FLOPs for the step (``speed.model_flops``, counted as megatron-core
+  counts them), executed as the kernels run them (the flash attention backward is 2.5
+  forwards; recomputation adds a forward), the GEMMs at an achievable fraction of the
+  GPU's dense BF16 peak and the attention at its own (``speed.attention_efficiency``);
+- the memory-bound element-wise kernels between the GEMMs;
+- the pipeline bubble (p − 1) / (micro-batches × vpp) of the compute;
+- tensor/sequence-parallel all-gathers and reduce-scatters (4 per layer forward,
+  4 backward), context-parallel KV exchange, expert all-to-all (dispatch and
+  combine, forward and backward), pipeline point-to-point, and the data-parallel
+  gradient reduce-scatter and parameter all-gather (FSDP: parameter all-gathers
+  forward and backward for every micro-batch), each on the link its group
+  crosses: NVLink inside a node, the network between nodes (a ring collective
+  across nodes through the ports of all its members in each node).
+
+FSDP's collectives overlap compute as FSDP2's prefetch runs them (only the first
+gather and the last reduce-scatter wait, unless they outlast the compute); other
+communication is assumed not to overlap (its terms add to the step). Every
+assumption is printed with the estimate.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from areal_alloc.architecture import Architecture
+from areal_alloc.errors import AllocationValidationError
+from areal_alloc.estimate.speed import (
+    ATTENTION_KERNELS,
+    DEFAULT_ATTENTION_KERNEL,
+    StepEstimate,
+    StepTerm,
+    _inside,
+    _members_per_node,
+    attention_efficiency,
+    attention_flops,
+    model_flops,
+)
+from areal_alloc.estimate.system import DEFAULT_INTER_NODE_GBPS, Hardware
+from areal_alloc.strategy import ParallelStrategy
+
+__all__ = [
+    "RECOMPUTATIONS",
+    "training_step",
+]
+
+
+#: What a training step can recompute: nothing, Megatron's core attention ("selective"),
+#: torchtitan's per-op policy ("op") or every forward ("full").
+RECOMPUTATIONS = ("none", "selective", "op", "full")
+
+
+def training_step(
+    backend: str,
+    arch: Architecture,
+    parallel: ParallelStrategy,
+    hardware: Hardware,
+    *,
+    tokens_per_step: int,
+    tokens_per_micro_batch: int,
+    sequence_length: int,
+    recompute: str = "none",
+    virtual_pipeline: int = 1,
+    attention_kernel: str = DEFAULT_ATTENTION_KERNEL,
+) -> StepEstimate:
+    """One optimizer step of a training engine over ``tokens_per_step`` tokens;
+    ``attention_kernel`` names the kernel that runs the attention core
+    (:data:`ATTENTION_KERNELS`). Each term is one function below, written from the
+    step's :class:`_TrainingShape`."""
+    if tokens_per_step < 1 or tokens_per_micro_batch < 1 or sequence_length < 1:
+        raise AllocationValidationError(
+            "tokens per step, per micro-batch and sequence length must be ≥ 1"
+        )
+    if recompute not in RECOMPUTATIONS:
+        raise AllocationValidationError(
+            f"recompute {recompute!r}: must be one of {', '.join(RECOMPUTATIONS)}"
+        )
+    dp = parallel.dp_size
+    micro_batches = max(1, math.ceil(tokens_per_step / (dp * tokens_per_micro_batch)))
+    tokens_mb = min(tokens_per_micro_batch, math.ceil(tokens_per_step / dp))
+    step = _TrainingShape(
+        backend,
+        arch,
+        parallel,
+        hardware,
+        tokens_per_step,
+        micro_batches,
+        tokens_mb,
+        min(sequence_length, tokens_mb),
+        recompute,
+    )
+    flops = model_flops(arch, tokens_per_step, step.seq)
+    attn_eff = attention_efficiency(backend, hardware, attention_kernel)
+    compute = _compute_term(step, flops, attn_eff)
+    elementwise = _elementwise_term(step)
+    busy = compute.seconds + elementwise.seconds  # what FSDP's collectives hide under
+    terms = [compute, elementwise]
+    if parallel.pp_size > 1:
+        terms.append(_bubble_term(step, virtual_pipeline, busy))
+    for term in (
+        _tensor_parallel_term(step),
+        _context_parallel_term(step),
+        _expert_term(step),
+        _pipeline_p2p_term(step),
+        _data_parallel_term(step, busy),
+    ):
+        if term is not None:
+            terms.append(term)
+    assumptions = _training_assumptions(backend, hardware, attention_kernel, attn_eff)
+    return StepEstimate(
+        tuple(terms), tokens_per_step, flops, step.world, hardware.peak_tflops, assumptions
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _TrainingShape:
+    """One training step as one GPU sees it: the local names every term is written from."""
+
+    backend: str
+    arch: Architecture
+    parallel: ParallelStrategy
+    hardware: Hardware
+    tokens: int  # the step's tokens, all data-parallel ranks together
+    micro_batches: int  # per data-parallel rank
+    tokens_mb: int  # tokens of one micro-batch
+    seq: int  # sequence length inside a micro-batch
+    recompute: str
+
+    @property
+    def world(self) -> int:
+        return self.parallel.world_size
+
+    @property
+    def node(self) -> int:
+        return self.hardware.gpus_per_node
+
+    @property
+    def layers_here(self) -> float:
+        """Layers of one pipeline stage."""
+        return self.arch.num_layers / self.parallel.pp_size
+
+    @property
+    def act(self) -> float:
+        """One micro-batch's hidden states on this GPU, bf16."""
+        return self.tokens_mb / self.parallel.cp_size * self.arch.hidden_size * 2
+
+
+def _compute_term(step: _TrainingShape, flops: float, attn_eff: float) -> StepTerm:
+    """The GEMMs at the compute efficiency and the causal attention at its own."""
+    arch, hardware, recompute, world = step.arch, step.hardware, step.recompute, step.world
+    # in forward passes: the GEMMs' backward is 2 (3 in all), the flash attention kernels'
+    # 2.5, as they compute QKᵀ again in the backward (Dao-AILab/flash-attention
+    # benchmarks/benchmark_flash_attention.py@c082294e0f6c01d46318694a6f3e0274225a9683,
+    # flops(): "return f if mode == "fwd" else (2.5 * f if mode == "bwd" else 3.5 * f)");
+    # recomputation adds one forward: full to both, selective (Megatron's core attention)
+    # to the attention only, "op" (torchtitan's per-op policy: "Saves output of all compute
+    # ops, except every second mm", pytorch/torchtitan torchtitan/distributed/
+    # activation_checkpoint.py; the attention kernel's output is saved) half the GEMMs'
+    model_attention = attention_flops(arch, step.tokens, step.seq)
+    gemm_again = {"full": 1.0, "op": 0.5}.get(recompute, 0.0)
+    attn_again = 1.0 if recompute in ("full", "selective") else 0.0
+    gemms = (flops - model_attention) * (3 + gemm_again) / 3
+    attention = model_attention * (3.5 + attn_again) / 3
+    peak = hardware.peak_tflops * 1e12
+    compute = gemms / (world * peak * hardware.compute_efficiency) + attention / (
+        world * peak * attn_eff
+    )
+    return StepTerm(
+        "compute",
+        compute,
+        f"(GEMMs {gemms:.3g} FLOPs at {hardware.compute_efficiency:g} + causal "
+        f"attention {attention:.3g} FLOPs (s {step.seq:,}; the backward 2.5 forwards) at "
+        f"{attn_eff:g} efficiency) / ({world} GPUs × {hardware.peak_tflops:g} TFLOP/s)"
+        + {
+            "full": " (full recomputation: every forward again)",
+            "selective": " (selective recomputation: the attention's forward again)",
+            "op": " (per-op recomputation: every second matmul's forward again)",
+        }.get(recompute, ""),
+    )
+
+
+def _elementwise_term(step: _TrainingShape) -> StepTerm:
+    """The memory-bound kernels between the GEMMs (norms, activation functions, dropout,
+    residual adds, rotary): each layer writes the 34·s·b·h bytes of activations it keeps
+    for the backward (Korthikanti et al. 2022, arXiv:2205.05198 §4.1, eq. 1 without the
+    5as/h of a materialised attention matrix, which flash attention never stores) and the
+    backward reads them; full recomputation writes them once more. Their time grows with
+    h while the GEMMs' grows with h²: why small models reach less of peak."""
+    arch, hardware, full = step.arch, step.hardware, step.recompute == "full"
+    passes = 3 if full else 2
+    moved = passes * 34 * arch.hidden_size * arch.num_layers * step.tokens
+    hbm = hardware.hbm_tbps * 1e12 * hardware.hbm_efficiency
+    return StepTerm(
+        "element-wise",
+        moved / (step.world * hbm),
+        f"{passes} passes (forward writes, backward reads"
+        + (", recomputation writes again" if full else "")
+        + f") × 34 × h {arch.hidden_size} × {arch.num_layers} layers × "
+        f"{step.tokens:,} tokens × 1 B / ({step.world} GPUs × {hardware.hbm_tbps:g} TB/s × "
+        f"{hardware.hbm_efficiency:g})",
+    )
+
+
+def _bubble_term(step: _TrainingShape, virtual_pipeline: int, busy: float) -> StepTerm:
+    """The pipeline bubble: (p − 1) / (micro-batches × vpp) of the compute."""
+    pp, micro_batches = step.parallel.pp_size, step.micro_batches
+    return StepTerm(
+        "pipeline bubble",
+        (pp - 1) / (micro_batches * virtual_pipeline) * busy,
+        f"(p{pp} − 1) / ({micro_batches} micro-batches × vpp {virtual_pipeline}) × "
+        f"(compute + element-wise)",
+    )
+
+
+def _tensor_parallel_term(step: _TrainingShape) -> StepTerm | None:
+    """Tensor/sequence parallelism: 4 all-gathers / reduce-scatters per layer forward, 4
+    backward, over the links of the tensor-parallel group."""
+    tp, hardware = step.parallel.tp_size, step.hardware
+    if tp <= 1:
+        return None
+    inside = _inside(tp, step.node)
+    members = _members_per_node(tp, 1, step.node)
+    act, layers_here, micro_batches = step.act, step.layers_here, step.micro_batches
+    volume = 8 * layers_here * micro_batches * act * (tp - 1) / tp
+    return StepTerm(
+        "tensor parallel",
+        volume / hardware.link_bytes_per_second(inside, members),
+        f"8 all-gathers/reduce-scatters × {layers_here:g} layers × {micro_batches} "
+        f"micro-batches × {act / 2**20:.1f} MiB × (t{tp} − 1)/t{tp} over "
+        f"{hardware.link_name(inside, members)}",
+    )
+
+
+def _context_parallel_term(step: _TrainingShape) -> StepTerm | None:
+    """Context parallelism: the KV ring, forward and backward."""
+    tp, cp, hardware = step.parallel.tp_size, step.parallel.cp_size, step.hardware
+    if cp <= 1:
+        return None
+    inside = _inside(tp * cp, step.node)
+    kv = step.tokens_mb / cp * step.arch.kv_width * 2 * 2  # k and v, bf16
+    volume = 3 * step.layers_here * step.micro_batches * kv * (cp - 1)
+    return StepTerm(
+        "context parallel",
+        volume / hardware.link_bytes_per_second(inside),
+        f"KV ring: 3 passes (forward, backward k/v and their gradients) × "
+        f"{step.layers_here:g} layers × {step.micro_batches} micro-batches × "
+        f"{kv / 2**20:.1f} MiB × (c{cp} − 1) over {hardware.link_name(inside)}",
+    )
+
+
+def _expert_term(step: _TrainingShape) -> StepTerm | None:
+    """Expert parallelism: dispatch and combine all-to-alls, forward and backward."""
+    parallel, arch, hardware = step.parallel, step.arch, step.hardware
+    ep, pp = parallel.ep_size, parallel.pp_size
+    if ep <= 1 or not arch.is_moe:
+        return None
+    # the expert group lies within a stage: never wider than its world // pp GPUs
+    inside = _inside(min(parallel.tp_size * parallel.cp_size * ep, step.world // pp), step.node)
+    moe_here = arch.moe_layer_count / pp
+    volume = 4 * moe_here * step.micro_batches * step.act * arch.experts_per_token * (ep - 1) / ep
+    return StepTerm(
+        "expert all-to-all",
+        volume / hardware.link_bytes_per_second(inside),
+        f"4 all-to-alls (dispatch, combine; forward, backward) × {moe_here:g} MoE "
+        f"layers × {step.micro_batches} micro-batches × {step.act / 2**20:.1f} MiB × top-"
+        f"{arch.experts_per_token} × (e{ep} − 1)/e{ep} over {hardware.link_name(inside)}",
+    )
+
+
+def _pipeline_p2p_term(step: _TrainingShape) -> StepTerm | None:
+    """Pipeline parallelism: an activation and a gradient sent per micro-batch."""
+    tp, pp, hardware = step.parallel.tp_size, step.parallel.pp_size, step.hardware
+    if pp <= 1:
+        return None
+    inside = _inside(step.world // pp, step.node) and step.world // pp < step.node
+    volume = 2 * step.micro_batches * step.act / tp
+    return StepTerm(
+        "pipeline p2p",
+        volume / hardware.link_bytes_per_second(inside),
+        f"2 sends (activation, gradient) × {step.micro_batches} micro-batches × "
+        f"{step.act / tp / 2**20:.1f} MiB over {hardware.link_name(inside)}",
+    )
+
+
+def _params_here(step: _TrainingShape) -> float:
+    """Parameters one GPU holds: tensor- and pipeline-sharded, experts over e·etp."""
+    p, parallel = step.arch.parameters, step.parallel
+    tp, pp = parallel.tp_size, parallel.pp_size
+    if not step.arch.is_moe:
+        return p.total / (tp * pp)
+    return (p.total - p.expert_sharded) / (tp * pp) + p.expert_sharded / (
+        pp * parallel.ep_size * parallel.etp_size
+    )
+
+
+def _data_parallel_term(step: _TrainingShape, busy: float) -> StepTerm | None:
+    """The data-parallel gradient reduce-scatter and parameter all-gather (FSDP: parameter
+    all-gathers forward and backward for every micro-batch, overlapped with ``busy``)."""
+    parallel, hardware = step.parallel, step.hardware
+    shards = parallel.dp_size * parallel.cp_size
+    if shards <= 1:
+        return None
+    inside = _inside(step.world // parallel.pp_size, step.node)
+    members = _members_per_node(shards, parallel.tp_size, step.node)  # ranks t apart
+    link = hardware.link_bytes_per_second(inside, members)
+    params_here = _params_here(step)
+    if step.backend != "fsdp":
+        volume = (4 + 2) * params_here * (shards - 1) / shards
+        formula = (
+            f"(gradient reduce-scatter × 4 B + parameter all-gather × 2 B) × "
+            f"{params_here / 1e9:.3g}B params × (dp·cp {shards} − 1)/{shards} over "
+            f"{hardware.link_name(inside, members)}"
+        )
+        return StepTerm("data parallel", volume / link, formula)
+    # FSDP2 (torch.distributed.fsdp fully_shard): the next layer's all-gather is issued
+    # before the current layer computes (implicit forward/backward prefetch), so only
+    # the first layer's gather and the last layer's reduce-scatter wait; the rest hides
+    # under compute unless the collectives take longer than it (PyTorch's FSDP2
+    # tutorial, pytorch/tutorials intermediate_source/FSDP_tutorial.rst: "Implicit
+    # Prefetching: CPU thread issues all-gather i before layer i. All-gathers are
+    # queued into its own cuda stream while layer i computation happens").
+    micro_batches, layers_here = step.micro_batches, step.layers_here
+    volume = (2 * micro_batches * 2 + 4) * params_here * (shards - 1) / shards
+    exposed = (2 + 4) * params_here / layers_here * (shards - 1) / shards / link
+    total = volume / link
+    return StepTerm(
+        "data parallel",
+        exposed + max(0.0, total - exposed - busy),
+        f"exposed: one layer's gather (2 B) and reduce-scatter (4 B) × "
+        f"{params_here / layers_here / 1e6:.3g}M params × (dp·cp {shards} − 1)/{shards}"
+        f" = {exposed:.3g} s, + max(0, all (2 parameter all-gathers × "
+        f"{micro_batches} micro-batches × 2 B + gradient reduce-scatter × 4 B) × "
+        f"{params_here / 1e9:.3g}B params = {total:.3g} s − exposed − compute "
+        f"{busy:.3g} s) over {hardware.link_name(inside, members)}",
+    )
+
+
+def _training_assumptions(
+    backend: str, hardware: Hardware, attention_kernel: str, attn_eff: float
+) -> tuple[str, ...]:
+    """What a training step's estimate assumes, in the order it is printed."""
+    assumptions = [
+        f"{hardware.compute_efficiency:.3g} of peak compute and {hardware.comm_efficiency:.3g} of "
+        f"link bandwidth are reached (--compute-efficiency, --comm-efficiency)",
+        "FSDP's parameter all-gathers and gradient reduce-scatters overlap compute (FSDP2 "
+        "prefetches the next layer's gather): the first gather and the last reduce-scatter "
+        "are exposed; other communication does not overlap compute (its terms add)"
+        if backend == "fsdp"
+        else "communication does not overlap compute (its terms add to the step)",
+    ]
+    if attention_kernel != DEFAULT_ATTENTION_KERNEL:
+        assumptions.append(
+            f"attention at {attn_eff:g} of peak: {attention_kernel} runs at "
+            f"{ATTENTION_KERNELS[attention_kernel]:g}× FlashAttention-2's speed (arXiv:2307.08691)"
+        )
+    elif attn_eff != hardware.compute_efficiency:
+        assumptions.append(
+            f"attention at {attn_eff:g} of peak: FlashAttention-2 on a Hopper GPU "
+            f"(arXiv:2407.08608)"
+        )
+    if hardware.inter_node_gbps == DEFAULT_INTER_NODE_GBPS:
+        assumptions.append(
+            f"{DEFAULT_INTER_NODE_GBPS:g} Gb/s of network per GPU between nodes (--inter-node-gbps)"
+        )
+    if hardware.calibration:
+        assumptions.append(f"calibrated: {hardware.calibration}")
+    return tuple(assumptions)
