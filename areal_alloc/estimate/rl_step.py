@@ -379,21 +379,30 @@ def balance_advice(
             0.0,
         )
         how = ", each side scaled by its GPUs"
+    shown_after, shown_now = _seconds(after, now), _seconds(now, after)
     if after < now:
-        return (
-            f"{head}: move {what} to {grow} (≈ {_seconds(after)} a step instead of "
-            f"{_seconds(now)}{how})"
-        )
+        return f"{head}: move {what} to {grow} (≈ {shown_after} a step instead of {shown_now}{how})"
+    if math.isclose(after, now, rel_tol=1e-9):
+        effect = f"would leave the step at ≈ {shown_now}{how}"
+    else:
+        effect = f"would take ≈ {shown_after} a step, not less than {shown_now}{how}"
     return (
-        f"{head}, but moving {what} to {grow} would take ≈ {_seconds(after)} a step, not "
-        f"less than {_seconds(now)}{how}: the split is the best {where} (areal-alloc suggest "
-        f"weighs every split)"
+        f"{head}, but moving {what} to {grow} {effect}: the split is the best {where} "
+        f"(areal-alloc suggest weighs every split)"
     )
 
 
-def _seconds(value: float) -> str:
-    """``2,246 s``, ``12.4 s``: three figures, never an exponent."""
-    return f"{value:,.0f} s" if value >= 100 else f"{value:.3g} s"
+def _seconds(value: float, beside: float | None = None) -> str:
+    """``2,246 s``, ``12.4 s``: three figures, never an exponent; more when ``beside``
+    would print the same (``86.04 s`` beside ``85.98 s``)."""
+
+    def shown(seconds: float, digits: int) -> str:
+        return f"{seconds:,.0f} s" if seconds >= 10**digits else f"{seconds:.{digits}g} s"
+
+    for digits in range(3, 7):
+        if beside is None or beside == value or shown(value, digits) != shown(beside, digits):
+            return shown(value, digits)
+    return shown(value, 7)
 
 
 # --- the plan's pace: every engine of an experiment, one step ---------------------------
