@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import MainCli
-from tests.report.test_report import CASES, MOE_1024
+from tests.report.test_report import CASES, MOE_1024, html_of, plan_of, run
 
 CHROMIUM = Path("/usr/bin/chromium")
 #: Chromium's flags for a sandbox-less, offline, quiet headless run.
@@ -70,23 +70,16 @@ class Seen:
 
 
 def _open(browser: Any, main_cli: MainCli, tmp_path: Path, overrides: tuple[str, ...]) -> Seen:
-    ran = main_cli(*overrides, "output=html")
-    assert ran.returncode == 0, ran.stderr
     path = tmp_path / "plan.html"
-    path.write_text(ran.stdout, encoding="utf-8")
+    path.write_text(html_of(main_cli, *overrides), encoding="utf-8")
     return Seen(browser, path)
-
-
-def _plan(main_cli: MainCli, overrides: tuple[str, ...]) -> dict[str, Any]:
-    plan: dict[str, Any] = json.loads(main_cli(*overrides, "output=json").stdout)
-    return plan
 
 
 @pytest.mark.parametrize("overrides", CASES, ids=lambda o: " ".join(o))
 def test_what_a_person_sees(
     overrides: tuple[str, ...], browser: Any, main_cli: MainCli, tmp_path: Path
 ) -> None:
-    plan = _plan(main_cli, overrides)
+    plan = plan_of(main_cli, *overrides)
     seen = _open(browser, main_cli, tmp_path, overrides)
     seen.page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
     assert seen.errors == []
@@ -163,7 +156,7 @@ def test_the_rank_group_overlay_switches_to_explain_jsons_groups(
     seen = _open(browser, main_cli, tmp_path, overrides)
     engines = json.loads(seen.evaluate("() => document.getElementById('rank-groups').textContent"))
     actor = engines[0]
-    explained = json.loads(main_cli("explain", actor["spec"], "--json").stdout)
+    explained = json.loads(run(main_cli, "explain", actor["spec"], "--json").stdout)
     before = None
     for kind in actor["kinds"]:
         seen.page.click(f'input.kind[data-index="0"][value="{kind}"]')
@@ -189,7 +182,7 @@ def test_the_rank_group_overlay_switches_to_explain_jsons_groups(
 
 
 def test_the_json_view_opens_with_the_plan(browser: Any, main_cli: MainCli, tmp_path: Path) -> None:
-    plan = _plan(main_cli, ())
+    plan = plan_of(main_cli)
     seen = _open(browser, main_cli, tmp_path, ())
     seen.page.click("details summary")
     seen.page.wait_for_function("() => document.getElementById('json-view').textContent")

@@ -16,7 +16,7 @@ from areal_alloc.model import ModelAllocation
 from areal_alloc.report import render_report
 from areal_alloc.report._grid import MAX_COLUMNS, MAX_ROWS
 from areal_alloc.report._groups import MAX_DRAWN_RANKS, engine_groups
-from tests.conftest import MainCli
+from tests.conftest import MainCli, Ran
 
 EXPERIMENTS = sorted(
     p.stem for p in (Path(__file__).parents[2] / "conf" / "app" / "experiment").glob("*.yaml")
@@ -76,28 +76,39 @@ class Page(HTMLParser):
         return found
 
 
+#: Each command's answer, once per session: the pages and plans are read by many tests.
+_RUNS: dict[tuple[str, ...], Ran] = {}
+
+
+def run(main_cli: MainCli, *args: str) -> Ran:
+    """``main_cli(*args)``, run once and kept (the same command answers the same)."""
+    if args not in _RUNS:
+        _RUNS[args] = main_cli(*args)
+    return _RUNS[args]
+
+
 def _said(stderr: str) -> list[str]:
     """What the run said on stderr beyond the hook's warnings and assumptions."""
     noted = ("areal-alloc: warning: ", "areal-alloc: assumed: ")
     return [line for line in stderr.splitlines() if not line.startswith(noted)]
 
 
-def _plan(main_cli: MainCli, *overrides: str) -> dict[str, Any]:
-    ran = main_cli(*overrides, "output=json")
+def plan_of(main_cli: MainCli, *overrides: str) -> dict[str, Any]:
+    ran = run(main_cli, *overrides, "output=json")
     assert (ran.returncode, _said(ran.stderr)) == (0, []), ran.stderr
     plan: dict[str, Any] = json.loads(ran.stdout)
     return plan
 
 
-def _html(main_cli: MainCli, *overrides: str) -> str:
-    ran = main_cli(*overrides, "output=html")
+def html_of(main_cli: MainCli, *overrides: str) -> str:
+    ran = run(main_cli, *overrides, "output=html")
     assert (ran.returncode, _said(ran.stderr)) == (0, []), ran.stderr
     return ran.stdout
 
 
 def _text_map_rows(main_cli: MainCli, *overrides: str) -> list[str]:
     """The row labels of the text node map (``node 0``, ``nodes 2–5``)."""
-    text = main_cli(*overrides).stdout
+    text = run(main_cli, *overrides).stdout
     return re.findall(r"^  (nodes? \d+(?:–\d+)?) ", text, flags=re.MULTILINE)
 
 
@@ -108,8 +119,8 @@ CASES = [(f"experiment={name}",) for name in EXPERIMENTS] + [MOE_1024]
 def test_one_cell_per_gpu_of_each_row_the_rows_of_the_text_map(
     overrides: tuple[str, ...], main_cli: MainCli
 ) -> None:
-    plan = _plan(main_cli, *overrides)
-    page = Page(_html(main_cli, *overrides))
+    plan = plan_of(main_cli, *overrides)
+    page = Page(html_of(main_cli, *overrides))
     cells = page.select("rect", "gpu")
     rows = list(dict.fromkeys(c.attrs["data-row"] for c in cells))
     assert rows == _text_map_rows(main_cli, *overrides)
@@ -134,8 +145,8 @@ def test_one_cell_per_gpu_of_each_row_the_rows_of_the_text_map(
 def test_the_legend_names_each_placed_engine_the_colocated_ones_and_the_free_gpus(
     overrides: tuple[str, ...], main_cli: MainCli
 ) -> None:
-    plan = _plan(main_cli, *overrides)
-    page = Page(_html(main_cli, *overrides))
+    plan = plan_of(main_cli, *overrides)
+    page = Page(html_of(main_cli, *overrides))
     legend = [li for li in page.select("li") if "data-engine" in li.attrs]
     expected: list[tuple[str, str | None]] = []
     for placement in plan["placements"]:
@@ -167,8 +178,8 @@ def test_the_legend_names_each_placed_engine_the_colocated_ones_and_the_free_gpu
 def test_the_memory_bars_add_up_to_the_json_totals(
     overrides: tuple[str, ...], main_cli: MainCli
 ) -> None:
-    plan = _plan(main_cli, *overrides)
-    html = _html(main_cli, *overrides)
+    plan = plan_of(main_cli, *overrides)
+    html = html_of(main_cli, *overrides)
     page = Page(html)
     bars = {div.attrs["data-engine"]: div for div in page.select("div", "memory")}
     estimated = {e["key"]: e["memory"] for e in plan["engines"] if e["memory"]}
@@ -191,14 +202,14 @@ def test_the_memory_bars_add_up_to_the_json_totals(
 def test_the_page_embeds_the_plan_json_and_explain_json_rank_groups(
     overrides: tuple[str, ...], main_cli: MainCli
 ) -> None:
-    plan = _plan(main_cli, *overrides)
-    page = Page(_html(main_cli, *overrides))
+    plan = plan_of(main_cli, *overrides)
+    page = Page(html_of(main_cli, *overrides))
     assert json.loads(page.by_id("plan-json").text) == plan
     groups = json.loads(page.by_id("rank-groups").text)
     training = [e for e in plan["engines"] if e["active"] and e["instances"] is None]
     assert [g["key"] for g in groups] == [e["key"] for e in training]
     for engine in groups:
-        explained = json.loads(main_cli("explain", engine["spec"], "--json").stdout)
+        explained = json.loads(run(main_cli, "explain", engine["spec"], "--json").stdout)
         assert engine["kinds"], engine["spec"]
         for kind, info in engine["kinds"].items():
             assert info["complete"]
@@ -213,7 +224,7 @@ def test_the_page_embeds_the_plan_json_and_explain_json_rank_groups(
 
 
 def test_a_hybrid_layout_offers_both_halves(main_cli: MainCli) -> None:
-    page = Page(_html(main_cli, *MOE_1024))
+    page = Page(html_of(main_cli, *MOE_1024))
     labels = [e.text.strip() for e in page.select("label")]
     actor = [t for t in labels if t.startswith(("attn", "ffn"))]
     assert [t.split(":")[0] for t in actor[:7]] == [
@@ -228,8 +239,8 @@ def test_a_hybrid_layout_offers_both_halves(main_cli: MainCli) -> None:
 
 
 def test_the_rl_step_timeline_follows_the_mode(main_cli: MainCli) -> None:
-    plan = _plan(main_cli)
-    page = Page(_html(main_cli))
+    plan = plan_of(main_cli)
+    page = Page(html_of(main_cli))
     (svg,) = page.select("svg", "timeline")
     pace = plan["pace"]
     assert (float(svg.attrs["data-step"]), svg.attrs["data-mode"]) == (
@@ -261,8 +272,8 @@ COLOCATED = (
 def test_the_timeline_in_the_other_modes(
     overrides: tuple[str, ...], mode: str, main_cli: MainCli
 ) -> None:
-    pace = _plan(main_cli, *overrides)["pace"]
-    page = Page(_html(main_cli, *overrides))
+    pace = plan_of(main_cli, *overrides)["pace"]
+    page = Page(html_of(main_cli, *overrides))
     bars = {b.attrs["data-name"]: b for b in page.select("rect", "bar")}
     start = {name: float(b.attrs["data-start"]) for name, b in bars.items()}
     end = {name: start[name] + float(b.attrs["data-seconds"]) for name, b in bars.items()}
@@ -285,7 +296,7 @@ def test_the_timeline_in_the_other_modes(
 
 @pytest.mark.parametrize("overrides", CASES, ids=lambda o: " ".join(o))
 def test_nothing_is_fetched(overrides: tuple[str, ...], main_cli: MainCli) -> None:
-    html = _html(main_cli, *overrides)
+    html = html_of(main_cli, *overrides)
     for outside in ("http://", "https://", "src=", "href=", "@import", "url(http", "//cdn"):
         assert outside not in html
     assert "default-src 'none'" in html
@@ -303,7 +314,7 @@ def _renamed(value: Any, old: str, new: str) -> Any:
 
 
 def test_every_config_string_is_escaped(main_cli: MainCli) -> None:
-    plan = _renamed(_plan(main_cli), "actor", HOSTILE)
+    plan = _renamed(plan_of(main_cli), "actor", HOSTILE)
     plan["warnings"] = [HOSTILE]
     plan["engines"][1]["note"] = HOSTILE
     html = render_report(plan, title=HOSTILE)
@@ -344,7 +355,7 @@ def test_every_config_string_is_escaped(main_cli: MainCli) -> None:
     ids=["1024-moe", "131072-nodes", "million", "wide-nodes"],
 )
 def test_a_huge_cluster_stays_small(overrides: tuple[str, ...], main_cli: MainCli) -> None:
-    html = _html(main_cli, *overrides)
+    html = html_of(main_cli, *overrides)
     page = Page(html)
     assert len(html.encode()) < MAX_BYTES
     assert len(page.select("rect", "gpu")) <= (MAX_ROWS + 1) * MAX_COLUMNS
