@@ -219,10 +219,25 @@ def _add_colocated(
                 there = estimates[other]
                 if other == runner or there is None:
                     continue
-                if there.kv_cache is None and _loaded_before(experiment, other, runner):
-                    term = _resident_term(engines, runner, other, there, there.at_load, "weights")
-                    if term is not None:
-                        loading.append(term)
+                if (
+                    there.kv_cache is None
+                    and there.at_load
+                    and _loaded_before(experiment, other, runner)
+                ):
+                    held = (
+                        "weights, gradient buffers and optimizer (built with the model)"
+                        if there.backend == "megatron"
+                        else "weights (gradients and optimizer states come at its first step)"
+                    )
+                    loading.append(
+                        Term(
+                            "colocated",
+                            there.at_load,
+                            f"{engines[other].key}'s loaded {held} stay on these GPUs while "
+                            f"{engines[runner].key} loads (every training engine loads before "
+                            f"any is offloaded)",
+                        )
+                    )
                 why = _offloaded_while(experiment, runner, other)
                 if why is not None:
                     notes.append(
@@ -438,6 +453,9 @@ def memory_problems(engines: Sequence[EngineLike], fit: Fit) -> tuple[list[str],
                     f"set {path}.fsdp.memory_efficient_load=true (rank 0 then loads on the CPU "
                     f"and broadcasts after sharding)"
                 )
+            elif largest.name == "colocated" and estimate.phase == "load":
+                # offloading starts only after every training engine has loaded (_loaded_before)
+                fix = "separate the colocated engine or raise t/p (engines load before any offload)"
             errors.append(
                 f"{where}: needs about {readable_bytes(estimate.total)} per GPU, over the "
                 f"{readable_bytes(gpu.capacity)} of a {gpu.name}; largest term {largest.name} "

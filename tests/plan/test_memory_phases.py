@@ -344,6 +344,38 @@ def test_each_engine_peaks_in_its_phase(
     check(memory)
 
 
+def test_a_load_phase_over_its_gpu_names_what_loaded_before_it() -> None:
+    # a Megatron actor builds its gradient buffers and optimizer with the model, and the
+    # ref loads beside them: actor.offload moves the actor off only after every training
+    # engine has loaded (rl_trainer.py lines 311-335), so offloading is no fix here
+    cfg = {
+        "cluster": {"n_nodes": 1, "n_gpus_per_node": 8, "gpu_memory_gib": 40},
+        "enable_offload": True,
+        "actor": {
+            "backend": "megatron:d8",
+            "path": "Qwen/Qwen3-8B",
+            "offload": True,
+            "mb_spec": {"max_tokens_per_mb": 1024},
+        },
+        "ref": {"backend": "", "scheduling_strategy": COLOCATE},
+    }
+    plan = plan_config(cfg, on_memory="warn")
+    ref, actor = plan["ref"].memory, plan["actor"].memory
+    assert ref is not None
+    assert actor is not None
+    assert ref.phase == "load"
+    assert _sum(ref, "load", "colocated") == actor.at_load == actor.resident
+    assert _sum(ref, "forward", "colocated") == 0  # offloaded while ref runs
+    (refusal,) = [w for w in plan.warnings if w.startswith("ref.backend=")]
+    # megatron-core's 6 + 12/d bytes per parameter at d8: 7.5 B × 8,190,735,360 = 57.2 GiB
+    assert refusal.endswith(
+        "largest term colocated 57.2 GiB (actor's loaded weights, gradient buffers and "
+        "optimizer (built with the model) stay on these GPUs while ref loads (every training "
+        "engine loads before any is offloaded)); separate the colocated engine or raise t/p "
+        "(engines load before any offload)"
+    )
+
+
 # --- the plan's JSON: total == phases[phase] == max(phases) -------------------------------
 
 
