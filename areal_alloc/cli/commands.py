@@ -275,6 +275,7 @@ def layouts(args: list[str]) -> int:
     memory_flags(parser)
     rank_flags(parser)
     speed_flags(parser)
+    calibration_flag(parser)  # layouts --rank starts from a stored one; calibrate fits anew
     ns = parser.parse_args(args)
 
     shape = ModelShape.from_hf_config(ns.model_config) if ns.model_config else ModelShape()

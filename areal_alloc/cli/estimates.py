@@ -263,7 +263,6 @@ def speed_flags(parser: argparse.ArgumentParser) -> None:
         "the micro-batch tokens / --context-length",
     )
     hardware_flags(parser)
-    calibration_flag(parser)
 
 
 def hardware_flags(parser: argparse.ArgumentParser) -> None:

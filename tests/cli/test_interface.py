@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from areal_alloc.catalogue import find_gpu
-from tests.conftest import Cli
+from tests.conftest import Cli, MainCli
 
 ROOT = Path(__file__).resolve().parents[2]
 ASYNC_CONFIG = str(ROOT / "tests/data/real_grpo.yaml")  # max_head_offpolicyness 2, 1.5B model
@@ -317,13 +317,22 @@ def test_explain_generation_takes_mean_gen_len(cli: Cli) -> None:
 
 
 @pytest.mark.parametrize(
-    "args",
+    ("args", "flag"),
     [
-        ("layouts", "sglang", "8", "--model", "Qwen3-0.6B", "--rank"),
-        ("calibrate", "sglang:d1", "--model", "Qwen3-0.6B", "--tokens-per-second", "5000"),
+        (("layouts", "sglang", "8", "--model", "Qwen3-0.6B", "--rank"), "--mean-gen-len"),
+        (("calibrate", "sglang:d1", "--model", "Qwen3-0.6B"), "--mean-gen-len"),
+        (("calibrate", "fsdp:d8", "--model", "Qwen3-0.6B"), "--no-calibration"),
     ],
 )
-def test_mean_gen_len_is_refused_where_it_means_nothing(cli: Cli, args: tuple[str, ...]) -> None:
-    done = cli(*args, *GPU_AND_MEAN)
+def test_a_flag_is_refused_where_it_means_nothing(
+    main_cli: MainCli, args: tuple[str, ...], flag: str
+) -> None:
+    """layouts --rank ranks decode at --seq-len contexts and calibrate fits a measured step
+    anew: a generation length or a stored calibration would be silently ignored there."""
+    value = ("300",) if flag == "--mean-gen-len" else ()
+    done = main_cli(*args, "--gpu", "H100-80GB", flag, *value)
     assert done.returncode == 2
-    assert done.stderr.startswith(f"areal-alloc {args[0]}: unrecognized arguments: --mean-gen-len")
+    assert done.stderr == (
+        f"areal-alloc {args[0]}: unrecognized arguments: {' '.join((flag, *value))} "
+        f"(see areal-alloc {args[0]} --help)\n"
+    )
