@@ -341,11 +341,11 @@ def _legend(plan: Mapping[str, Any], colours: Mapping[str, str]) -> str:
     items.append(f'<li data-engine="">{_swatch("url(#free)")}free: {free:,} GPUs</li>')
     if any(e.get("instances") and e.get("active") for e in plan["engines"]):
         items.append(f"<li>{_swatch('none', outline=True)}one inference instance</li>")
-    for e in plan["engines"]:
-        if e["active"] and not e["gpus"] and e["scheduling"]["type"] == "colocation":
-            continue
-        if not e["active"]:
-            items.append(f'<li class="note">{h(e["key"])}: inactive, no GPUs</li>')
+    items.extend(
+        f'<li class="note">{h(e["key"])}: inactive, no GPUs</li>'
+        for e in plan["engines"]
+        if not e["active"]
+    )
     return '<ul class="legend">' + "".join(items) + "</ul>"
 
 

@@ -16,6 +16,7 @@ from areal_alloc.model import ModelAllocation
 from areal_alloc.report import render_report
 from areal_alloc.report._grid import MAX_COLUMNS, MAX_ROWS
 from areal_alloc.report._groups import MAX_DRAWN_RANKS, engine_groups
+from areal_alloc.report._page import MAX_EMBEDDED_RUNS
 from tests.conftest import MainCli, Ran
 
 EXPERIMENTS = sorted(
@@ -454,3 +455,26 @@ def test_past_the_drawn_ranks_each_kind_still_covers_every_drawn_rank(
         listed = [[r for r in g if r < MAX_DRAWN_RANKS] for g in explained["rank_groups"][kind]]
         listed = [g for g in listed if g]
         assert info["groups"][: len(listed)] == listed, kind
+
+
+def test_a_placement_of_many_runs_is_embedded_cut_and_counted(main_cli: MainCli) -> None:
+    # 100,000 servers of 3 GPUs: two a node, a run per node (50,000 runs)
+    overrides = (
+        "experiment=moe_32",
+        "cluster.n_nodes=131072",
+        "rollout.backend=sglang:d100000t3",
+        "actor.backend=fsdp:d262144",
+    )
+    plan = plan_of(main_cli, *overrides)
+    html = html_of(main_cli, *overrides)
+    embedded = json.loads(Page(html).by_id("plan-json").text)
+    (rollout, actor) = plan["placements"]
+    assert len(rollout["gpu_ranges"]) == 50_000
+    cut = embedded["placements"][0]
+    assert cut["gpu_ranges"] == rollout["gpu_ranges"][:MAX_EMBEDDED_RUNS]
+    assert cut["gpu_ranges_omitted"] == 50_000 - MAX_EMBEDDED_RUNS
+    assert embedded["placements"][1] == actor
+    assert {k: v for k, v in embedded.items() if k != "placements"} == {
+        k: v for k, v in plan.items() if k != "placements"
+    }
+    assert "(49,000 left out, counted in <code>gpu_ranges_omitted</code>)" in html
