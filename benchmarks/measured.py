@@ -4,11 +4,11 @@ One reader of the data file (:func:`load`, :func:`rows`, :func:`architecture`) f
 ``benchmarks/accuracy.py`` and the accuracy tests, and one adapter per kind that builds a
 row's inputs into the package's own public estimate functions:
 
-- ``train_memory``: ``fit.estimate_allocation`` of a training layout (``memory.py``);
-- ``kv_tokens`` / ``kv_memory``: ``fit.estimate_allocation`` of an inference layout
+- ``train_memory``: ``engines.estimate_allocation`` of a training layout (``memory_training.py``);
+- ``kv_tokens`` / ``kv_memory``: ``engines.estimate_allocation`` of an inference layout
   (its ``kv_cache``);
-- ``train_tps``: ``speed.training_step``;
-- ``decode_tps``: ``speed.generation`` of the run's batch, prompt and output lengths
+- ``train_tps``: ``speed_training.training_step``;
+- ``decode_tps``: ``speed_inference.generation`` of the run's batch, prompt and output lengths
   (the prefill, then the decode steps at the mean context);
 - ``rl_step``: ``plan.plan_config`` of the run written as an experiment config (its ``pace``).
 
@@ -292,7 +292,7 @@ def _unmodelled(inputs: Mapping[str, Any], kind: str) -> str | None:
 
 _RECOMPUTE = {
     "none": "none",
-    # torchtitan's per-op policy (memory.op_sac_bytes_per_token, speed.training_step)
+    # torchtitan's per-op policy (activations.op_sac_bytes_per_token, speed_training.training_step)
     "selective (op)": "op",
     "selective": "selective",
     "full": "full",

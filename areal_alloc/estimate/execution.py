@@ -210,7 +210,8 @@ class InferenceSettings:
     #: vLLM before vllm-project/vllm#2151 (merged 2023-12-17, "Fix all-reduce memory
     #: usage"): the profile run does not reuse the inputs of its tensor-parallel
     #: all-reduces (vllm#2150: "when using TP, the activation memory for all reduce is not
-    #: reused"), so each one's hidden states stay allocated to its end (memory.inference_memory)
+    #: reused"), so each one's hidden states stay allocated to its end
+    #: (memory_inference.inference_memory)
     vllm_allreduce_inputs_held: bool = False
 
     def __post_init__(self) -> None:
@@ -346,7 +347,7 @@ def inference_settings(
             context_length=read.context_length,
             concurrency=per_instance,
             reserve_bytes=reserve,
-            # vLLM's profile run (memory.inference_memory): the reference passes both to
+            # vLLM's profile run (memory_inference.inference_memory): the reference passes both to
             # vllm serve (areal/api/cli_args.py vLLMConfig, max_num_seqs 256 by default)
             max_num_seqs=read.max_num_seqs or VLLM_MAX_NUM_SEQS,
             max_num_batched_tokens=read.max_num_batched_tokens,

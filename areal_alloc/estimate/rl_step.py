@@ -1,7 +1,7 @@
 """One RL step as a timeline: the one model the plan's pace, ``layouts --rank``,
 ``suggest`` and ``calibrate`` share, so that they cannot disagree.
 
-- generation, per rollout instance (:func:`areal_alloc.estimate.speed.generation`: the
+- generation, per rollout instance (:func:`areal_alloc.estimate.speed_inference.generation`: the
   prefill at compute, then decode steps at max(HBM reads, GEMM compute) plus the
   tensor-parallel all-reduces), at the decode batch :func:`decode_batch` (the sequences
   in flight on the instance: never a fixed cap), over the mean generation length; a
