@@ -136,6 +136,15 @@ def _drawn(cells: list[Cell], per_node: int) -> tuple[Cell, ...]:
     return tuple(cells) if per_node <= MAX_COLUMNS else _merged_columns(cells)
 
 
+def _cases(cells: tuple[Cell, ...]) -> tuple[object, ...]:
+    """A small map's row as the text map writes it: each GPU's owner, and for its own
+    inference instances which case (``R R R R r r r r``), so alike nodes merge as there."""
+    return tuple(
+        (c.key, c.width, c.instance % 2 if c.instance is not None and c.server == c.key else None)
+        for c in cells
+    )
+
+
 def _owner_runs(pieces: Sequence[_Piece], at: int, first: int, end: int) -> tuple[object, ...]:
     """``(owner, GPUs)`` runs of the node ``[first, end)``, from the piece ``at`` on."""
     runs: list[tuple[str | None, int]] = []
@@ -172,7 +181,7 @@ def map_rows(plan: Mapping[str, Any]) -> list[Row | Gap]:
         drawn: tuple[Cell, ...] | None = None
         if exact:
             drawn = _drawn(_node_cells(pieces, starts, node, per_node), per_node)
-            signature: tuple[object, ...] = drawn
+            signature: tuple[object, ...] = _cases(drawn)
         else:  # alike up to the instances: the owners' runs, from the pieces alone
             signature = _owner_runs(pieces, at, first, end)
         if rows and signatures[-1] == signature and rows[-1].last == node - 1:

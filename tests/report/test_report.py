@@ -142,6 +142,22 @@ def test_one_cell_per_gpu_of_each_row_the_rows_of_the_text_map(
         assert [cell.attrs["data-engine"]] == (owner or [""])
 
 
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        # two servers a node on two alike nodes: one row, as the text map merges them
+        ("cluster.n_nodes=3", "rollout.backend=sglang:d4t4", "actor.backend=fsdp:d4t2"),
+        ("cluster.n_nodes=5", "rollout.backend=sglang:d2t16", "actor.backend=fsdp:d4t2"),
+        ("cluster.n_nodes=64", "rollout.backend=sglang:d12t3", "actor.backend=fsdp:d64"),
+    ],
+    ids=["servers-of-4", "servers-of-16", "servers-of-3"],
+)
+def test_the_rows_are_the_text_maps_rows(overrides: tuple[str, ...], main_cli: MainCli) -> None:
+    page = Page(html_of(main_cli, "experiment=moe_32", *overrides))
+    rows = list(dict.fromkeys(c.attrs["data-row"] for c in page.select("rect", "gpu")))
+    assert rows == _text_map_rows(main_cli, "experiment=moe_32", *overrides)
+
+
 @pytest.mark.parametrize("overrides", CASES, ids=lambda o: " ".join(o))
 def test_the_legend_names_each_placed_engine_the_colocated_ones_and_the_free_gpus(
     overrides: tuple[str, ...], main_cli: MainCli
