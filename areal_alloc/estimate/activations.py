@@ -33,8 +33,18 @@ def activation_bytes_per_token(
     flash_attention: bool,
     dropout: bool,
     sequence_length: int,
+    gathered_inputs: bool = False,
 ) -> tuple[float, str]:
     """Bytes one token leaves stored in one layer, per GPU, and how they were counted.
+
+    ``gathered_inputs``: tensor parallelism by DTensor (torch.distributed.tensor.parallel,
+    as the reference's FSDP engine and torchtitan apply it): the norms are sequence
+    parallel, but ``PrepareModuleInput`` all-gathers the attention's and the MLP's input
+    to ``Replicate()`` before the ``ColwiseParallel`` linears, which save it whole for
+    their weight gradient, so those 2h + 2h stay on every GPU (areal/engine/fsdp_utils/
+    parallel.py ``model_tp_plan``, areal-project/AReaL@cbff54d645d2cd8ee1f1c358a82f3f473588
+    433d; torchtitan/parallelisms/parallelize_llama.py at 9dec370a). Megatron's sequence
+    parallelism keeps them sharded and gathers them again in the backward.
 
     Korthikanti et al. 2022, section 4 and Table 2, counts per token of one layer
     (2 bytes an element, 1 byte a dropout mask): attention 11h + 5as (the a·s²
@@ -88,7 +98,11 @@ def activation_bytes_per_token(
         return 2 * h / (tp if sequence_parallel else 1), f"2h = {2 * h} (full recomputation)"
     if recompute == "op":
         return op_sac_bytes_per_token(arch, moe=moe, tp=tp, sequence_parallel=sequence_parallel)
-    if sequence_parallel or tp == 1:
+    if gathered_inputs and sequence_parallel and tp > 1:
+        whole = 2 * h + 2 * h  # the attention's and the MLP's gathered inputs
+        per_token = whole + (replicated - whole + split + scores) / tp
+        how = f"{whole} gathered + ({replicated - whole} + {split} + {scores})/t{tp}"
+    elif sequence_parallel or tp == 1:
         per_token = (replicated + split + scores) / tp
         how = (
             f"({replicated} + {split} + {scores})/t{tp}"

@@ -111,6 +111,8 @@ def training_memory(
     interleave = 1.0
     if pp > 1 and settings.virtual_pipeline > 1:
         interleave = 1 + (pp - 1) / (pp * settings.virtual_pipeline)
+    # FSDP and archon apply tensor parallelism by DTensor: the linears save gathered inputs
+    dtensor = backend != "megatron"
     per_token = {
         moe: activation_bytes_per_token(
             arch,
@@ -121,6 +123,7 @@ def training_memory(
             flash_attention=settings.flash_attention,
             dropout=settings.dropout,
             sequence_length=tokens,
+            gathered_inputs=dtensor,
         )
         for moe in (False, True)
     }
@@ -171,6 +174,7 @@ def training_memory(
                 flash_attention=settings.flash_attention,
                 dropout=settings.dropout,
                 sequence_length=tokens,
+                gathered_inputs=dtensor,
             )[0]
             for m in ((False, True) if p.moe_layers and p.dense_layers else (bool(p.moe_layers),))
         )

@@ -96,3 +96,36 @@ def test_offloaded_checkpoints_leave_one_layer_on_the_gpu() -> None:
     # full recomputation keeps each of the 32 layers' 2h = 8,192 B input per token; offloaded,
     # one layer's: 31 × 8,192 B × 16,384 tokens fewer
     assert plain["activations"] - offloaded["activations"] == 31 * 8192 * TOKENS
+
+
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_dtensor_tensor_parallelism_keeps_the_linears_gathered_inputs(tp: int) -> None:
+    from areal_alloc.estimate.activations import activation_bytes_per_token
+
+    def per_token(gathered: bool) -> float:
+        return activation_bytes_per_token(
+            LLAMA,
+            moe=False,
+            tp=tp,
+            sequence_parallel=True,
+            recompute="none",
+            flash_attention=True,
+            dropout=False,
+            sequence_length=8192,
+            gathered_inputs=gathered,
+        )[0]
+
+    # the attention's and the MLP's inputs, 2h + 2h = 16,384 B, whole instead of split by t
+    assert per_token(True) - per_token(False) == pytest.approx(16384 * (1 - 1 / tp))
+
+
+def test_fsdp_tensor_parallelism_saves_more_than_megatrons() -> None:
+    settings = TrainingSettings(tokens_per_micro_batch=8192, recompute="none")
+    acts = {
+        engine: estimate_allocation(
+            ModelAllocation.from_str(f"{engine}:d4t2"), LLAMA, 96 * GIB, settings, None
+        ).term("activations")
+        for engine in ("fsdp", "megatron")
+    }
+    # 32 layers × 8,192 tokens × 16,384 B × (1 − 1/2) more on the DTensor engine
+    assert acts["fsdp"] - acts["megatron"] == 32 * 8192 * 16384 // 2
