@@ -14,20 +14,8 @@ GPU and the reserve from ``areal_alloc.settings``:
 - GPU: ``cluster.gpu`` (catalogue) or ``cluster.gpu_memory_gib``; without
   either, memory is shown and nothing is refused; ``cluster.memory_reserve_gib``
   overrides the reserve;
-- training: ``dtype``, ``optimizer.type``, ``optimizer_dtype``,
-  ``gradient_checkpointing`` with ``megatron.recompute_granularity``,
-  ``megatron.ddp.use_distributed_optimizer``,
-  ``megatron.use_precision_aware_optimizer``,
-  ``megatron.virtual_pipeline_parallel_size``, ``mb_spec.max_tokens_per_mb``
-  (unset: the whole local batch, ``mb_spec.n_mbs`` micro-batches, from
-  ``train_dataset`` and ``gconfig``), ``fsdp.offload_params``,
-  ``fsdp.memory_efficient_load``, ``use_lora`` / ``lora_rank`` /
-  ``target_modules``, ``is_critic``, and ``offload`` with the reference's own
-  offloading of colocated engines (:func:`_offloaded_while`); the defaults are
-  ``areal_alloc.defaults``;
-- inference: ``sglang.mem_fraction_static`` / ``vllm.gpu_memory_utilization``,
-  ``sglang.context_length`` / ``vllm.max_model_len``, ``kv_cache_dtype``,
-  ``dtype``, ``rollout.max_concurrent_rollouts``.
+- each engine's settings: :mod:`areal_alloc.estimate.execution` (its docstring
+  lists the keys it reads).
 """
 
 from __future__ import annotations

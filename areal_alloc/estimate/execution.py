@@ -12,6 +12,24 @@ from ``areal_alloc.defaults`` or is cited here:
   ``mean_gen_len``; else the maximum, said);
 - ``actor.recompute_logprob``, ``rollout.max_head_offpolicyness``,
   ``rollout.max_concurrent_rollouts`` and whether the rollout shares the actor's GPUs.
+
+The engines' settings (:func:`training_settings`, :func:`inference_settings`), from
+the keys each engine writes:
+
+- training: ``dtype``, ``optimizer.type``, ``optimizer_dtype``,
+  ``gradient_checkpointing`` with ``megatron.recompute_granularity``,
+  ``megatron.ddp.use_distributed_optimizer``,
+  ``megatron.use_precision_aware_optimizer``,
+  ``megatron.virtual_pipeline_parallel_size``, ``mb_spec.max_tokens_per_mb``
+  (unset: the whole local batch, ``mb_spec.n_mbs`` micro-batches, from
+  ``train_dataset`` and ``gconfig``), ``fsdp.offload_params``,
+  ``fsdp.memory_efficient_load``, ``use_lora`` / ``lora_rank`` /
+  ``target_modules``, ``is_critic``, and ``offload`` with the reference's own
+  offloading of colocated engines (``engines._offloaded_while``); the defaults are
+  ``areal_alloc.defaults``;
+- inference: ``sglang.mem_fraction_static`` / ``vllm.gpu_memory_utilization``,
+  ``sglang.context_length`` / ``vllm.max_model_len``, ``kv_cache_dtype``,
+  ``dtype``, ``rollout.max_concurrent_rollouts``.
 """
 
 from __future__ import annotations
