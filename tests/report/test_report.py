@@ -88,7 +88,7 @@ def run(main_cli: MainCli, *args: str) -> Ran:
     return _RUNS[args]
 
 
-def _said(stderr: str) -> list[str]:
+def said(stderr: str) -> list[str]:
     """What the run said on stderr beyond the hook's warnings and assumptions."""
     noted = ("areal-alloc: warning: ", "areal-alloc: assumed: ")
     return [line for line in stderr.splitlines() if not line.startswith(noted)]
@@ -96,14 +96,14 @@ def _said(stderr: str) -> list[str]:
 
 def plan_of(main_cli: MainCli, *overrides: str) -> dict[str, Any]:
     ran = run(main_cli, *overrides, "output=json")
-    assert (ran.returncode, _said(ran.stderr)) == (0, []), ran.stderr
+    assert (ran.returncode, said(ran.stderr)) == (0, []), ran.stderr
     plan: dict[str, Any] = json.loads(ran.stdout)
     return plan
 
 
 def html_of(main_cli: MainCli, *overrides: str) -> str:
     ran = run(main_cli, *overrides, "output=html")
-    assert (ran.returncode, _said(ran.stderr)) == (0, []), ran.stderr
+    assert (ran.returncode, said(ran.stderr)) == (0, []), ran.stderr
     return ran.stdout
 
 
