@@ -383,6 +383,13 @@ def _training_settings(inputs: Mapping[str, Any]) -> TrainingSettings:
         reserve_bytes=0 if _torch_allocator_metric(inputs) else 4 * GIB,
         optimizer_in_backward=bool(inputs.get("optimizer_in_backward")),
         activation_offload=bool(inputs.get("activation_offloading")),
+        # micro-batches per step on a data-parallel rank (gradient accumulation); a
+        # pipeline's own micro-batches are another count, not published for these rows
+        micro_batches=(
+            int(inputs.get("grad_accum") or 1)
+            if (inputs.get("layout") or {}).get("p", 1) == 1
+            else None
+        ),
     )
 
 

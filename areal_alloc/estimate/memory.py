@@ -120,7 +120,9 @@ class KVCache:
 #:   values, the actor's log-prob recomputation): one layer's activations and the
 #:   bfloat16 logits, beside what the engine keeps between its phases;
 #: - ``backward``: every activation of the micro-batch, the logits as the loss holds
-#:   them and the gradients;
+#:   them and the gradients (but a torch engine's only micro-batch of a step: its
+#:   gradients were set to None before the step and grow as the backward frees the
+#:   activations, so its peak is the start, without them, or the optimizer step);
 #: - ``optimizer_step``: states, gradients and master weights, the activations freed
 #:   (FSDP's AdamW is torch's fused one, no per-tensor temporaries:
 #:   areal/engine/fsdp_engine.py lines 1195-1202, ``fused=True`` but for a vision

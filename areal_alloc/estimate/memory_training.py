@@ -294,7 +294,15 @@ def training_memory(
                 f"and fragmentation (--memory-reserve-gib)",
             )
         )
-        stage_phases = {"forward" if forward_only else "backward": tuple(terms)}
+        # torch's optimizers set the gradients to None before a step (zero_grad's
+        # set_to_none=True default: AReaL's train_batch calls optimizer_zero_grad first,
+        # fsdp_engine.py line 781 at cbff54d6; torchtitan's train.py optimizers.zero_grad()
+        # at 9dec370a): a step's only micro-batch starts its backward without gradients,
+        # and they reach their size as its activations are freed (the optimizer step holds
+        # them all). Megatron's gradient buffer is allocated with the model.
+        lone = settings.micro_batches == 1 and not megatron_like and not forward_only
+        backward = tuple(t for t in terms if not (lone and t.name == "gradients"))
+        stage_phases = {"forward" if forward_only else "backward": backward}
         if not forward_only:
             # what stays between the phases (weights, gradients, optimizer states), and
             # the reserve beside everything. The gradients too: FSDP frees them only at

@@ -129,3 +129,22 @@ def test_fsdp_tensor_parallelism_saves_more_than_megatrons() -> None:
     }
     # 32 layers × 8,192 tokens × 16,384 B × (1 − 1/2) more on the DTensor engine
     assert acts["fsdp"] - acts["megatron"] == 32 * 8192 * 16384 // 2
+
+
+@pytest.mark.parametrize(
+    ("spec", "micro_batches", "gradients_in_backward"),
+    [
+        ("fsdp:d8", 1, False),  # set to None before the step, grown as activations free
+        ("fsdp:d8", 2, True),  # the second micro-batch's backward finds the first's
+        ("fsdp:d8", None, True),  # not known: as many as the step needs
+        ("megatron:d8", 1, True),  # Megatron's gradient buffer lives with the model
+    ],
+)
+def test_a_lone_micro_batch_starts_its_backward_without_gradients(
+    spec: str, micro_batches: int | None, gradients_in_backward: bool
+) -> None:
+    settings = TrainingSettings(tokens_per_micro_batch=TOKENS, micro_batches=micro_batches)
+    estimate = estimate_allocation(ModelAllocation.from_str(spec), LLAMA, 96 * GIB, settings, None)
+    phases = {p.name: {t.name for t in p.terms} for p in estimate.phases}
+    assert ("gradients" in phases["backward"]) is gradients_in_backward
+    assert "gradients" in phases["optimizer_step"]  # the step holds them all
