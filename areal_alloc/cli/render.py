@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import bisect
-from dataclasses import dataclass
-
 from areal_alloc.estimate.memory import MemoryEstimate, readable_bytes
 from areal_alloc.format import describe_dims
 from areal_alloc.plan import Plan
+from areal_alloc.report._grid import MAX_ROWS, Cell, Gap, map_rows
 
 __all__ = [
     "describe_dims",
@@ -201,81 +199,37 @@ def _phase_lines(estimate: MemoryEstimate) -> list[str]:
     ]
 
 
-#: Node rows drawn at most; beyond it the middle of the map is summarised.
-MAX_MAP_ROWS = 40
+#: Node rows drawn at most; beyond it the middle of the map is summarised (the report's
+#: bound: both draw the rows of :func:`areal_alloc.report._grid.map_rows`).
+MAX_MAP_ROWS = MAX_ROWS
 #: GPUs per node drawn as columns at most.
 MAX_MAP_COLUMNS = 64
 
 
-@dataclass(frozen=True, slots=True)
-class _Piece:
-    """A run of consecutive GPUs with one owner (or none): ``[start, stop)``."""
-
-    start: int
-    stop: int
-    letter: str  # FREE for unowned GPUs
-    offset: int = 0  # GPUs of the same placement before ``start``
-    size: int = 0  # instance size for alternating case; 0: one case
-
-
-def _pieces(plan: Plan, symbol: dict[str, str]) -> list[_Piece]:
-    owned: list[_Piece] = []
-    for placement in plan.placements:
-        allocation = plan[placement.key].allocation
-        size = allocation.instance_size if allocation.is_inference else 0
-        offset = 0
-        for start, stop in placement.runs:
-            owned.append(_Piece(start, stop, symbol[placement.key], offset, size))
-            offset += stop - start
-    owned.sort(key=lambda piece: piece.start)
-    pieces: list[_Piece] = []
-    cursor = 0
-    for piece in owned:
-        if piece.start > cursor:
-            pieces.append(_Piece(cursor, piece.start, FREE))
-        pieces.append(piece)
-        cursor = piece.stop
-    if cursor < plan.capacity:
-        pieces.append(_Piece(cursor, plan.capacity, FREE))
-    return pieces
+def _letter(cell: Cell, symbol: dict[str, str]) -> str:
+    """A GPU as the map writes it: its engine's letter, lower-case on every other one of
+    the engine's own inference instances (``R R R R r r r r``), ``·`` when free."""
+    if cell.key is None:
+        return FREE
+    letter = symbol[cell.key]
+    if cell.instance is not None and cell.server == cell.key and cell.instance % 2:
+        return letter.lower()
+    return letter
 
 
-def _cell(piece: _Piece, gpu: int) -> str:
-    if piece.size and ((piece.offset + gpu - piece.start) // piece.size) % 2:
-        return piece.letter.lower()
-    return piece.letter
+def _rows(plan: Plan, symbol: dict[str, str]) -> list[tuple[int, int, str]]:
+    """``(first node, last node, cells)``, or ``(-1, -1, summary)`` for a cut middle.
 
-
-def _rows(plan: Plan, pieces: list[_Piece]) -> list[tuple[int, int, str]]:
-    """``(first node, last node, cells)``: consecutive nodes alike up to case are merged.
-
-    A small map draws every node and merges only identical rows. A large one draws
-    only the nodes where an owner changes: a node inside one piece looks like every
-    other node of that piece (up to the case that tells instances apart), so a
-    million GPUs take as many steps as there are pieces.
+    The rows are the report's (one home for which nodes look alike): a small map draws
+    every node and merges identical ones, a large one draws the nodes where an owner
+    changes, and past :data:`MAX_MAP_ROWS` rows the middle is one line.
     """
-    per_node = plan.n_gpus_per_node
-    starts = [piece.start for piece in pieces]
-    exact = plan.n_nodes <= MAX_MAP_ROWS  # small maps: every node drawn, instances told apart
     rows: list[tuple[int, int, str]] = []
-    node = 0
-    while node < plan.n_nodes:
-        first = node * per_node
-        cells = []
-        for gpu in range(first, first + per_node):
-            piece = pieces[bisect.bisect_right(starts, gpu) - 1]
-            cells.append(_cell(piece, gpu))
-        row = " ".join(cells)
-        piece = pieces[bisect.bisect_right(starts, first) - 1]
-        last = node
-        if piece.stop >= first + per_node and not exact:  # the whole node lies in one piece
-            last = max(node, piece.stop // per_node - 1)
-        same = rows[-1][2] == row if exact and rows else rows and rows[-1][2].lower() == row.lower()
-        if same and rows[-1][1] == node - 1:
-            rows[-1] = (rows[-1][0], last, rows[-1][2])
+    for row in map_rows(plan.to_dict()):
+        if isinstance(row, Gap):
+            rows.append((-1, -1, f"… {row.nodes} more nodes in {row.rows} rows …"))
         else:
-            rows.append((node, last, row))
-        node = last + 1
+            rows.append((row.first, row.last, " ".join(_letter(c, symbol) for c in row.cells)))
     return rows
 
 
@@ -311,12 +265,7 @@ def _node_map(plan: Plan) -> list[str]:
             f"(at most {MAX_MAP_COLUMNS})"
         )
     else:
-        rows = _rows(plan, _pieces(plan, symbol))
-        if len(rows) > MAX_MAP_ROWS:
-            head, tail = rows[: MAX_MAP_ROWS - 10], rows[-10:]
-            hidden = rows[len(head) : len(rows) - 10]
-            skipped = sum(last - first + 1 for first, last, _ in hidden)
-            rows = [*head, (-1, -1, f"… {skipped} more nodes in {len(hidden)} rows …"), *tail]
+        rows = _rows(plan, symbol)
         labels = [_node_label(first, last) if first >= 0 else "" for first, last, _ in rows]
         width = max(8, *(len(label) + 2 for label in labels))
         lines.append(f"node map (one column per GPU, {FREE} free):")

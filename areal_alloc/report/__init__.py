@@ -10,6 +10,18 @@ with a few lines of script; it fetches nothing.
 
 from __future__ import annotations
 
-from areal_alloc.report._page import render_report
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from areal_alloc.report._page import render_report
 
 __all__ = ["render_report"]
+
+
+def __getattr__(name: str) -> Any:
+    """``render_report``, imported on first use: the text node map reads ``_grid`` alone."""
+    if name == "render_report":
+        from areal_alloc.report._page import render_report
+
+        return render_report
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
