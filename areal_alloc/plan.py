@@ -191,7 +191,8 @@ def _with_memory(
     from areal_alloc.estimate.rl_step import estimate_pace
 
     fit = estimate_memory(experiment, machine)
-    errors, warnings = memory_problems(engines, fit)
+    run = experiment.run  # the sequences in flight fit the KV cache at the longest's length
+    errors, warnings = memory_problems(engines, fit, run.prompt + run.new_tokens)
     chosen = machine.gpu
     # a GPU the config does not name: the refusal says where it came from
     where = "" if chosen is None or chosen.source.startswith("cluster.") else chosen.described

@@ -49,8 +49,9 @@ class RunShape:
     asynchronous: bool = True
     #: the mean generation length for throughput (None: ``gen_len``, the maximum)
     mean_gen_len: int | None = None
-    #: ``rollout.max_concurrent_rollouts`` (None: not given)
-    max_concurrent: int | None = None
+    #: the sequences the rollout keeps in flight (a config's
+    #: ``areal_alloc.estimate.execution.sequences_in_flight``; None: the step's ``batch``)
+    in_flight: int | None = None
     recompute_logprob: bool = False
     update_mode: str = WEIGHT_UPDATE_MODE
     #: the step's mode (areal_alloc.estimate.rl_step.MODES); None: from ``asynchronous``
@@ -92,7 +93,8 @@ class RunShape:
             recompute_logprob=self.recompute_logprob,
             offpolicyness=None,
             colocated=False,
-            max_concurrent=self.max_concurrent,
+            max_concurrent=None,
+            in_flight=self.in_flight,
         )
 
 
@@ -497,7 +499,7 @@ def _generation(
         mean_gen_len=shape.mean_gen_len,
         kv_tokens=kv.tokens if kv is not None else None,
         kv_bytes_per_token=kv.bytes_per_token if kv is not None else 0,
-        max_concurrent=shape.max_concurrent,
+        in_flight=shape.in_flight,
         synchronous=shape.step_mode != rl_step.ASYNCHRONOUS,
     )
 

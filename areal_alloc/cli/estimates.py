@@ -30,6 +30,7 @@ from areal_alloc.estimate.execution import (
     InferenceSettings,
     TrainingSettings,
     inference_settings,
+    sequences_in_flight,
     training_settings,
 )
 from areal_alloc.estimate.memory import KVCache, MemoryEstimate, readable_bytes
@@ -718,7 +719,7 @@ def _suggest_from_config(ns: argparse.Namespace) -> tuple[bool, bool]:
         pace = None
     ns.config_step = {
         "mode": pace.mode if pace is not None else mode,
-        "max_concurrent": run.max_concurrent_rollouts,
+        "in_flight": sequences_in_flight(run),
         "recompute_logprob": bool(run.recompute_logprob),
         "update_mode": experiment.update_mode,
     }
@@ -750,7 +751,7 @@ def _config_execution(ns: argparse.Namespace, experiment: Experiment) -> None:
     if rollout is not None and rollout.allocation.is_inference:
         chosen = resolved.gpu  # a server sizes its claim from the memory the device reports
         device = reported_bytes(chosen.catalogue) if chosen and chosen.catalogue else None
-        ns.config_inference = inference_settings(rollout, reserve, device)
+        ns.config_inference = inference_settings(rollout, reserve, device, experiment.run)
 
 
 def _suggest_settings(
@@ -908,7 +909,7 @@ def suggest_command(args: list[str]) -> int:
         critic=critic,
         asynchronous=not ns.sync,
         mean_gen_len=mean.value if mean is not None else None,
-        max_concurrent=step.get("max_concurrent"),  # type: ignore[arg-type]
+        in_flight=step.get("in_flight"),  # type: ignore[arg-type]
         recompute_logprob=bool(step.get("recompute_logprob", False)),
         update_mode=str(step.get("update_mode", WEIGHT_UPDATE_MODE)),
         mode=rl_step.SYNCHRONOUS if ns.sync else step.get("mode"),  # type: ignore[arg-type]

@@ -33,7 +33,7 @@ from areal_alloc.estimate.execution import (
     inference_settings,
     training_settings,
 )
-from areal_alloc.estimate.memory import MemoryEstimate, Phase, Term, readable_bytes
+from areal_alloc.estimate.memory import KVCache, MemoryEstimate, Phase, Term, readable_bytes
 from areal_alloc.estimate.memory_inference import inference_memory
 from areal_alloc.estimate.memory_training import training_memory
 from areal_alloc.estimate.system import GPUSpec, resolve_gpu
@@ -153,7 +153,7 @@ def estimate_memory(experiment: Experiment, settings: Resolved | None = None) ->
             continue
         allocation = engine.allocation
         if allocation.is_inference:
-            serve = inference_settings(engine, reserve, device)
+            serve = inference_settings(engine, reserve, device, experiment.run)
             estimates.append(
                 estimate_allocation(allocation, arch, capacity, None, serve, engine.key)
             )
@@ -391,8 +391,19 @@ _FIXES = {
 }
 
 
-def memory_problems(engines: Sequence[EngineLike], fit: Fit) -> tuple[list[str], list[str]]:
-    """(errors, warnings): engines over their GPU memory, KV caches too small."""
+def _length(kv: KVCache, longest: int | None) -> int:
+    """The length a sequence in flight takes in the KV cache: the run's longest, at most the
+    server's context length."""
+    return kv.sequence_length if longest is None else max(1, min(kv.sequence_length, longest))
+
+
+def memory_problems(
+    engines: Sequence[EngineLike], fit: Fit, longest: int | None = None
+) -> tuple[list[str], list[str]]:
+    """(errors, warnings): engines over their GPU memory, KV caches too small.
+
+    ``longest``: the run's longest sequence (prompt + ``gconfig.max_new_tokens``), the length
+    at which the sequences in flight must fit the KV cache (None: the context length)."""
     errors: list[str] = []
     warnings: list[str] = []
     gpu = fit.gpu
@@ -423,11 +434,14 @@ def memory_problems(engines: Sequence[EngineLike], fit: Fit) -> tuple[list[str],
                     f"weights take {readable_bytes(estimate.term('weights'))} per GPU; raise t, "
                     f"the memory fraction, or lower {length_key}"
                 )
-            elif kv.concurrency is not None and (kv.sequences or 0) < kv.concurrency:
+            elif kv.concurrency is not None and tokens // _length(kv, longest) < kv.concurrency:
+                length = _length(kv, longest)
+                what = "full-length" if length == kv.sequence_length else f"{length:,}-token"
                 warnings.append(
-                    f"{where}: the KV cache holds {kv.sequences:,} full-length sequences per "
+                    f"{where}: the KV cache holds {tokens // length:,} {what} sequences per "
                     f"instance, fewer than the {kv.concurrency:,} the run keeps in flight "
-                    f"(rollout.max_concurrent_rollouts over {engine.allocation.n_instances} "
+                    f"(gconfig.n_samples × min(rollout.max_concurrent_rollouts, (η + 1) × "
+                    f"train_dataset.batch_size) over {engine.allocation.n_instances} "
                     f"instances); the server will queue the rest"
                 )
             continue

@@ -11,7 +11,9 @@ from ``areal_alloc.defaults`` or is cited here:
 - the mean generation length for throughput (``--mean-gen-len``, the hook's
   ``mean_gen_len``; else the maximum, said);
 - ``actor.recompute_logprob``, ``rollout.max_head_offpolicyness``,
-  ``rollout.max_concurrent_rollouts`` and whether the rollout shares the actor's GPUs.
+  ``rollout.max_concurrent_rollouts`` and whether the rollout shares the actor's GPUs;
+- the sequences the rollout keeps in flight (:func:`sequences_in_flight`), the reference's
+  staleness manager's bound counted in rollouts of ``gconfig.n_samples`` sequences each.
 
 The engines' settings (:func:`training_settings`, :func:`inference_settings`), from
 the keys each engine writes:
@@ -58,6 +60,7 @@ __all__ = [
     "StepShape",
     "TrainingSettings",
     "inference_settings",
+    "sequences_in_flight",
     "step_shape",
     "training_settings",
 ]
@@ -348,12 +351,18 @@ def _lora_targets(targets: tuple[str, ...], path: str, notes: list[str]) -> None
 
 
 def inference_settings(
-    engine: Engine, reserve: int | None, device: int | None = None
+    engine: Engine, reserve: int | None, device: int | None = None, run: RunConfig | None = None
 ) -> InferenceSettings:
-    """The memory model's settings of an inference engine, from its one reading."""
+    """The memory model's settings of an inference engine, from its one reading.
+
+    ``run``: the experiment's run; with it, a rollout that writes ``max_concurrent_rollouts``
+    keeps :func:`sequences_in_flight` sequences over its instances (without it, the key as
+    written, a count of rollouts)."""
     read = engine.inference or InferenceConfig()
     backend = engine.allocation.backend
     concurrency = read.max_concurrent_rollouts
+    if concurrency is not None and run is not None and engine.key == "rollout":
+        concurrency = sequences_in_flight(run)
     per_instance = (
         None if concurrency is None else math.ceil(concurrency / engine.allocation.n_instances)
     )
@@ -389,7 +398,10 @@ class StepShape:
     recompute_logprob: bool
     offpolicyness: int | None  # rollout.max_head_offpolicyness as written
     colocated: bool  # the rollout shares the actor's GPUs
-    max_concurrent: int | None  # rollout.max_concurrent_rollouts as written
+    max_concurrent: int | None  # rollout.max_concurrent_rollouts as written, in rollouts
+    #: the sequences in flight over the rollout (:func:`sequences_in_flight`); None: the
+    #: step's own sequences
+    in_flight: int | None = None
     assumptions: tuple[str, ...] = ()
 
     @property
@@ -431,8 +443,35 @@ def step_shape(experiment: Experiment, machine: Resolved) -> StepShape:
         offpolicyness=run.max_head_offpolicyness,
         colocated=_colocated(experiment),
         max_concurrent=run.max_concurrent_rollouts,
+        in_flight=sequences_in_flight(run),
         assumptions=tuple(assumptions),
     )
+
+
+def sequences_in_flight(run: RunConfig) -> int:
+    """The sequences the rollout keeps in flight, as the reference bounds them.
+
+    Its staleness manager admits a new rollout while both
+    ``max_concurrent_rollouts − running`` and
+    ``(max_head_offpolicyness + version + 1) × consumer_batch_size − (accepted + running)``
+    are positive (areal/infra/staleness_manager.py ``get_capacity``; the first defaults to
+    ``consumer_batch_size``: areal/infra/workflow_executor.py ``WorkflowExecutor.__init__``
+    and areal/infra/controller/rollout_controller.py, areal-project/AReaL
+    cbff54d645d2cd8ee1f1c358a82f3f473588433d), so at most
+    min(``max_concurrent_rollouts``, (η + 1) × ``consumer_batch_size``) rollouts run. A
+    rollout is one task of one prompt: the trainer wraps the workflow in
+    ``GroupedRolloutWorkflow`` with ``group_size=gconfig.n_samples``
+    (areal/trainer/rl_trainer.py, ``prepare_batch(..., group_size=config.gconfig.n_samples)``),
+    which generates its ``n_samples`` sequences at once (``asyncio.gather``,
+    areal/infra/remote_inf_engine.py, same commit). ``consumer_batch_size`` is taken as
+    ``train_dataset.batch_size``, as every RL example of the reference writes it
+    (``consumer_batch_size: ${train_dataset.batch_size}``, examples/math/gsm8k_grpo.yaml)."""
+    prompts = run.batch
+    eta = run.max_head_offpolicyness
+    eta = DEFAULT_OFFPOLICYNESS if eta is None else eta
+    concurrent = prompts if run.max_concurrent_rollouts is None else run.max_concurrent_rollouts
+    rollouts = min(max(1, concurrent), (eta + 1) * prompts)
+    return rollouts * run.samples
 
 
 def _mean_gen_len(machine: Resolved, new_tokens: int) -> tuple[int, str]:

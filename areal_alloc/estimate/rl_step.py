@@ -82,17 +82,22 @@ DISK_GBPS = 2.0
 
 
 def decode_batch(
-    sequences: int, instances: int, kv_tokens: int | None, context: int, max_concurrent: int | None
+    sequences: int, instances: int, kv_tokens: int | None, context: int, in_flight: int | None
 ) -> int:
-    """The sequences in flight on one instance: min(its share of the step's sequences,
-    what its KV cache holds at the mean ``context``, its share of
-    ``rollout.max_concurrent_rollouts``), at least 1."""
+    """The sequences in flight on one instance: min(its share of the sequences the rollout
+    keeps in flight, ``in_flight``, or of the step's ``sequences`` when None; what its KV
+    cache holds at the mean ``context``), at least 1.
+
+    ``in_flight`` is :func:`areal_alloc.estimate.execution.sequences_in_flight`: the
+    reference's staleness manager admits min(``rollout.max_concurrent_rollouts``, (η + 1) ×
+    the batch) rollouts of ``gconfig.n_samples`` sequences each
+    (areal/infra/staleness_manager.py ``get_capacity``, areal/trainer/rl_trainer.py
+    ``group_size=config.gconfig.n_samples``, AReaL cbff54d6), more than one step's
+    sequences when η > 0."""
     instances = max(1, instances)
-    batch = math.ceil(sequences / instances)
+    batch = math.ceil((sequences if in_flight is None else in_flight) / instances)
     if kv_tokens is not None and context > 0:
         batch = min(batch, kv_tokens // context)
-    if max_concurrent is not None:
-        batch = min(batch, math.ceil(max_concurrent / instances))
     return max(1, batch)
 
 
@@ -104,7 +109,9 @@ class Generation:
     throughput_seconds: float  # the waves at the mean generation length
     floor_seconds: float  # max_new_tokens decode steps of the longest sequence
     batch: int
-    waves: int
+    #: one instance's share of the step over its batch: whole waves when synchronous (the
+    #: step drains), a fraction when asynchronous (the batch stays full across steps)
+    waves: float
     instances: int
     estimate: StepEstimate  # one wave of one instance
     what: str
@@ -116,8 +123,8 @@ class Generation:
             StepTerm(
                 "generation (mean length)",
                 self.throughput_seconds,
-                f"{self.waves} wave(s) × {self.estimate.seconds:.4g} s per wave of {self.batch} "
-                f"sequences on each of {self.instances} instances",
+                f"{self.waves:.3g} wave(s) × {self.estimate.seconds:.4g} s per wave of "
+                f"{self.batch} sequences on each of {self.instances} instances",
                 hidden=floor > self.throughput_seconds and self.seconds == floor,
             ),
             StepTerm(
@@ -141,18 +148,21 @@ def rollout(
     mean_gen_len: int | None,
     kv_tokens: int | None,
     kv_bytes_per_token: int,
-    max_concurrent: int | None = None,
+    in_flight: int | None = None,
     synchronous: bool = True,
 ) -> Generation:
-    """The rollout's generation of one step's ``sequences`` over ``instances``."""
+    """The rollout's generation of one step's ``sequences`` over ``instances``, at the
+    decode batch of :func:`decode_batch` (``in_flight``: the sequences the rollout keeps
+    in flight, None: the step's)."""
     mean = max_new_tokens if mean_gen_len is None else min(mean_gen_len, max_new_tokens)
     if mean < 1:
         raise AllocationValidationError(
             f"mean generation length {mean}: must be ≥ 1 (--mean-gen-len, mean_gen_len)"
         )
     context = prompt + mean // 2
-    batch = decode_batch(sequences, instances, kv_tokens, context, max_concurrent)
-    waves = math.ceil(math.ceil(sequences / max(1, instances)) / batch)
+    batch = decode_batch(sequences, instances, kv_tokens, context, in_flight)
+    share = math.ceil(sequences / max(1, instances))
+    waves: float = math.ceil(share / batch) if synchronous else share / batch
     one = generation(
         arch,
         parallel,
@@ -173,11 +183,11 @@ def rollout(
     )
     floor = last.seconds * max_new_tokens
     seconds = max(throughput, floor) if synchronous else throughput
+    held = math.ceil((sequences if in_flight is None else in_flight) / max(1, instances))
     what = (
-        f"{waves} wave(s) of {batch} sequences (min of {math.ceil(sequences / max(1, instances))}"
-        f" per instance, the KV cache at mean context {context:,}"
-        + ("" if max_concurrent is None else f", max_concurrent_rollouts {max_concurrent:,}")
-        + f") × {mean:,} tokens on each of {instances} instances"
+        f"{waves:.3g} wave(s) of {batch} sequences (min of {held:,} in flight per instance, the "
+        f"KV cache at mean context {context:,}) × {mean:,} tokens on each of {instances} "
+        f"instances{'' if synchronous else ' (asynchronous: the batch stays full across steps)'}"
         + (f"; floor {max_new_tokens:,} decode steps = {floor:.4g} s" if synchronous else "")
     )
     return Generation(seconds, throughput, floor, batch, waves, instances, one, what)
@@ -629,7 +639,7 @@ def _rollout_pace(
         mean_gen_len=shape.mean,
         kv_tokens=kv.tokens if kv is not None else None,
         kv_bytes_per_token=kv.bytes_per_token if kv is not None else 0,
-        max_concurrent=shape.max_concurrent,
+        in_flight=shape.in_flight,
         synchronous=mode != ASYNCHRONOUS,
     )
     one = replace(gen.estimate, terms=gen.estimate.terms + gen.terms)

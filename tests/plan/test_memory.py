@@ -429,8 +429,18 @@ def test_a_kv_cache_that_cannot_hold_one_sequence_is_refused() -> None:
 
 
 def test_fewer_sequences_than_the_concurrency_warns() -> None:
-    plan = plan_config(_cfg(rollout__max_concurrent_rollouts=100_000))
+    # the reference counts max_concurrent_rollouts in rollouts of n_samples sequences, at
+    # most (η + 1) batches: 4 × min(100,000, 1 × 25,000) = 100,000 over 4 instances
+    cfg = _cfg(
+        rollout__max_concurrent_rollouts=100_000,
+        train_dataset__batch_size=25_000,
+        gconfig__n_samples=4,
+    )
+    plan = plan_config(cfg)
     assert any("fewer than the 25,000 the run keeps in flight" in w for w in plan.warnings)
+    # one prompt of one sample a step (the defaults): one sequence in flight, no warning
+    alone = plan_config(_cfg(rollout__max_concurrent_rollouts=100_000))
+    assert not any("the run keeps in flight" in w for w in alone.warnings)
 
 
 def test_colocated_ref_adds_its_weights_to_the_actors_gpus() -> None:

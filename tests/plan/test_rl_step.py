@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 from areal_alloc.catalogue import find_gpu, find_model
 from areal_alloc.errors import AllocationError
 from areal_alloc.estimate import rl_step
-from areal_alloc.estimate.execution import TrainingSettings
+from areal_alloc.estimate.execution import TrainingSettings, sequences_in_flight
 from areal_alloc.estimate.speed_inference import generation
 from areal_alloc.estimate.system import Hardware
+from areal_alloc.experiment.read import RunConfig
 from areal_alloc.model import ModelAllocation
 from areal_alloc.settings import Settings
 from areal_alloc.suggest import RunShape, suggest
@@ -28,10 +29,12 @@ QWEN = find_model("Qwen3-8B")
 P = QWEN.parameters.total  # parameters; bf16 weights are 2 × P bytes
 
 DECODE_BATCH = [
-    # (sequences, instances, KV tokens, mean context, max_concurrent_rollouts), batch
+    # (sequences, instances, KV tokens, mean context, sequences in flight), batch
     ((512, 2, None, 5120, None), 256),  # the step's share: 512 / 2
     ((512, 2, 1_000_000, 5000, None), 200),  # what the KV holds: 1,000,000 // 5,000
-    ((512, 2, None, 5120, 256), 128),  # rollout.max_concurrent_rollouts 256 / 2 instances
+    ((512, 2, None, 5120, 256), 128),  # 256 in flight over 2 instances
+    ((512, 2, None, 5120, 1536), 768),  # η > 0: more than the step's 512 in flight
+    ((512, 2, 1_000_000, 5000, 1536), 200),  # ... still what the KV holds
     ((100_000, 1, 10**9, 10, None), 100_000),  # no fixed cap (it was 256)
     ((1, 4, None, 10, None), 1),  # fewer sequences than instances: at least one
     ((100, 1, 50, 100, None), 1),  # a KV cache under one sequence: still one
@@ -41,6 +44,60 @@ DECODE_BATCH = [
 @pytest.mark.parametrize(("given", "expected"), DECODE_BATCH)
 def test_decode_batch(given: tuple[int, int, int | None, int, int | None], expected: int) -> None:
     assert rl_step.decode_batch(*given) == expected
+
+
+IN_FLIGHT = [
+    # (train_dataset.batch_size, gconfig.n_samples, max_concurrent_rollouts, η), sequences:
+    # n_samples × min(max_concurrent_rollouts (default the batch), (η + 1) × the batch),
+    # the staleness manager's bound in rollouts of n_samples sequences (AReaL cbff54d6)
+    ((64, 8, 256, None), 8 * 64),  # η 0: one batch of prompts, 512 sequences (was 256)
+    ((64, 8, None, 0), 8 * 64),  # max_concurrent_rollouts unset: the batch
+    ((64, 8, 32, 0), 8 * 32),  # 32 rollouts of 8 sequences
+    ((64, 8, 256, 2), 8 * 192),  # η 2: min(256, 3 × 64) = 192 rollouts
+    ((64, 8, None, 8), 8 * 64),  # η 8 and no max_concurrent_rollouts: still one batch
+    ((256, 4, 256, 1), 4 * 256),  # min(256, 2 × 256)
+    ((1, 1, 100_000, 0), 1),  # one prompt of one sample per step: one in flight
+]
+
+
+@pytest.mark.parametrize(("given", "expected"), IN_FLIGHT)
+def test_sequences_in_flight(given: tuple[int, int, int | None, int | None], expected: int) -> None:
+    batch, samples, concurrent, eta = given
+    run = RunConfig(
+        batch_size=batch,
+        n_samples=samples,
+        max_concurrent_rollouts=concurrent,
+        max_head_offpolicyness=eta,
+    )
+    assert sequences_in_flight(run) == expected
+
+
+def test_an_asynchronous_batch_stays_full_across_steps() -> None:
+    # 512 sequences on one instance, 1,536 in flight (η 2): the batch is 1,536 and the step's
+    # share takes a third of a wave; synchronous, the step drains: a whole wave of 512
+    def gen(synchronous: bool, in_flight: int) -> rl_step.Generation:
+        return rl_step.rollout(
+            QWEN,
+            ModelAllocation.from_str("sglang:d1").parallel,
+            H100,
+            sequences=512,
+            instances=1,
+            prompt=100,
+            max_new_tokens=1000,
+            mean_gen_len=1000,
+            kv_tokens=None,
+            kv_bytes_per_token=0,
+            in_flight=in_flight,
+            synchronous=synchronous,
+        )
+
+    fast = gen(False, 1536)
+    assert fast.batch == 1536
+    assert fast.waves == pytest.approx(1 / 3)
+    assert fast.throughput_seconds == pytest.approx(fast.estimate.seconds / 3)
+    drained = gen(True, 512)
+    assert (drained.batch, drained.waves) == (512, 1)
+    assert drained.throughput_seconds == drained.estimate.seconds
 
 
 NVLINK = 900 / 2 * 1e9 * 0.7  # one direction at the default 0.7 of peak
