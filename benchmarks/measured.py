@@ -503,7 +503,7 @@ def _inference(
         dtype="float16" if precision.startswith("fp16") else "bfloat16",
         memory_fraction=float(fraction),
     )
-    if _fp8_weights(inputs):  # every weight taken as fp8 (the checkpoint keeps a few in bf16)
+    if _fp8_weights(inputs):  # linear and expert weights fp8 (memory_inference), KV bf16
         settings = replace(settings, dtype="fp8", kv_cache_dtype="bfloat16")
     if inputs.get("max_model_len"):
         settings = replace(settings, context_length=int(inputs["max_model_len"]))
@@ -544,7 +544,7 @@ def _kv_note(inputs: Mapping[str, Any]) -> str:
     if inputs.get("memory_fraction") is None:
         notes.append(f"memory fraction not stated: vLLM's default {VLLM_DEFAULT_FRACTION}")
     if _fp8_weights(inputs):
-        notes.append("every weight taken as fp8, the KV cache bf16")
+        notes.append("linear and expert weights fp8, the embedding, output and KV cache bf16")
     if inputs.get("vllm_allreduce_inputs_held"):
         notes.append("vLLM before #2151: the profile run's TP all-reduce inputs held")
     return "; ".join(notes)

@@ -169,15 +169,21 @@ def inference_memory(
     )
     p = arch.parameters
     weights = p.total * compute / (tp * pp)
+    weights_text = f"{_b(p.total)} params / (t{tp}·p{pp}) × {compute} B ({settings.dtype})"
+    if settings.dtype == "fp8":
+        # an fp8 checkpoint quantizes the linear and MoE layers only; the embedding and
+        # the output layer stay in bf16 (Fp8Config.get_quant_method: LinearBase ->
+        # Fp8LinearMethod, FusedMoE -> Fp8MoEMethod, anything else None; vllm-project/vllm
+        # vllm/model_executor/layers/quantization/fp8.py@1436674bcb3f46f4c960d09334cf7dd1534943ca)
+        vocab = p.embedding + p.output
+        weights = ((p.total - vocab) * compute + vocab * 2) / (tp * pp)
+        weights_text = (
+            f"({_b(p.total - vocab)} linear and expert params × {compute} B (fp8) + "
+            f"{_b(vocab)} embedding and output × 2 B (bf16)) / (t{tp}·p{pp})"
+        )
     per_token, formula = kv_bytes_per_token(arch, tp, pp, kv_dtype)
     device = settings.device_bytes if settings.device_bytes is not None else capacity
-    terms = [
-        Term(
-            "weights",
-            int(weights),
-            f"{_b(p.total)} params / (t{tp}·p{pp}) × {compute} B ({settings.dtype})",
-        ),
-    ]
+    terms = [Term("weights", int(weights), weights_text)]
     vllm = backend == "vllm"
     activations = 0
     if vllm:

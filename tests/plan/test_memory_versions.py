@@ -148,3 +148,14 @@ def test_a_lone_micro_batch_starts_its_backward_without_gradients(
     phases = {p.name: {t.name for t in p.terms} for p in estimate.phases}
     assert ("gradients" in phases["backward"]) is gradients_in_backward
     assert "gradients" in phases["optimizer_step"]  # the step holds them all
+
+
+def test_an_fp8_checkpoint_keeps_its_embedding_and_output_in_bf16() -> None:
+    settings = InferenceSettings(dtype="fp8", kv_cache_dtype="bfloat16", memory_fraction=0.9)
+    estimate = estimate_allocation(
+        ModelAllocation.from_str("vllm:t4"), LLAMA, 80 * GIB, None, settings
+    )
+    p = LLAMA.parameters
+    vocab = p.embedding + p.output  # 2 × 128,256 × 4,096, untied
+    assert vocab == 2 * 128256 * 4096
+    assert estimate.term("weights") == int(((p.total - vocab) * 1 + vocab * 2) / 4)
