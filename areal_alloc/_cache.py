@@ -31,10 +31,12 @@ import stat
 import sys
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from areal_alloc._syntax import RawComponent, RawDim, RawPart
 from areal_alloc.files import read_descriptor
+
+if TYPE_CHECKING:  # the records' types: imported by the decoding, off the hook's fast path
+    from areal_alloc._syntax import RawComponent, RawDim
 
 __all__ = [
     "MAX_ENTRIES",
@@ -183,10 +185,14 @@ def _file() -> str | None:
 
 
 def _dims(data: Any) -> tuple[RawDim, ...]:
+    from areal_alloc._syntax import RawDim
+
     return tuple(RawDim(str(letter), str(digits), int(column)) for letter, digits, column in data)
 
 
 def _component(data: Any) -> RawComponent:
+    from areal_alloc._syntax import RawComponent, RawPart
+
     backend, name, column, dims, hybrid = data
     parts = None
     if hybrid is not None:

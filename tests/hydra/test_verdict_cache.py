@@ -257,7 +257,8 @@ import hydra
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def app(cfg):
-    heavy = ("lark", "areal_alloc.plan", "areal_alloc.experiment.read", "areal_alloc._parse")
+    heavy = ("lark", "areal_alloc.plan", "areal_alloc.experiment.read", "areal_alloc._parse",
+             "areal_alloc._syntax")
     print([m for m in heavy if m in sys.modules])
 
 app()
@@ -280,6 +281,10 @@ def test_a_cached_run_imports_no_plan_and_no_lark(tmp_path: Path) -> None:
         for _ in range(2)
     ]
     assert [(r.returncode, r.stdout) for r in runs] == [
-        (0, "['lark', 'areal_alloc.plan', 'areal_alloc.experiment.read', 'areal_alloc._parse']\n"),
+        (
+            0,
+            "['lark', 'areal_alloc.plan', 'areal_alloc.experiment.read', 'areal_alloc._parse', "
+            "'areal_alloc._syntax']\n",
+        ),
         (0, "[]\n"),
     ], runs[0].stderr + runs[1].stderr
