@@ -338,7 +338,7 @@ def _cite(repo: str, path: str, commit: str, quote: str, note: str = "") -> str:
 
 
 _HF_HARDWARE = "https://huggingface.co/hardware/"
-#: Speed sources read at a commit (benchmarks/measurements.json ``gpus`` quotes each line).
+#: Speed sources read at a commit; each citation quotes the line its figure is read from.
 _TORCHTITAN = ("pytorch/torchtitan", "torchtitan/tools/utils.py")
 _TORCHTITAN_COMMIT = "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a"
 _AIC_COMMIT = "095f58a51c4ca8e61b66ec108d86f223f8d559ce"
