@@ -35,6 +35,7 @@ from areal_alloc.errors import AllocationError
 from areal_alloc.estimate.engines import estimate_allocation
 from areal_alloc.estimate.execution import InferenceSettings, TrainingSettings
 from areal_alloc.estimate.memory import MemoryEstimate
+from areal_alloc.estimate.rl_step import COLOCATED, step_seconds, weight_update
 from areal_alloc.estimate.speed_inference import generation
 from areal_alloc.estimate.speed_training import training_step
 from areal_alloc.estimate.system import Hardware, resolve_gpu
@@ -610,8 +611,25 @@ def _decode_tps(data: Mapping[str, Any], row: Mapping[str, Any]) -> Answer:
     return run.tokens_per_second, note, tuple(run.terms_dict())
 
 
-def _rl_config(data: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """The run as an experiment config in the reference's keys."""
+def _in_flight(source: str, inputs: Mapping[str, Any]) -> dict[str, int]:
+    """An asynchronous NeMo RL run's bound on what is in flight as
+    ``rollout.max_concurrent_rollouts``: its collector holds a semaphore of
+    ``num_prompts_per_step × max_trajectory_age_steps`` prompt groups, each of
+    ``num_generations_per_prompt`` sequences (nemo_rl/algorithms/async_utils.py
+    ``AsyncTrajectoryCollector.__init__`` ``max_inflight``, NVIDIA-NeMo/RL v0.5.0 6c7089300f
+    and v0.6.0 5fb588932b); with ``max_head_offpolicyness`` = the age, the reference's
+    (η + 1) × batch bound does not bind (execution.sequences_in_flight). Each row keeps its
+    framework's bound: the AReaL paper's rows and synchronous runs the reference's own."""
+    age = int(inputs.get("max_offpolicyness") or 0)
+    if age < 1 or not source.startswith("nemo-rl"):
+        return {}
+    return {"max_concurrent_rollouts": int(inputs["prompts_per_step"]) * age}
+
+
+def _rl_config(
+    data: Mapping[str, Any], inputs: Mapping[str, Any], source: str = ""
+) -> dict[str, Any]:
+    """The run as an experiment config in the reference's keys (``source``: the row's)."""
     rollout, train = inputs.get("rollout"), inputs.get("train")
     if not rollout or not train:
         raise NotCompared("the rollout and training layouts are not published")
@@ -632,6 +650,8 @@ def _rl_config(data: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, 
         "rollout": {
             "backend": backend_string(r_engine, rollout["layout"]),
             "max_head_offpolicyness": inputs.get("max_offpolicyness"),
+            # what the run keeps in flight, in the reference's keys (_in_flight)
+            **_in_flight(source, inputs),
             # colocated: rollout and training time-share the same GPUs
             **(
                 {"scheduling_strategy": {"type": "colocation", "target": "actor"}}
@@ -656,7 +676,8 @@ def _rl_config(data: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, 
     }
     if inputs.get("mode") == "colocated":
         cfg["enable_offload"] = True  # the reference's switch for time-sharing the GPUs
-        # the reference's colocated weight update (NeMo RL refits in place)
+        # disk: the one mode the reference allows colocated beside a vLLM rollout (the plan
+        # refuses xccl there); the row's update is the run's in-place refit (_colocated_refit)
         cfg["actor"]["weight_update_mode"] = "disk"
     if train.get("reference_model"):
         cfg["actor"]["kl_ctl"] = 0.1
@@ -667,6 +688,30 @@ def _rl_config(data: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, 
             "scheduling_strategy": {"type": "colocation", "target": "actor"},
         }
     return cfg
+
+
+#: How a colocated NeMo RL run updates the rollout's weights, and the reference's mode for it.
+COLOCATED_REFIT = (
+    "colocated rows: NeMo RL refits in place, the training worker streaming its weights to "
+    "the vLLM worker on the same GPU by CUDA IPC handles over ZMQ (stream_weights_via_ipc_zmq "
+    "/ update_weights_via_ipc_zmq in nemo_rl/algorithms/grpo.py refit_policy_generation, "
+    "NVIDIA-NeMo/RL v0.5.0 6c7089300f and v0.6.0 5fb588932b); the reference's same-GPU "
+    "update is weight_update_mode=awex (areal/engine/awex/colocate_writer.py: CUDA IPC to "
+    "the colocated server, then its own ranks redistribute; AReaL cbff54d6), which it allows "
+    "beside an SGLang rollout only, so the row takes rl_step.weight_update(awex) over NVLink "
+    "from every training GPU in place of the plan's update"
+)
+
+
+def _colocated_refit(
+    data: Mapping[str, Any], inputs: Mapping[str, Any], arch: Architecture
+) -> dict[str, object]:
+    """A colocated row's weight update as the run did it (:data:`COLOCATED_REFIT`)."""
+    hardware, _ = _hardware(data, inputs)
+    term = weight_update(
+        arch, "awex", hardware, inside_node=True, senders=int(inputs["train"]["gpus"])
+    )
+    return {"name": term.name, "seconds": term.seconds, "formula": term.formula}
 
 
 def _rl_step(data: Mapping[str, Any], row: Mapping[str, Any]) -> Answer:
@@ -681,7 +726,7 @@ def _rl_step(data: Mapping[str, Any], row: Mapping[str, Any]) -> Answer:
             f"without it the estimate takes max_new_tokens {int(inputs['max_new_tokens']):,}, "
             "an upper bound)"
         )
-    cfg = _rl_config(data, inputs)
+    cfg = _rl_config(data, inputs, str(row.get("source", "")))
     gpu, note = _gpu(data, inputs["gpu"], hbm=True)
     flags: dict[str, object] = {
         "gpu": inputs["gpu"],
@@ -707,6 +752,17 @@ def _rl_step(data: Mapping[str, Any], row: Mapping[str, Any]) -> Answer:
     update = tuple(
         {"name": t.name, "seconds": t.seconds, "formula": t.formula} for t in pace.step_terms
     )
+    step = float(pace.step_seconds)
+    if pace.mode == COLOCATED:
+        refit = _colocated_refit(data, inputs, _row_model(data, inputs))
+        update = (refit, *(t for t in update if not str(t["name"]).startswith("weight update")))
+        step = step_seconds(
+            pace.mode,
+            pace.generate_seconds,
+            pace.train_seconds,
+            float(str(refit["seconds"])),
+            pace.switch_seconds,
+        )
     engines = tuple(
         {
             "name": f"engine {engine.key}",
@@ -716,13 +772,14 @@ def _rl_step(data: Mapping[str, Any], row: Mapping[str, Any]) -> Answer:
         }
         for engine in pace.engines
     )
-    return float(pace.step_seconds), note, sides + update + engines
+    return step, note, sides + update + engines
 
 
 #: How a step is taken from the plan's pace.
 RL_STEP_RULE = (
     "rl_step: the plan's step in the config's mode (asynchronous: the slower side; "
-    "synchronous: the sum; colocated: the sum and the switch), with the weight update"
+    "synchronous: the sum; colocated: the sum and the switch), with the weight update; "
+    + COLOCATED_REFIT
 )
 
 _ADAPTERS: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], Answer]] = {

@@ -131,3 +131,20 @@ def test_an_rl_step_row_is_its_sides_in_its_mode(capsys: pytest.CaptureFixture[s
             else generation + training
         )
         assert printed[row["id"]]["estimate"] == pytest.approx(sides + rest), row["id"]
+
+
+def test_a_colocated_row_refits_in_place(capsys: pytest.CaptureFixture[str]) -> None:
+    """NeMo RL's colocated runs refit by CUDA IPC on the same GPU: the reference's awex
+    update, never the disk write the config needs to pass the reference's rules."""
+    assert accuracy.main(["--json", "--kind", "rl_step"]) == 0
+    printed = {r["id"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    colocated = [
+        row
+        for row in rows(DATA, "rl_step")
+        if row["inputs"]["mode"] == "colocated" and printed[row["id"]]["compared"]
+    ]
+    assert colocated
+    for row in colocated:
+        names = [str(t["name"]) for t in printed[row["id"]]["terms"]]
+        assert "weight update (awex)" in names, row["id"]
+        assert "weight update (disk)" not in names, row["id"]
