@@ -341,14 +341,35 @@ def training_memory(
     if settings.critic:
         assumptions.append(f"{key} is a critic: a value head of one output, no vocabulary logits")
     resident = sum(t.bytes for t in terms if t.name in ("weights", "gradients", "optimizer"))
-    # torch's AdamW creates its states at the first step, FSDP its gradients at the
-    # first backward; Megatron allocates its grad buffers and optimizer when built
-    loaded = ("weights", "gradients", "optimizer") if megatron_like else ("weights",)
-    at_load = sum(t.bytes for t in terms if t.name in loaded)
+    # what is on the GPU once loaded: torch's AdamW creates its states at the first
+    # step, FSDP its gradients at the first backward; Megatron builds its gradient
+    # buffers and its optimizer's float32 main parameters with the model
+    # (megatron/core/optimizer/distrib_optimizer.py _build_model_and_main_param_groups,
+    # NVIDIA/Megatron-LM@001199898c4badd01eaf0785c212d8ed7ce83042) and its Adam or
+    # momentum states at the first step (TransformerEngine's FusedAdam.step: "if
+    # len(state) == 0: self.initialize_state(p, ...)", transformer_engine/pytorch/
+    # optimizers/fused_adam.py at NVIDIA/TransformerEngine@04912bf024514826f31cc02485d396974af68516)
+    if megatron_like:
+        per_param, _ = _megatron_state_bytes(settings)
+        loaded = tuple(
+            t
+            if t.name != "optimizer"
+            else Term(
+                "optimizer",
+                t.bytes * 4 // per_param,
+                f"its float32 main params, 4 of the {per_param} B per parameter of "
+                f"[{t.formula}]; the states come at the first step",
+            )
+            for t in terms
+            if t.name in ("weights", "gradients", "optimizer")
+        )
+    else:
+        loaded = tuple(t for t in terms if t.name == "weights")
+    at_load = sum(t.bytes for t in loaded)
     if backend == "fsdp" and not settings.memory_efficient_load:
         loading = _fsdp_load_peak(key, p, settings, lora, terms)
     else:
-        loading = tuple(t for t in terms if t.name in (*loaded, "reserve"))
+        loading = (*loaded, *(t for t in terms if t.name == "reserve"))
     phases = (
         Phase("load", loading),
         *(Phase(name, by_phase[name]) for name in PHASES if name in by_phase),
