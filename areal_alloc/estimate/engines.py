@@ -213,7 +213,7 @@ def _add_colocated(
                     and _loaded_before(experiment, other, runner)
                 ):
                     held = (
-                        "weights, gradient buffers and optimizer (built with the model)"
+                        "weights, gradient buffers and main params (built with the model)"
                         if there.backend == "megatron"
                         else "weights (gradients and optimizer states come at its first step)"
                     )

@@ -114,7 +114,8 @@ class KVCache:
 #:
 #: - ``load``: the weights being loaded (FSDP without ``memory_efficient_load``: the
 #:   whole model on every GPU before sharding; Megatron's gradient buffers and
-#:   optimizer are built with the model);
+#:   float32 main parameters are built with the model, its Adam states at the first
+#:   step: areal_alloc.estimate.memory_training);
 #: - ``generation``: an inference server's weights, KV cache and activation peak;
 #: - ``forward``: a forward pass without gradients (ref, teacher, the critic's
 #:   values, the actor's log-prob recomputation): one layer's activations and the

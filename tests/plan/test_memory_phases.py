@@ -375,7 +375,7 @@ def test_a_load_phase_over_its_gpu_names_what_loaded_before_it() -> None:
     # (2 + 4 + 4/8) B × 8,190,735,360 = 49.6 GiB
     assert refusal.endswith(
         "largest term colocated 49.6 GiB (actor's loaded weights, gradient buffers and "
-        "optimizer (built with the model) stay on these GPUs while ref loads (every training "
+        "main params (built with the model) stay on these GPUs while ref loads (every training "
         "engine loads before any is offloaded)); separate the colocated engine or raise t/p "
         "(engines load before any offload)"
     )
