@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -15,9 +12,7 @@ from omegaconf import OmegaConf
 
 from areal_alloc import AllocationError, AllocationValidationError, validate
 from areal_alloc.legacy import migration_overrides
-
-Cli = Callable[..., "subprocess.CompletedProcess[str]"]  # the `cli` fixture (conftest)
-
+from tests.conftest import AppRun, MainCli
 
 # --- the teacher, as the reference reads it ------------------------------------------
 
@@ -105,7 +100,9 @@ def test_teacher_errors(teacher: dict[str, Any], message: str) -> None:
 # --- other real-config readings --------------------------------------------------------
 
 
-def test_a_config_without_cluster_takes_the_reference_defaults(tmp_path: Path, cli: Cli) -> None:
+def test_a_config_without_cluster_takes_the_reference_defaults(
+    tmp_path: Path, main_cli: MainCli
+) -> None:
     plan = validate({"actor": {"backend": "fsdp:d8"}})
     assert (plan.n_nodes, plan.n_gpus_per_node) == (32, 8)
     assert plan.assumptions == (
@@ -114,7 +111,7 @@ def test_a_config_without_cluster_takes_the_reference_defaults(tmp_path: Path, c
     )
     assert validate({"actor": {"backend": "fsdp:d8"}, "cluster": None}).n_nodes == 32
     (tmp_path / "exp.yaml").write_text("actor:\n  backend: fsdp:d8\n")
-    done = cli("check", "exp.yaml")
+    done = main_cli("check", "exp.yaml")
     assert done.returncode == 0, done.stderr
     assert "allocation plan" not in done.stdout
     assert done.stdout.startswith("exp.yaml: 32 nodes × 8 GPUs = 256 GPUs")
@@ -125,17 +122,17 @@ def test_a_config_without_cluster_takes_the_reference_defaults(tmp_path: Path, c
     )
 
 
-def test_check_composes_the_defaults_list(tmp_path: Path, cli: Cli) -> None:
+def test_check_composes_the_defaults_list(tmp_path: Path, main_cli: MainCli) -> None:
     (tmp_path / "base.yaml").write_text(
         "cluster:\n  n_nodes: 1\n  n_gpus_per_node: 8\nactor:\n  backend: fsdp:d4p2\n"
     )
     (tmp_path / "top.yaml").write_text("defaults:\n  - base\n  - _self_\nexperiment_name: x\n")
-    done = cli("check", "top.yaml")
+    done = main_cli("check", "top.yaml")
     assert done.returncode == 1
     assert done.stderr.startswith(
         "areal-alloc check: actor.backend='fsdp:d4p2': FSDP backend only supports"
     )
-    good = cli("check", "top.yaml", "actor.backend=fsdp:d8")
+    good = main_cli("check", "top.yaml", "actor.backend=fsdp:d8")
     assert good.returncode == 0, good.stderr
     assert "  A = actor fsdp:d8  (node 0)" in good.stdout
 
@@ -211,7 +208,7 @@ def test_a_scheduling_typo_is_named_without_the_schema() -> None:
 
 @pytest.mark.parametrize("order", ["validate_first", "self_first"])
 def test_a_deprecated_allocation_mode_in_yaml_stops_the_run_in_any_order(
-    tmp_path: Path, order: str
+    tmp_path: Path, order: str, app_in_process: AppRun
 ) -> None:
     conf = tmp_path / "conf"
     conf.mkdir()
@@ -229,13 +226,7 @@ def test_a_deprecated_allocation_mode_in_yaml_stops_the_run_in_any_order(
         "def app(cfg):\n    print('RAN', 'allocation_mode' in cfg)\n"
         "app()\n"
     )
-    done = subprocess.run(
-        [sys.executable, "app.py", "hydra.run.dir=out"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = app_in_process(tmp_path / "app.py", "hydra.run.dir=out", cwd=tmp_path)
     assert done.returncode == 1
     assert "RAN" not in done.stdout
     assert done.stderr.startswith(
@@ -244,13 +235,7 @@ def test_a_deprecated_allocation_mode_in_yaml_stops_the_run_in_any_order(
     )
     # without allocation_mode the task never sees the hook's placeholder
     (conf / "config.yaml").write_text(f"defaults:\n{defaults}actor:\n  backend: fsdp:d8\n")
-    ok = subprocess.run(
-        [sys.executable, "app.py", "hydra.run.dir=out"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    ok = app_in_process(tmp_path / "app.py", "hydra.run.dir=out", cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout == "RAN False\n"
     # no cluster in this config: the hook says what it assumed
@@ -273,8 +258,8 @@ def test_migration_overrides_work_where_the_engine_does_not_exist_yet(hydra_conf
     ]
 
 
-def test_the_hook_prints_the_plans_warnings(tmp_path: Path, cli: Cli) -> None:
-    done = cli(
+def test_the_hook_prints_the_plans_warnings(tmp_path: Path, main_cli: MainCli) -> None:
+    done = main_cli(
         "rollout.backend=sglang:d3t2",
         "rollout.max_concurrent_rollouts=16",
         "actor.backend=megatron:d1t4",  # the model's 28 heads take t4, not t8
@@ -327,8 +312,10 @@ def test_an_engine_written_as_a_list_must_be_a_mapping() -> None:
         ),
     ],
 )
-def test_command_line_mistakes(tmp_path: Path, args: list[str], stderr: str, cli: Cli) -> None:
-    done = cli(*args)
+def test_command_line_mistakes(
+    tmp_path: Path, args: list[str], stderr: str, main_cli: MainCli
+) -> None:
+    done = main_cli(*args)
     assert done.returncode in (1, 2)
     assert done.stderr == stderr
 
