@@ -1,4 +1,5 @@
-"""The estimate interface of issue 17 item 5, run as users run it (one process per case).
+"""The estimate interface of issue 17 item 5, run as users run it: ``main(argv)`` in this
+process (the same output), and a process per case where a stored calibration is read.
 
 Every flag the issue names is given on the command line of the installed
 ``areal-alloc`` and found again in what it prints: ``explain`` (generation of one
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 from areal_alloc.catalogue import find_gpu
-from tests.conftest import Cli, MainCli
+from tests.conftest import Cli, MainCli, Ran
 
 ROOT = Path(__file__).resolve().parents[2]
 ASYNC_CONFIG = str(ROOT / "tests/data/real_grpo.yaml")  # max_head_offpolicyness 2, 1.5B model
@@ -30,13 +31,13 @@ OFF = "AREAL_ALLOC_NO_CALIBRATION=1 leaves it out"
 H100, A100 = find_gpu("H100-80GB"), find_gpu("A100-80GB")
 
 
-def _json(done: subprocess.CompletedProcess[str]) -> Any:
+def _json(done: subprocess.CompletedProcess[str] | Ran) -> Any:
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     return data[0] if isinstance(data, list) else data
 
 
-def _pace(done: subprocess.CompletedProcess[str]) -> Any:
+def _pace(done: subprocess.CompletedProcess[str] | Ran) -> Any:
     pace = _json(done)["pace"]
     assert isinstance(pace, dict), pace
     return pace
@@ -54,8 +55,8 @@ def _term_names(terms: Any) -> list[str]:
 # --- explain --------------------------------------------------------------------------
 
 
-def test_explain_generation_of_one_instance(cli: Cli) -> None:
-    done = cli(
+def test_explain_generation_of_one_instance(main_cli: MainCli) -> None:
+    done = main_cli(
         "explain",
         "sglang:d1t2",
         "--model",
@@ -89,8 +90,8 @@ def test_explain_generation_of_one_instance(cli: Cli) -> None:
     assert "training" not in data
 
 
-def test_explain_training_of_the_whole_engine(cli: Cli) -> None:
-    done = cli(
+def test_explain_training_of_the_whole_engine(main_cli: MainCli) -> None:
+    done = main_cli(
         "explain",
         "fsdp:d4t2",
         "--model",
@@ -131,8 +132,8 @@ def test_explain_training_of_the_whole_engine(cli: Cli) -> None:
 # --- the plan's pace: check and the app -----------------------------------------------
 
 
-def test_check_json_has_the_pace_in_the_configs_own_mode(cli: Cli) -> None:
-    pace = _pace(cli("check", ASYNC_CONFIG, "--gpu", "H100-80GB", "--json"))
+def test_check_json_has_the_pace_in_the_configs_own_mode(main_cli: MainCli) -> None:
+    pace = _pace(main_cli("check", ASYNC_CONFIG, "--gpu", "H100-80GB", "--json"))
     assert pace["mode"] == "asynchronous"  # rollout.max_head_offpolicyness: 2
     gen, train, update = (pace[k] for k in ("generate_seconds", "train_seconds", "update_seconds"))
     assert isinstance(gen, float)
@@ -144,8 +145,8 @@ def test_check_json_has_the_pace_in_the_configs_own_mode(cli: Cli) -> None:
     assert pace["calibration"] is None
 
 
-def test_the_apps_json_has_the_pace(cli: Cli) -> None:
-    pace = _pace(cli("output=json"))  # the default run: grpo_2x8, the hook's gpu H100-80GB
+def test_the_apps_json_has_the_pace(main_cli: MainCli) -> None:
+    pace = _pace(main_cli("output=json"))  # the default run: grpo_2x8, the hook's gpu H100-80GB
     assert pace["mode"] == "synchronous"  # max_head_offpolicyness unset: the reference's 0
     gen, train, update = (pace[k] for k in ("generate_seconds", "train_seconds", "update_seconds"))
     assert isinstance(gen, float)
@@ -153,15 +154,15 @@ def test_the_apps_json_has_the_pace(cli: Cli) -> None:
     assert isinstance(update, float)
     assert pace["step_seconds"] == pytest.approx(gen + train + update)
     # the same figures as check of the same experiment file
-    checked = _pace(cli("check", DEFAULT_CONFIG, "--gpu", "H100-80GB", "--json"))
+    checked = _pace(main_cli("check", DEFAULT_CONFIG, "--gpu", "H100-80GB", "--json"))
     assert {k: checked[k] for k in PACE_KEYS} == {k: pace[k] for k in PACE_KEYS}
 
 
-def test_check_takes_gpu_and_mean_gen_len(cli: Cli) -> None:
-    base = _pace(cli("check", ASYNC_CONFIG, "--gpu", "H100-80GB", "--json"))
-    other_gpu = _pace(cli("check", ASYNC_CONFIG, "--gpu", "A100-80GB", "--json"))
+def test_check_takes_gpu_and_mean_gen_len(main_cli: MainCli) -> None:
+    base = _pace(main_cli("check", ASYNC_CONFIG, "--gpu", "H100-80GB", "--json"))
+    other_gpu = _pace(main_cli("check", ASYNC_CONFIG, "--gpu", "A100-80GB", "--json"))
     shorter = _pace(
-        cli("check", ASYNC_CONFIG, "--gpu", "H100-80GB", "--mean-gen-len", "256", "--json")
+        main_cli("check", ASYNC_CONFIG, "--gpu", "H100-80GB", "--mean-gen-len", "256", "--json")
     )
     # an A100 is slower than an H100 on both sides
     assert other_gpu["generate_seconds"] > base["generate_seconds"]
@@ -176,10 +177,10 @@ def test_check_takes_gpu_and_mean_gen_len(cli: Cli) -> None:
 # --- suggest --config -------------------------------------------------------------------
 
 
-def test_suggest_config_gives_current_and_proposals(cli: Cli) -> None:
+def test_suggest_config_gives_current_and_proposals(main_cli: MainCli) -> None:
     flags = ("--gpu", "H100-80GB", "--mean-gen-len", "512")
-    pace = _pace(cli("check", ASYNC_CONFIG, *flags, "--json"))
-    found = _json(cli("suggest", "--config", ASYNC_CONFIG, *flags, "--json"))
+    pace = _pace(main_cli("check", ASYNC_CONFIG, *flags, "--json"))
+    found = _json(main_cli("suggest", "--config", ASYNC_CONFIG, *flags, "--json"))
     current = found["current"]
     assert isinstance(current, dict)
     assert {k: current[k] for k in PACE_KEYS} == {k: pace[k] for k in PACE_KEYS}
@@ -305,11 +306,11 @@ def test_a_calibration_is_named_by_explain_and_layouts(
 GPU_AND_MEAN = ("--gpu", "H100-80GB", "--mean-gen-len", "300")
 
 
-def test_explain_generation_takes_mean_gen_len(cli: Cli) -> None:
+def test_explain_generation_takes_mean_gen_len(main_cli: MainCli) -> None:
     """--gen-len is the longest generation (gconfig.max_new_tokens) on every command, and
     --mean-gen-len the mean the throughput is taken at, as check and suggest read them."""
     args = ("explain", "sglang:d1", "--model", "Qwen3-0.6B", "--batch", "32", "--gen-len", "1200")
-    gen = _json(cli(*args, *GPU_AND_MEAN, "--json"))["generation"]
+    gen = _json(main_cli(*args, *GPU_AND_MEAN, "--json"))["generation"]
     assert isinstance(gen, dict)
     assert (gen["gen_len"], gen["mean_gen_len"]) == (1200, 300)
     assert gen["tokens_per_second"] * gen["seconds"] == pytest.approx(32 * 300)
