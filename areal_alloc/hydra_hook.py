@@ -87,7 +87,7 @@ class ValidateAllocations(Callback):
     default), is printed as a warning (``warn``), or is not estimated (``off``).
 
     ``gpu`` (a catalogue name or GiB), ``peak_tflops``, ``hbm_tbps``, ``nvlink_gbps``,
-    ``inter_node_gbps``, ``compute_efficiency``, ``comm_efficiency``,
+    ``inter_node_gbps``, ``disk_gbps``, ``compute_efficiency``, ``comm_efficiency``,
     ``report=true`` writes the plan as one HTML page, ``plan.html``, into each job's
     output folder (a run's, and every job's of a multirun) when the job starts.
 
@@ -107,6 +107,7 @@ class ValidateAllocations(Callback):
         hbm_tbps: float | str | None = None,
         nvlink_gbps: float | str | None = None,
         inter_node_gbps: float | str | None = None,
+        disk_gbps: float | str | None = None,
         compute_efficiency: float | str | None = None,
         comm_efficiency: float | str | None = None,
         memory_reserve_gib: float | str | None = None,
@@ -138,6 +139,7 @@ class ValidateAllocations(Callback):
             "hbm_tbps": hbm_tbps,
             "nvlink_gbps": nvlink_gbps,
             "inter_node_gbps": inter_node_gbps,
+            "disk_gbps": disk_gbps,
             "compute_efficiency": compute_efficiency,
             "comm_efficiency": comm_efficiency,
             "memory_reserve_gib": memory_reserve_gib,

@@ -209,6 +209,7 @@ class ClusterConfig:
     hbm_tbps: float | None = None
     nvlink_gbps: float | None = None
     inter_node_gbps: float | None = None
+    disk_gbps: float | None = None
     compute_efficiency: float | None = None
     comm_efficiency: float | None = None
 

@@ -69,6 +69,7 @@ NAMES = (
     "hbm_tbps",
     "nvlink_gbps",
     "inter_node_gbps",
+    "disk_gbps",
     "compute_efficiency",
     "comm_efficiency",
     "memory_reserve_gib",
@@ -88,6 +89,7 @@ _FLOATS: dict[str, tuple[float, str]] = {
     "hbm_tbps": (MAX_SPEED, "TB/s"),
     "nvlink_gbps": (MAX_SPEED, "GB/s"),
     "inter_node_gbps": (MAX_SPEED, "Gb/s"),
+    "disk_gbps": (MAX_SPEED, "GB/s"),
     "compute_efficiency": (1.0, ""),
     "comm_efficiency": (1.0, ""),
 }
@@ -265,6 +267,8 @@ class Resolved:
     hbm_tbps: Sourced[float] | None = None
     nvlink_gbps: Sourced[float] | None = None
     inter_node_gbps: Sourced[float] | None = None
+    #: the shared file system a disk weight update crosses, GB/s (areal_alloc.estimate.system)
+    disk_gbps: Sourced[float] | None = None
     compute_efficiency: Sourced[float] | None = None
     comm_efficiency: Sourced[float] | None = None
     memory_reserve: Sourced[int] | None = None  # bytes

@@ -274,6 +274,10 @@ def hardware_flags(parser: argparse.ArgumentParser) -> None:
         ("--hbm-tbps", "HBM bandwidth (TB/s) of a GPU not in the catalogue"),
         ("--nvlink-gbps", "NVLink GB/s per GPU, both directions (as published)"),
         ("--inter-node-gbps", "network Gb/s per GPU between nodes (default 200, assumed)"),
+        (
+            "--disk-gbps",
+            "GB/s of the file system a disk weight update crosses (default 2, assumed)",
+        ),
         ("--compute-efficiency", "fraction of peak compute reached (default 0.5, assumed)"),
         ("--comm-efficiency", "fraction of link bandwidth reached (default 0.7, assumed)"),
     ):

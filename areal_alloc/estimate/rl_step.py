@@ -41,7 +41,12 @@ from areal_alloc.estimate.memory import MemoryEstimate
 from areal_alloc.estimate.speed import StepEstimate, StepTerm
 from areal_alloc.estimate.speed_inference import decode_step, generation
 from areal_alloc.estimate.speed_training import training_step
-from areal_alloc.estimate.system import Hardware, build_hardware, hardware_assumptions
+from areal_alloc.estimate.system import (
+    DEFAULT_DISK_GBPS,
+    Hardware,
+    build_hardware,
+    hardware_assumptions,
+)
 from areal_alloc.experiment.read import Engine, Experiment
 from areal_alloc.settings import Resolved, Settings
 from areal_alloc.strategy import ParallelStrategy
@@ -74,11 +79,6 @@ MODES = (ASYNCHRONOUS, SYNCHRONOUS, COLOCATED)
 #: (PCI-SIG PCIe 4.0 base specification: 16 GT/s × 16 lanes, 128b/130b), the link of
 #: an H100/A100 SXM node's GPUs to their host.
 PCIE_GBPS = 32.0
-#: weight_update_mode=disk: the actor saves a HuggingFace checkpoint and the rollout
-#: loads it (areal/engine/fsdp_engine.py _update_weights_from_disk, AReaL cbff54d6):
-#: the bytes are written and read once over a shared file system assumed at 2 GB/s
-#: (said in the term's formula).
-DISK_GBPS = 2.0
 
 
 def decode_batch(
@@ -207,11 +207,13 @@ def weight_update(
     size = arch.parameters.total * 2
     gib = size / 2**30
     if mode == "disk":
-        seconds = 2 * size / (DISK_GBPS * 1e9)
+        seconds = 2 * size / (hardware.disk_gbps * 1e9)
+        assumed = " an assumed" if hardware.disk_gbps == DEFAULT_DISK_GBPS else ""
         return StepTerm(
             "weight update (disk)",
             seconds,
-            f"2 × {gib:.2f} GiB written and read at an assumed {DISK_GBPS:g} GB/s",
+            f"2 × {gib:.2f} GiB written and read at{assumed} {hardware.disk_gbps:g} GB/s "
+            f"(--disk-gbps)",
         )
     link = hardware.link_bytes_per_second(inside_node)
     name = hardware.link_name(inside_node)

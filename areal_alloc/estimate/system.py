@@ -22,6 +22,7 @@ from areal_alloc.settings import Resolved, gpu_from_text
 __all__ = [
     "DEFAULT_COMM_EFFICIENCY",
     "DEFAULT_COMPUTE_EFFICIENCY",
+    "DEFAULT_DISK_GBPS",
     "DEFAULT_INTER_NODE_GBPS",
     "GPUSpec",
     "Hardware",
@@ -33,6 +34,11 @@ __all__ = [
 #: Assumed, printed, overridable (--inter-node-gbps, areal_alloc.settings): one 200 Gb/s network
 #: port per GPU between nodes.
 DEFAULT_INTER_NODE_GBPS = 200.0
+#: Assumed, printed, overridable (--disk-gbps, cluster.disk_gbps): the shared file system a
+#: disk weight update writes to and reads from (weight_update_mode=disk: the actor saves a
+#: HuggingFace checkpoint, the rollout loads it; areal/engine/fsdp_engine.py
+#: _update_weights_from_disk, AReaL cbff54d6). No measured figure was found to cite.
+DEFAULT_DISK_GBPS = 2.0
 
 
 #: Assumed fractions of peak that real kernels reach; calibrate them from one
@@ -58,10 +64,11 @@ class Hardware:
     hbm_efficiency: float = DEFAULT_COMM_EFFICIENCY
     #: A stored calibration these efficiencies come from (``calibration.describe``), or "".
     calibration: str = ""
+    disk_gbps: float = DEFAULT_DISK_GBPS  # the file system a disk weight update crosses
 
     def __post_init__(self) -> None:
         # the one reader of numbers, with the bounds the flags and cluster keys have
-        for name in ("peak_tflops", "hbm_tbps", "inter_node_gbps", "nvlink_gbps"):
+        for name in ("peak_tflops", "hbm_tbps", "inter_node_gbps", "nvlink_gbps", "disk_gbps"):
             value = getattr(self, name)
             if value is not None or name != "nvlink_gbps":
                 read_float(value, f"{self.name}: {name}", minimum=0, maximum=MAX_SPEED, above=True)
@@ -81,6 +88,7 @@ class Hardware:
         compute_efficiency: float | None = None,
         comm_efficiency: float | None = None,
         hbm_efficiency: float | None = None,
+        disk_gbps: float | None = None,
     ) -> Hardware:
         """A catalogue GPU's published speeds; the cluster's network and efficiencies."""
         missing = [name for name in ("bf16_tflops", "hbm_tbps") if getattr(gpu, name) is None]
@@ -100,6 +108,7 @@ class Hardware:
             DEFAULT_COMPUTE_EFFICIENCY if compute_efficiency is None else compute_efficiency,
             DEFAULT_COMM_EFFICIENCY if comm_efficiency is None else comm_efficiency,
             DEFAULT_COMM_EFFICIENCY if hbm_efficiency is None else hbm_efficiency,
+            disk_gbps=DEFAULT_DISK_GBPS if disk_gbps is None else disk_gbps,
         )
 
     def link_bytes_per_second(self, inside_node: bool, members_per_node: int = 1) -> float:
@@ -169,6 +178,7 @@ def build_hardware(
             compute_efficiency=compute,
             comm_efficiency=settings.value("comm_efficiency"),
             hbm_efficiency=stored.hbm_efficiency if stored else None,
+            disk_gbps=settings.value("disk_gbps"),
         )
     except AllocationError as error:
         where = settings.sources("gpu", "peak_tflops", "hbm_tbps") or "cluster"
