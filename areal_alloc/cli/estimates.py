@@ -496,7 +496,7 @@ def calibrate(args: list[str]) -> int:
         "calibrate",
         "Fit the estimate to one real measurement: a training step's seconds, or an "
         "inference engine's generated tokens per second. The fitted efficiency is kept for "
-        "this model and GPU, and layouts --rank and suggest start from it.",
+        "this model and GPU, and explain, layouts --rank, suggest and the plan start from it.",
         "examples:\n  areal-alloc calibrate megatron:d4t2 --model Qwen3-8B --gpu H100-80GB "
         "--step-seconds 14.2 --tokens-per-step 1048576 --tokens 16384 --recompute full\n"
         "  areal-alloc calibrate sglang:d2t4 --model Qwen3-8B --gpu H100-80GB "
@@ -622,8 +622,8 @@ def calibrate(args: list[str]) -> int:
         )
         return 1
     print(
-        f"kept in {path}: layouts --rank, suggest and check for {ns.model} on "
-        f"{gpu_spec(ns).name} start from it ({calibration.OFF})"
+        f"kept in {path}: explain, layouts --rank, suggest and the plan (check, the app, the "
+        f"hook) for {ns.model} on {gpu_spec(ns).name} start from it ({calibration.OFF})"
     )
     return 0
 
@@ -803,6 +803,7 @@ def _current(pace: Pace | None) -> dict[str, object] | None:
         "train_seconds": pace.train_seconds,
         "step_seconds": pace.step_seconds,
         "mode": pace.mode,
+        "advice": pace.advice,
         "calibration": pace.calibration or None,
     }
 
@@ -965,7 +966,7 @@ def suggest_command(args: list[str]) -> int:
         print(
             f"current split (the plan's pace): generation {current.generate_seconds:.1f} s, "
             f"training {current.train_seconds:.1f} s, step {current.step_seconds:.1f} s "
-            f"{current.mode}"
+            f"{current.mode} — {current.advice}"
         )
     for rank, p in enumerate(proposals, 1):
         r, a = p.rollout, p.actor

@@ -184,6 +184,7 @@ def test_suggest_config_gives_current_and_proposals(main_cli: MainCli) -> None:
     current = found["current"]
     assert isinstance(current, dict)
     assert {k: current[k] for k in PACE_KEYS} == {k: pace[k] for k in PACE_KEYS}
+    assert current["advice"] == pace["advice"]  # the plan's own advice beside its figures
     proposals = found["proposals"]
     assert isinstance(proposals, list)
     assert proposals
