@@ -273,7 +273,7 @@ class Split:
     On two nodes or more the rollout takes whole nodes (``suggest``'s splits; a server
     spans whole nodes when it is wider than one), so GPUs move a node at a time; on one
     node, whole rollout instances and training replicas move (the least common multiple
-    of their sizes), or ``step`` when the caller knows its own granularity."""
+    of their sizes; ``suggest``'s single-node splits move one GPU: units of 1)."""
 
     rollout_gpus: int
     train_gpus: int
