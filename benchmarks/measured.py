@@ -271,6 +271,9 @@ def _unmodelled(inputs: Mapping[str, Any], kind: str) -> str | None:
                 ("async_tp", True, "asynchronous tensor parallelism (collectives overlapped)"),
                 ("optimizer_in_backward", True, "the optimizer step inside the backward pass"),
                 ("activation_offloading", True, "activation offloading to the CPU"),
+                # Megatron-MoE-ModelZoo's rows (source megatron-moe-modelzoo-qwen3)
+                ("megatron_fsdp", True, "Megatron-FSDP's sharded parameters"),
+                ("a2a_overlap", True, "the all-to-alls overlapped with the other micro-batch"),
             )
         ),
         # torchtune's docs name two (torchao's AdamW8bit, bitsandbytes' PagedAdamW8bit,
@@ -476,6 +479,7 @@ def _train_tps(data: Mapping[str, Any], row: Mapping[str, Any]) -> Answer:
         tokens_per_micro_batch=micro,
         sequence_length=seq,
         recompute=_recompute(inputs),
+        virtual_pipeline=int(inputs.get("virtual_pipeline") or 1),
         attention_kernel=_ATTENTION_KERNELS[str(inputs.get("attn_impl") or "flash")],
     )
     if inputs.get("attn_impl") == "triton":

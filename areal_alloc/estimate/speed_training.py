@@ -251,21 +251,33 @@ def _context_parallel_term(step: _TrainingShape) -> StepTerm | None:
 
 
 def _expert_term(step: _TrainingShape) -> StepTerm | None:
-    """Expert parallelism: dispatch and combine all-to-alls, forward and backward."""
+    """Expert parallelism: dispatch and combine all-to-alls, forward and backward.
+
+    Megatron-Core lays the expert groups out with their own rank generator,
+    ``RankGenerator(tp=expert_tensor_parallel_size, ep=expert_model_parallel_size, ...,
+    cp=1, order=order)`` (megatron/core/parallel_state.py ``initialize_model_parallel``,
+    NVIDIA/Megatron-LM d98e8a64; AReaL passes its etp, areal/engine/megatron_engine.py at
+    cbff54d6): in the order tp-cp-ep-dp-pp an expert group's ranks are etp apart, so it
+    spans etp × ep GPUs (the attention's cp folds into the experts' ep × edp). Training
+    MoE with t > 1 needs sequence parallelism (moe_layer.py raises without it), so each
+    GPU dispatches its 1/t of the micro-batch's tokens, gathered over the etp ranks that
+    share an expert's weights."""
     parallel, arch, hardware = step.parallel, step.arch, step.hardware
-    ep, pp = parallel.ep_size, parallel.pp_size
+    ep, pp, etp = parallel.ep_size, parallel.pp_size, parallel.etp_size
     if ep <= 1 or not arch.is_moe:
         return None
     # the expert group lies within a stage: never wider than its world // pp GPUs
-    inside = _inside(min(parallel.tp_size * parallel.cp_size * ep, step.world // pp), step.node)
+    inside = _inside(min(etp * ep, step.world // pp), step.node)
     moe_here = arch.moe_layer_count / pp
-    volume = 4 * moe_here * step.micro_batches * step.act * arch.experts_per_token * (ep - 1) / ep
+    tokens = step.act * etp / parallel.tp_size  # bf16 hidden states one GPU dispatches
+    volume = 4 * moe_here * step.micro_batches * tokens * arch.experts_per_token * (ep - 1) / ep
     return StepTerm(
         "expert all-to-all",
         volume / hardware.link_bytes_per_second(inside),
         f"4 all-to-alls (dispatch, combine; forward, backward) × {moe_here:g} MoE "
-        f"layers × {step.micro_batches} micro-batches × {step.act / 2**20:.1f} MiB × top-"
-        f"{arch.experts_per_token} × (e{ep} − 1)/e{ep} over {hardware.link_name(inside)}",
+        f"layers × {step.micro_batches} micro-batches × {tokens / 2**20:.1f} MiB "
+        f"(× etp{etp} / t{parallel.tp_size}) × top-{arch.experts_per_token} × "
+        f"(e{ep} − 1)/e{ep} over {hardware.link_name(inside)} (etp{etp} × e{ep} GPUs)",
     )
 
 

@@ -498,7 +498,10 @@ def test_explain_prints_the_terms_as_text(capsys: pytest.CaptureFixture[str]) ->
     ("spec", "link"),
     [
         ("megatron:d2t4e4", "over NVLink"),  # 8 GPUs: the expert group is inside the node
-        ("megatron:d4t4e8", "over network"),  # 16 GPUs: t4 × e8 spans two nodes
+        # Megatron-Core's expert groups are etp × ep consecutive GPUs (its expert
+        # RankGenerator has tp=etp, cp=1; megatron/core/parallel_state.py at d98e8a64):
+        ("megatron:d4t4e8", "over NVLink"),  # etp 1 × e8: 8 GPUs, inside the node
+        ("megatron:(attn:d8t2|ffn:e8t2)", "over network"),  # etp 2 × e8: 16 GPUs, two nodes
     ],
 )
 def test_the_expert_group_is_never_wider_than_a_stage(spec: str, link: str) -> None:
@@ -514,3 +517,32 @@ def test_the_expert_group_is_never_wider_than_a_stage(spec: str, link: str) -> N
     )
     (term,) = (t for t in step.terms if t.name == "expert all-to-all")
     assert link in term.formula
+
+
+EXPERT_VOLUME = [
+    # spec, the bf16 hidden states one GPU dispatches per token of a micro-batch (× h × 2 B):
+    # its 1/t share under sequence parallelism, gathered over the etp ranks of an expert
+    ("megatron:d4t4e8", 1 / 4),  # etp 1: a quarter of the micro-batch's tokens
+    ("megatron:(attn:d8t2|ffn:e8t2)", 2 / 2),  # etp 2 = t 2: the whole micro-batch
+]
+
+
+@pytest.mark.parametrize(("spec", "share"), EXPERT_VOLUME)
+def test_the_expert_all_to_all_moves_each_gpus_tokens(spec: str, share: float) -> None:
+    arch = find_model("Qwen3-30B-A3B")  # 48 MoE layers, top-8, h 2048
+    alloc = ModelAllocation.from_str(spec)
+    step = training_step(
+        "megatron",
+        arch,
+        alloc.parallel,
+        H100,
+        tokens_per_step=1 << 20,
+        tokens_per_micro_batch=16384,
+        sequence_length=8192,
+    )
+    (term,) = (t for t in step.terms if t.name == "expert all-to-all")
+    ep, etp, dp = alloc.parallel.ep_size, alloc.parallel.etp_size, alloc.parallel.dp_size
+    micro_batches = (1 << 20) // (dp * 16384)
+    volume = 4 * 48 * micro_batches * 16384 * share * 2048 * 2 * 8 * (ep - 1) / ep
+    link = H100.link_bytes_per_second(etp * ep <= 8)
+    assert term.seconds == pytest.approx(volume / link)
