@@ -36,16 +36,16 @@ memory per GPU (estimate; H100-80GB, 80.0 GiB, from hydra.callbacks.areal_alloc.
 every term: areal-alloc explain SPEC --model M):
   engine   per GPU   fits  peak phase  largest term       KV cache per instance
   rollout  72.0 GiB  yes   generation  kv_cache 67.2 GiB  5,035,389 tokens = 153 × 32,768
-  actor    34.3 GiB  yes   backward    optimizer 7.1 GiB
+  actor    34.4 GiB  yes   backward    optimizer 7.1 GiB
   ref      37.4 GiB  yes   load        load 28.4 GiB
 
 pace per RL step (estimate; 512 sequences):
-  rollout   98.8 s generating
+  rollout   85.5 s generating
   training  109 s (actor 87.2 s + ref 22.1 s)
   weight update (xccl)  0.87 s (NCCL broadcast of 14.19 GiB over network 200 Gb/s)
-  step      209 s synchronous
-  rollout produces 1.1× what training consumes; a synchronous step is their sum, and a GPU \
-saves ≈ 13.7 s on training, 12.4 s on rollout, but the rollout cannot give up a node (8 GPUs): \
+  step      196 s synchronous
+  rollout produces 1.3× what training consumes; a synchronous step is their sum, and a GPU \
+saves ≈ 13.7 s on training, 10.7 s on rollout, but the rollout cannot give up a node (8 GPUs): \
 it has 8 GPUs and needs at least 8, so the split is the best on whole nodes; a faster step \
 needs more GPUs (areal-alloc suggest --gpus N)
 """
