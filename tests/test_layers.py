@@ -24,8 +24,11 @@ MODULES = sorted(
 # One fresh interpreter that imports nothing of ours and forks once per module: each
 # child imports its module first, as ``python -c "import M"`` would, without paying
 # the interpreter's start-up once per module. It prints (module, exit status, output).
+# omegaconf is imported once before the forks: every module of ours is under
+# ``areal_alloc``, whose ``__init__`` imports it (its resolvers) before any of them runs.
 _IMPORT_EACH_FIRST = """\
 import os, sys
+import omegaconf
 assert not [m for m in sys.modules if m.split('.')[0] in ('areal_alloc', 'hydra_plugins')]
 for name in sys.argv[1:]:
     read, write = os.pipe()
