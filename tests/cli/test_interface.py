@@ -1,5 +1,5 @@
-"""The estimate interface of issue 17 item 5, run as users run it: ``main(argv)`` in this
-process (the same output), and a process per case where a stored calibration is read.
+"""The estimate interface of issue 17 item 5, run as users run it, through ``main(argv)``
+in this process (what the installed command prints).
 
 Every flag the issue names is given on the command line of the installed
 ``areal-alloc`` and found again in what it prints: ``explain`` (generation of one
@@ -7,7 +7,7 @@ instance, training of the whole engine), the plan's ``pace`` (``check FILE --jso
 ``areal-alloc output=json``) with ``--gpu`` and ``--mean-gen-len``, ``suggest --config``
 (``current`` beside the ``proposals``), and a stored calibration named in every output
 it changes with how to turn it off. The environment (``XDG_CACHE_HOME`` for the
-calibration store, ``AREAL_ALLOC_NO_CALIBRATION``) is read when a process starts.
+calibration store, ``AREAL_ALLOC_NO_CALIBRATION``) is set for each call that reads it.
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from areal_alloc.catalogue import find_gpu
-from tests.conftest import Cli, MainCli, Ran
+from tests.conftest import MainCli, Ran
 
 ROOT = Path(__file__).resolve().parents[2]
 ASYNC_CONFIG = str(ROOT / "tests/data/real_grpo.yaml")  # max_head_offpolicyness 2, 1.5B model
@@ -201,15 +202,36 @@ def test_suggest_config_gives_current_and_proposals(main_cli: MainCli) -> None:
 # --- a stored calibration -----------------------------------------------------------------
 
 
+Run = Callable[..., Ran]
+
+
 @pytest.fixture
-def calibrated(cli: Cli, tmp_path: Path) -> dict[str, str]:
+def run(main_cli: MainCli) -> Run:
+    """``run(*args, env=ENV)``: ``main(argv)`` in this process with exactly the environment
+    ``ENV`` (the tests' own without it) for that one call, read as a process reads it."""
+
+    def call(*args: str, env: Mapping[str, str] | None = None) -> Ran:
+        with pytest.MonkeyPatch.context() as patch:
+            if env is not None:
+                for name in set(os.environ) - set(env):
+                    patch.delenv(name)
+                for name, value in env.items():
+                    if os.environ.get(name) != value:
+                        patch.setenv(name, value)
+            return main_cli(*args)
+
+    return call
+
+
+@pytest.fixture
+def calibrated(run: Run, tmp_path: Path) -> dict[str, str]:
     """A private calibration store holding a fitted compute efficiency for Qwen2.5-1.5B
     on H100-80GB (the model of ``real_grpo.yaml``): the environment that reads it."""
     cache = tmp_path / "cache"
     cache.mkdir(mode=0o700)
     env = {**os.environ, "XDG_CACHE_HOME": str(cache), "AREAL_ALLOC_DETECT": "0"}
     env.pop("AREAL_ALLOC_NO_CALIBRATION", None)
-    done = cli(
+    done = run(
         "calibrate",
         "fsdp:d8",
         "--model",
@@ -228,24 +250,24 @@ def calibrated(cli: Cli, tmp_path: Path) -> dict[str, str]:
 
 
 def test_a_calibration_is_named_where_it_changes_the_plan(
-    cli: Cli, calibrated: dict[str, str]
+    run: Run, calibrated: dict[str, str]
 ) -> None:
-    plain = _pace(cli("check", ASYNC_CONFIG, "--gpu", "H100-80GB", "--json"))  # the test cache
-    pace = _pace(cli("check", ASYNC_CONFIG, "--gpu", "H100-80GB", "--json", env=calibrated))
+    plain = _pace(run("check", ASYNC_CONFIG, "--gpu", "H100-80GB", "--json"))  # the test cache
+    pace = _pace(run("check", ASYNC_CONFIG, "--gpu", "H100-80GB", "--json", env=calibrated))
     named = pace["calibration"]
     assert isinstance(named, str)
     assert "compute efficiency" in named
     assert "20 s step of fsdp:d8" in named
     assert OFF in named
     assert pace["train_seconds"] > plain["train_seconds"]
-    text = cli("check", ASYNC_CONFIG, "--gpu", "H100-80GB", env=calibrated)
+    text = run("check", ASYNC_CONFIG, "--gpu", "H100-80GB", env=calibrated)
     assert text.returncode == 0, text.stderr
     assert "calibrated: compute efficiency" in text.stdout
     assert OFF in text.stdout
     off = {**calibrated, "AREAL_ALLOC_NO_CALIBRATION": "1"}
-    by_env = _pace(cli("check", ASYNC_CONFIG, "--gpu", "H100-80GB", "--json", env=off))
+    by_env = _pace(run("check", ASYNC_CONFIG, "--gpu", "H100-80GB", "--json", env=off))
     by_flag = _pace(
-        cli("check", ASYNC_CONFIG, "--gpu", "H100-80GB", "--no-calibration", "--json", env=off)
+        run("check", ASYNC_CONFIG, "--gpu", "H100-80GB", "--no-calibration", "--json", env=off)
     )
     for left_out in (by_env, by_flag):
         assert left_out["calibration"] is None
@@ -253,10 +275,10 @@ def test_a_calibration_is_named_where_it_changes_the_plan(
 
 
 def test_a_calibration_is_named_by_suggest_and_turned_off_by_its_flag(
-    cli: Cli, calibrated: dict[str, str]
+    run: Run, calibrated: dict[str, str]
 ) -> None:
     args = ("suggest", "--config", ASYNC_CONFIG, "--gpu", "H100-80GB")
-    found = _json(cli(*args, "--json", env=calibrated))
+    found = _json(run(*args, "--json", env=calibrated))
     current = found["current"]
     assert isinstance(current, dict)
     assert OFF in current["calibration"]
@@ -265,12 +287,12 @@ def test_a_calibration_is_named_by_suggest_and_turned_off_by_its_flag(
             a.startswith("calibrated: ") and "--no-calibration" in a
             for a in p["actor"]["speed"]["assumptions"]
         )
-    text = cli(*args, env=calibrated)
+    text = run(*args, env=calibrated)
     assert text.returncode == 0, text.stderr
     assert "# calibrated: compute efficiency" in text.stdout
     # --no-calibration leaves it out of the proposals and of current (the plan's pace)
-    off = _json(cli(*args, "--json", "--no-calibration", env=calibrated))
-    plain = _json(cli(*args, "--json"))  # the tests' own cache: nothing stored
+    off = _json(run(*args, "--json", "--no-calibration", env=calibrated))
+    plain = _json(run(*args, "--json"))  # the tests' own cache: nothing stored
     current_off = off["current"]
     assert isinstance(current_off, dict)
     assert current_off["calibration"] is None
@@ -281,22 +303,22 @@ def test_a_calibration_is_named_by_suggest_and_turned_off_by_its_flag(
 
 
 def test_a_calibration_is_named_by_explain_and_layouts(
-    cli: Cli, calibrated: dict[str, str]
+    run: Run, calibrated: dict[str, str]
 ) -> None:
     model = ("--model", "Qwen/Qwen2.5-1.5B-Instruct", "--gpu", "H100-80GB")
     explain = ("explain", "fsdp:d8", *model, "--tokens-per-step", "1048576")
-    train = _json(cli(*explain, "--json", env=calibrated))["training"]
+    train = _json(run(*explain, "--json", env=calibrated))["training"]
     assert isinstance(train, dict)
     assert any(a.startswith("calibrated: ") and OFF in a for a in train["assumptions"])
-    text = cli(*explain, env=calibrated)
+    text = run(*explain, env=calibrated)
     assert text.returncode == 0, text.stderr
     assert "\n# calibrated: compute efficiency" in text.stdout
     assert "# assumed: calibrated" not in text.stdout  # named as a calibration, not a guess
-    off = _json(cli(*explain, "--json", "--no-calibration", env=calibrated))["training"]
+    off = _json(run(*explain, "--json", "--no-calibration", env=calibrated))["training"]
     assert isinstance(off, dict)
     assert not any(a.startswith("calibrated: ") for a in off["assumptions"])
     assert off["step_seconds"] < train["step_seconds"]
-    ranked = cli("layouts", "fsdp", "8", *model, "--rank", env=calibrated)
+    ranked = run("layouts", "fsdp", "8", *model, "--rank", env=calibrated)
     assert ranked.returncode == 0, ranked.stderr
     assert "# calibrated: compute efficiency" in ranked.stdout
     assert OFF in ranked.stdout
