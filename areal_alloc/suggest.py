@@ -26,10 +26,15 @@ from areal_alloc.architecture import Architecture
 from areal_alloc.defaults import CONTEXT_LENGTH, NEW_TOKENS, PROMPT_TOKENS, WEIGHT_UPDATE_MODE
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.estimate import rl_step
-from areal_alloc.estimate.execution import InferenceSettings, StepShape, TrainingSettings
+from areal_alloc.estimate.execution import (
+    InferenceSettings,
+    StepShape,
+    TrainingSettings,
+    whole_local_batch_tokens,
+)
 from areal_alloc.estimate.memory import Term
 from areal_alloc.estimate.system import Hardware
-from areal_alloc.layouts import LayoutConstraints, RankedLayout, fastest_layouts
+from areal_alloc.layouts import FastestLayouts, LayoutConstraints, RankedLayout, fastest_layouts
 from areal_alloc.limits import MAX_COUNT
 from areal_alloc.numbers import read_int
 from areal_alloc.strategy import ParallelStrategy
@@ -389,27 +394,48 @@ def suggest(
             best_rollout[rollout_gpus] = found.layouts[0] if found.layouts else None
         return best_rollout[rollout_gpus]
 
+    def at_dp(settings: TrainingSettings, dp: int) -> TrainingSettings:
+        """``mb_spec.max_tokens_per_mb`` unset (the config's micro_batches given): each
+        rank's whole share of the step is its micro-batch, so its tokens follow d."""
+        if settings.micro_batches is None:
+            return settings
+        tokens = whole_local_batch_tokens(shape.batch, dp, sequence, settings.micro_batches)
+        return replace(settings, tokens_per_micro_batch=tokens)
+
+    def train_search(train_gpus: int, settings: TrainingSettings, dp: int | None) -> FastestLayouts:
+        return fastest_layouts(
+            train_backend,
+            train_gpus,
+            constraints,
+            arch,
+            capacity,
+            hardware,
+            top=1,
+            tokens_per_step=shape.train_tokens,
+            # a trained sequence as the plan's pace reads it: prompt + mean generation
+            sequence_length=min(step.length, settings.tokens_per_micro_batch),
+            training=settings,
+            keep=lambda p: ranks_have_sequences(p) and dp in (None, p.dp_size),
+            accept=colocated_fit,
+            limit=SPLIT_LAYOUTS,
+        )
+
     def train_layout(train_gpus: int) -> RankedLayout | None:
         if train_gpus not in best_train:
-            found = fastest_layouts(
-                train_backend,
-                train_gpus,
-                constraints,
-                arch,
-                capacity,
-                hardware,
-                top=1,
-                tokens_per_step=shape.train_tokens,
-                # a trained sequence as the plan's pace reads it: prompt + mean generation
-                sequence_length=min(step.length, training.tokens_per_micro_batch),
-                training=training,
-                keep=ranks_have_sequences,
-                accept=colocated_fit,
-                limit=SPLIT_LAYOUTS,
-            )
-            if found.cut:
+            if training.micro_batches is None:  # one micro-batch size for every layout
+                searches = [train_search(train_gpus, training, None)]
+            else:  # a micro-batch per d: one search per d that splits the sequences
+                searches = [
+                    train_search(train_gpus, at_dp(training, dp), dp)
+                    for dp in range(1, min(train_gpus, shape.batch) + 1)
+                    if train_gpus % dp == 0 and shape.batch % dp == 0
+                ]
+            if any(found.cut for found in searches):
                 cut_splits.add(train_gpus)
-            best_train[train_gpus] = found.layouts[0] if found.layouts else None
+            layouts = [layout for found in searches for layout in found.layouts]
+            best_train[train_gpus] = min(
+                layouts, key=lambda r: -r.speed.tokens_per_second, default=None
+            )
         return best_train[train_gpus]
 
     def proposal(index: int) -> Proposal | None:
@@ -419,10 +445,11 @@ def suggest(
         if rollout is None or actor is None:
             return None
         gen = _generation(arch, rollout, hardware, shape)
+        dp = actor.parallel.dp_size
         train = rl_step.training_side(  # each engine with its own settings, as the plan does
             [
                 rl_step.training_pace(
-                    key, train_backend, actor.parallel, arch, hardware, step, settings
+                    key, train_backend, actor.parallel, arch, hardware, step, at_dp(settings, dp)
                 )
                 for key, settings in side
             ]

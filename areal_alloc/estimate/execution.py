@@ -63,6 +63,7 @@ __all__ = [
     "sequences_in_flight",
     "step_shape",
     "training_settings",
+    "whole_local_batch_tokens",
 ]
 
 #: InferenceEngineConfig.max_head_offpolicyness default 0 (synchronous) and
@@ -308,6 +309,14 @@ def training_settings(
         raise AllocationValidationError(f"{path}: {error.message}") from None
 
 
+def whole_local_batch_tokens(sequences: int, dp: int, length: int, n_mbs: int) -> int:
+    """Tokens of one micro-batch when ``mb_spec.max_tokens_per_mb`` is unset: each of the
+    ``dp`` ranks' share of the step's ``sequences``, each ``length`` tokens at most, in
+    ``n_mbs`` micro-batches (:func:`_whole_local_batch` says where the reference does it).
+    It depends on the layout's d: ``suggest`` calls it for each layout it estimates."""
+    return max(1, math.ceil(math.ceil(sequences / max(1, dp)) * length / max(1, n_mbs)))
+
+
 def _whole_local_batch(run: RunConfig, n_mbs: int, path: str, dp: int) -> tuple[int, int, str]:
     """Tokens of one micro-batch when ``mb_spec.max_tokens_per_mb`` is unset.
 
@@ -326,8 +335,7 @@ def _whole_local_batch(run: RunConfig, n_mbs: int, path: str, dp: int) -> tuple[
         else f"a {defaults.PROMPT_TOKENS:,}-token prompt (train_dataset.max_length unset)"
     )
     sequences = math.ceil(batch * samples / dp)
-    length = run.prompt + new_tokens
-    tokens = max(1, math.ceil(sequences * length / n_mbs))
+    tokens = whole_local_batch_tokens(batch * samples, dp, run.prompt + new_tokens, n_mbs)
     split = f" / mb_spec.n_mbs {n_mbs}" if n_mbs > 1 else ""
     note = (
         f"{path}.mb_spec.max_tokens_per_mb unset: the reference packs each data-parallel rank's "

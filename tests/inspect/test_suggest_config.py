@@ -4,11 +4,13 @@ proposal of the config's own split has the figures of the plan's pace (``current
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from areal_alloc.model import ModelAllocation
 from tests.conftest import MainCli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,6 +22,14 @@ CONFIGS = [
     "tests/data/reference/math__gsm8k_ppo.yaml",  # a critic
 ]
 FIGURES = ("generate_seconds", "train_seconds", "step_seconds")
+#: real_grpo.yaml without actor.mb_spec.max_tokens_per_mb: each data-parallel rank's whole
+#: share of the step's 128 sequences of 1,024 + 1,024 tokens is one micro-batch
+WHOLE_BATCH = (
+    "actor.mb_spec.max_tokens_per_mb=null",
+    "actor.gradient_checkpointing=true",
+    "train_dataset.batch_size=32",
+    "cluster.n_nodes=4",
+)
 
 
 def _suggest(main_cli: MainCli, *args: str) -> Any:
@@ -28,15 +38,17 @@ def _suggest(main_cli: MainCli, *args: str) -> Any:
     return json.loads(done.stdout)
 
 
-@pytest.mark.parametrize("path", CONFIGS)
+@pytest.mark.parametrize(
+    ("path", "overrides"), [*((path, ()) for path in CONFIGS), (CONFIGS[1], WHOLE_BATCH)]
+)
 def test_the_proposal_of_the_configs_own_split_has_the_plans_figures(
-    main_cli: MainCli, path: str
+    main_cli: MainCli, path: str, overrides: tuple[str, ...]
 ) -> None:
     config = str(ROOT / path)
-    best = _suggest(main_cli, "--config", config, "--top", "1")["proposals"][0]
+    best = _suggest(main_cli, "--config", config, *overrides, "--top", "1")["proposals"][0]
     # the config with that split: the plan's pace of it is `current`, and the search
     # proposes the same split again, estimated by the same functions
-    found = _suggest(main_cli, "--config", config, *best["overrides"], "--top", "3")
+    found = _suggest(main_cli, "--config", config, *overrides, *best["overrides"], "--top", "3")
     specs = (best["rollout"]["backend"], best["actor"]["backend"])
     same = [
         p for p in found["proposals"] if (p["rollout"]["backend"], p["actor"]["backend"]) == specs
@@ -70,3 +82,20 @@ def test_proposals_read_the_configs_micro_batch_and_recomputation(main_cli: Main
     )
     assert flagged["activations"].startswith("4,096 tokens/micro-batch")
     assert "full recomputation" in flagged["compute"]
+
+
+def test_without_a_micro_batch_budget_each_layout_has_its_ranks_whole_share(
+    main_cli: MainCli,
+) -> None:
+    """The reference packs each rank's share into one micro-batch when max_tokens_per_mb
+    is unset: 128 sequences / d × 2,048 tokens, whatever d the proposal has."""
+    config = str(ROOT / CONFIGS[1])
+    proposals = _suggest(main_cli, "--config", config, *WHOLE_BATCH, "--top", "3")["proposals"]
+    ranks = set()
+    for p in proposals:
+        parallel = ModelAllocation.from_str(p["actor"]["backend"]).parallel
+        ranks.add(parallel.dp_size)
+        tokens = math.ceil(128 / parallel.dp_size) * 2048  # per rank; shown per c rank
+        shown = f"{math.ceil(tokens / parallel.cp_size):,} tokens/micro-batch"
+        assert _actor_terms(p)["activations"].startswith(shown), p["actor"]["backend"]
+    assert len(ranks) > 1  # layouts of different d, each with its own micro-batch
