@@ -782,10 +782,15 @@ def _suggest_settings(
     ref = None if ref is None else flagged(ref)
     critic = None if critic is None else flagged(critic)
     if found.get("actor") is not None and not (ns.tokens and ns.recompute):
+        micro_batch = (
+            f"{actor.tokens_per_micro_batch:,} tokens per micro-batch"
+            if actor.micro_batches is None  # else each rank's whole share (mb_spec unset)
+            else "micro-batch of each rank's whole share of the step (max_tokens_per_mb unset)"
+        )
         ns.config_execution_note = (
-            f"; the actor's {actor.tokens_per_micro_batch:,} tokens per micro-batch and "
-            f"recomputation {actor.recompute} are the config's (actor.mb_spec, "
-            f"gradient_checkpointing): --tokens and --recompute override them"
+            f"; the actor's {micro_batch} and recomputation {actor.recompute} are the "
+            f"config's (actor.mb_spec, gradient_checkpointing): --tokens and --recompute "
+            f"override them"
         )
     ns.recompute = actor.recompute  # what a does-not-fit message names
     inference = getattr(ns, "config_inference", None) or InferenceSettings()

@@ -99,3 +99,17 @@ def test_without_a_micro_batch_budget_each_layout_has_its_ranks_whole_share(
         shown = f"{math.ceil(tokens / parallel.cp_size):,} tokens/micro-batch"
         assert _actor_terms(p)["activations"].startswith(shown), p["actor"]["backend"]
     assert len(ranks) > 1  # layouts of different d, each with its own micro-batch
+
+
+def test_nothing_fits_names_the_configs_own_settings(main_cli: MainCli) -> None:
+    config = str(ROOT / CONFIGS[1])
+    args = ("suggest", "--config", config, "actor.mb_spec.max_tokens_per_mb=null")
+    done = main_cli(*args, "--gpu", "H100-80GB")
+    assert (done.returncode, done.stderr) == (
+        1,
+        "areal-alloc suggest: no split of 16 H100-80GB GPUs fits Qwen2.5-1.5B-Instruct: the "
+        "rollout or the trainer does not fit on any share; try more GPUs, --recompute full or "
+        "fewer --tokens; the actor's micro-batch of each rank's whole share of the step "
+        "(max_tokens_per_mb unset) and recomputation none are the config's (actor.mb_spec, "
+        "gradient_checkpointing): --tokens and --recompute override them\n",
+    )
