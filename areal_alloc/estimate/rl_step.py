@@ -228,16 +228,20 @@ def weight_update(
     )
 
 
-def switch(arch: Architecture, hardware: Hardware, gpus: int) -> StepTerm:
-    """A colocated step's offload of one side's weights and onload of the other's over
-    PCIe (:data:`PCIE_GBPS`), each GPU moving its share, twice per step."""
-    size = arch.parameters.total * 2 / max(1, gpus)
-    seconds = 2 * 2 * size / (PCIE_GBPS * 1e9)
+def switch(hardware: Hardware, training_bytes: float, rollout_bytes: float) -> StepTerm:
+    """A colocated step's offloads and onloads over PCIe (:data:`PCIE_GBPS`), each GPU
+    moving its own bytes off and back once a step: the training engine's whole memory
+    (``training_bytes``: weights, gradients and optimizer states; the reference's
+    torch_memory_saver pauses every allocation of the process with a CPU backup,
+    ``TMS_INIT_ENABLE_CPU_BACKUP=1`` in areal/utils/offload.py and ``offload`` in
+    areal/engine/fsdp_engine.py / megatron_engine.py, AReaL cbff54d6) and the rollout's
+    weights (``rollout_bytes``)."""
+    seconds = 2 * (training_bytes + rollout_bytes) / (PCIE_GBPS * 1e9)
     return StepTerm(
         "offload/onload",
         seconds,
-        f"2 switches × (offload + onload) × {size / 2**30:.2f} GiB per GPU / PCIe "
-        f"{PCIE_GBPS:g} GB/s",
+        f"2 × (training {training_bytes / 2**30:.2f} GiB of weights, gradients and optimizer "
+        f"+ rollout weights {rollout_bytes / 2**30:.2f} GiB) per GPU / PCIe {PCIE_GBPS:g} GB/s",
     )
 
 
@@ -548,11 +552,14 @@ def estimate_pace(
     generating: list[EnginePace] = []
     training: list[EnginePace] = []
     rollout_parallel = None
+    resident: list[tuple[str, MemoryEstimate]] = []
     for engine, estimate, model, train_settings in zip(
         experiment.engines, memory, models, settings, strict=True
     ):
         if not engine.active or estimate is None or model is None:
             continue
+        if engine.key in ("actor", "rollout"):
+            resident.append((engine.key, estimate))  # what a colocated switch moves
         if engine.allocation.is_inference and engine.key == "rollout":
             pace = _rollout_pace(engine, estimate, model, hardware, shape, mode)
             rollout_parallel = engine.allocation.parallel
@@ -575,7 +582,9 @@ def estimate_pace(
         paces.append(pace)
     if not paces:
         return None
-    update, shift, terms = _update_terms(experiment, arch, hardware, mode, rollout_parallel)
+    update, shift, terms = _update_terms(
+        experiment, arch, hardware, mode, rollout_parallel, dict(resident)
+    )
     assumptions = [
         *hardware_assumptions(hardware),
         *shape.assumptions,
@@ -727,9 +736,11 @@ def _update_terms(
     hardware: Hardware,
     mode: str,
     rollout_parallel: ParallelStrategy | None,
+    resident: dict[str, MemoryEstimate] | None = None,
 ) -> tuple[float, float, tuple[StepTerm, ...]]:
     """The weight update to the rollout and, colocated, the offload / onload between the
-    sides: (update seconds, switch seconds, their terms)."""
+    sides: (update seconds, switch seconds, their terms). ``resident``: the actor's and the
+    rollout's memory estimates by key (without one, its bf16 weights per GPU)."""
     actor = experiment.get("actor")
     if rollout_parallel is None or actor is None or not actor.active:
         return 0.0, 0.0, ()
@@ -746,5 +757,18 @@ def _update_terms(
     )
     if mode != COLOCATED:
         return term.seconds, 0.0, (term,)
-    moved = switch(arch, hardware, actor.allocation.world_size)
+    weights = arch.parameters.total * 2
+    found = resident or {}
+    trained, served = found.get("actor"), found.get("rollout")
+    training_bytes = (
+        sum(trained.term(name) for name in ("weights", "gradients", "optimizer"))
+        if trained is not None
+        else weights / max(1, actor.allocation.world_size)
+    )
+    rollout_bytes = (
+        served.term("weights")
+        if served is not None
+        else weights / max(1, rollout_parallel.tp_size * rollout_parallel.pp_size)
+    )
+    moved = switch(hardware, training_bytes, rollout_bytes)
     return term.seconds, moved.seconds, (term, moved)

@@ -120,8 +120,27 @@ def test_weight_update(given: tuple[str, bool], seconds: float) -> None:
 
 
 def test_offload_onload_over_pcie() -> None:
-    term = rl_step.switch(QWEN, H100, 8)
-    assert term.seconds == pytest.approx(2 * 2 * (2 * P / 8) / 32e9)
+    # 30 GiB of the training engine's and 16 GiB of the rollout's weights per GPU, each
+    # off and back once a step over PCIe 4.0 x16 (32 GB/s)
+    term = rl_step.switch(H100, 30 * 2**30, 16 * 2**30)
+    assert term.seconds == pytest.approx(2 * (30 + 16) * 2**30 / 32e9)
+
+
+def test_a_colocated_switch_moves_the_training_engines_whole_memory(main_cli: MainCli) -> None:
+    """The reference pauses every allocation of a colocated training engine with a CPU
+    backup (torch_memory_saver): weights, gradients and optimizer states move, not only the
+    bf16 weights; the rollout moves its own weights per GPU."""
+    config = str(ROOT / "tests/data/reference/math__gsm8k_grpo_awex_colocate.yaml")
+    checked = main_cli("check", config, "--gpu", "H100-80GB", "--json")
+    assert checked.returncode == 0, checked.stderr
+    data = json.loads(checked.stdout)
+    plan = data[0] if isinstance(data, list) else data
+    assert plan["pace"]["mode"] == "colocated"
+    memory = {e["key"]: e["memory"] for e in plan["engines"] if e.get("memory")}
+    training = sum(memory["actor"][k] for k in ("weights", "gradients", "optimizer"))
+    assert plan["pace"]["switch_seconds"] == pytest.approx(
+        2 * (training + memory["rollout"]["weights"]) / 32e9
+    )
 
 
 STEP = [
