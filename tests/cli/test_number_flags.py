@@ -135,7 +135,9 @@ def test_suggest_reads_a_batch_as_check_does(
             f"{base}train_dataset:\n  batch_size: {batch}\ngconfig:\n  n_samples: 4\n"
         )
         config = str(tmp_path / "exp.yaml")
-        assert main(["suggest", "--config", config, "--json", "--top", "1"]) == 0
+        # the config sets no micro-batch budget (each rank's whole share would not fit)
+        flags = ["--tokens", "16384", "--recompute", "full", "--json", "--top", "1"]
+        assert main(["suggest", "--config", config, *flags]) == 0
         (proposal,) = json.loads(capsys.readouterr().out)["proposals"]
         batches.append(proposal)
     assert batches[0] == batches[1]
