@@ -512,7 +512,7 @@ def _inference(
         settings = replace(settings, dtype="fp8", kv_cache_dtype="bfloat16")
     if inputs.get("max_model_len"):
         settings = replace(settings, context_length=int(inputs["max_model_len"]))
-    capacity = _capacity(data, inputs["gpu"])
+    capacity = _inference_capacity(data, inputs)
     device = _reported(data, inputs)
     settings = replace(
         settings,
@@ -523,6 +523,18 @@ def _inference(
     )
     estimate = estimate_allocation(alloc, arch, capacity, None, settings)
     return alloc, arch, estimate
+
+
+def _inference_capacity(data: Mapping[str, Any], inputs: Mapping[str, Any]) -> int | None:
+    """The GPU's capacity for an inference row: the catalogue's, else (a GPU the catalogue
+    lacks) the total the row's own log reports (``total_gpu_memory_gib_reported``): the KV
+    pool reads only memory, never the GPU's speeds. Without either the row is not compared."""
+    try:
+        return _capacity(data, inputs["gpu"])
+    except NotCompared:
+        if inputs.get("total_gpu_memory_gib_reported"):
+            return int(float(inputs["total_gpu_memory_gib_reported"]) * GIB)
+        raise
 
 
 def _reported(data: Mapping[str, Any], inputs: Mapping[str, Any]) -> int | None:

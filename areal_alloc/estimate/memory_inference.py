@@ -117,15 +117,21 @@ def vllm_profile_activation(
     ``max_num_batched_tokens`` tokens (``_dummy_run(self.max_num_tokens)``) and its sampler
     over ``max_num_seqs`` requests (``_dummy_sampler_run``, :data:`VLLM_SAMPLER_BYTES` per
     logit of the whole vocabulary: vLLM gathers the logits on every tensor-parallel rank).
-    The forward keeps, at a layer's MLP, the residual and the normed input (2h) and the
-    gate-up output and its product (3f/t, the top-k experts' for an MoE layer)."""
+    The forward's peak is a layer's MLP down projection: its output (h) is allocated while
+    the residual and the normed input (2h) and the gate-up output and its product (3f/t,
+    the top-k experts' for an MoE layer) are alive: ``LlamaMLP.forward`` keeps ``gate_up``
+    bound while ``self.down_proj(x)`` runs and the decoder layer keeps the normed
+    ``hidden_states`` it passed in (vllm/model_executor/models/llama.py, vllm-project/vllm@
+    0035bdf2b1ac243ef6f31eef27411b022461df8e): 3h + 3f/t per token. vllm#10517's V0 logs
+    of Llama-3.1-8B at 20,000 and 29,000 profile tokens print activation peaks of 2.07 and
+    2.99 GiB (peak_torch_memory − the weights' 14.99), 20,000 and 29,000 × 110,592 B."""
     h = arch.hidden_size
     if arch.is_moe:
         width = arch.experts_per_token * arch.moe_intermediate_size
         width += arch.shared_expert_intermediate_size
     else:
         width = arch.intermediate_size
-    forward = batched_tokens * (2 * h + 3 * width / tp) * compute
+    forward = batched_tokens * (3 * h + 3 * width / tp) * compute
     sampler = max_num_seqs * arch.vocab_size * VLLM_SAMPLER_BYTES
     if sampler >= forward:
         return int(sampler), (
@@ -133,7 +139,7 @@ def vllm_profile_activation(
             f"{VLLM_SAMPLER_BYTES} B (bf16 + float32 logits, top-k/top-p sort)"
         )
     return int(forward), (
-        f"profile forward: {batched_tokens:,} batched tokens × (2·{h} + 3·{width}/t{tp}) × "
+        f"profile forward: {batched_tokens:,} batched tokens × (3·{h} + 3·{width}/t{tp}) × "
         f"{compute} B"
     )
 

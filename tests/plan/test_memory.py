@@ -262,7 +262,8 @@ def test_kv_capacity_is_fraction_minus_weights_minus_reserve() -> None:
 # vLLM: KV = utilization × total - weights - profile activation peak - non-torch memory.
 # Llama-3.1-8B: vocab 128,256, hidden 4,096, MLP 14,336, 8,030,261,248 parameters in bf16;
 # the sampler run (seqs × vocab × 38 B) is larger than the forward at 8,192 tokens
-# (8,192 × (2·4,096 + 3·14,336) × 2 B = 838,860,800 B) for 256 and 1,024 seqs.
+# (8,192 × (3·4,096 + 3·14,336) × 2 B = 905,969,664 B: the down projection's output beside
+# the residual, the normed input, the gate-up output and its product) for 256 and 1,024 seqs.
 _LLAMA8_WEIGHTS = 8_030_261_248 * 2
 
 
@@ -272,7 +273,7 @@ _LLAMA8_WEIGHTS = 8_030_261_248 * 2
         (256, 1, 79.18, 256 * 128_256 * 38, int(0.13 * GIB)),
         (1024, 1, 79.18, 1024 * 128_256 * 38, int(0.13 * GIB)),
         (1024, 2, 79.18, 1024 * 128_256 * 38, int(0.54 * GIB)),
-        (1, 1, 79.18, 838_860_800, int(0.13 * GIB)),  # one seq: the forward is the peak
+        (1, 1, 79.18, 905_969_664, int(0.13 * GIB)),  # one seq: the forward is the peak
     ],
 )
 def test_vllm_kv_is_utilization_minus_weights_profile_peak_and_non_torch(
