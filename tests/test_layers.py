@@ -197,6 +197,7 @@ LAYERS = [
     "areal_alloc.estimate.execution",
     "areal_alloc.estimate.memory",
     "areal_alloc.estimate.activations",
+    "areal_alloc.estimate.memory_sharding",
     "areal_alloc.estimate.memory_training",
     "areal_alloc.estimate.memory_inference",
     "areal_alloc.estimate.engines",

@@ -4,7 +4,8 @@ model, the system and the execution), then the quantities computed from them.
 - ``system``: the hardware (GPU, node, network, efficiencies) and the one
   ``build_hardware`` that builds it from the settings and a stored ``calibration``;
 - ``execution``: the engines' settings and the run's shape, read from the ``Experiment``;
-- memory: ``memory`` (the estimate's types), ``activations``, ``memory_training``,
+- memory: ``memory`` (the estimate's types), ``activations``, ``memory_sharding`` (a
+  training engine's weights, gradients and optimizer states by backend), ``memory_training``,
   ``memory_inference``, and ``engines`` (each engine of an experiment, colocation, what
   does not fit);
 - speed: ``speed`` (the step estimate's types, FLOPs, the calibration fits),

@@ -1,0 +1,360 @@
+"""A training engine's weights, gradients and optimizer states on one GPU, sharded the
+way each of the reference's backends shards them, one function per quantity:
+
+- Megatron (distributed optimizer): :func:`_megatron_weights`,
+  :func:`_megatron_gradients`, :func:`_megatron_optimizer`;
+- FSDP and archon (FSDP2): their sharding (:func:`_fsdp_shard`, :func:`_archon_shard`),
+  then :func:`_sharded_weights`, :func:`_sharded_gradients`, :func:`_sharded_optimizer`;
+- FSDP's load without ``memory_efficient_load`` (:func:`fsdp_load_peak`).
+
+``memory_training`` composes them with the activations, the logits and the phases.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from areal_alloc.architecture import Architecture, ParameterCount
+from areal_alloc.estimate.execution import TrainingSettings
+from areal_alloc.estimate.memory import Term, _b, dtype_bytes
+from areal_alloc.strategy import ParallelStrategy
+
+__all__ = [
+    "Adapters",
+    "Engine",
+    "Stage",
+    "fsdp_load_peak",
+    "megatron_state_bytes",
+    "stage",
+    "states",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Adapters:
+    """LoRA adapter parameters on one pipeline stage, before any sharding."""
+
+    tensor: float  # split by t (attention, dense and shared MLPs, routers)
+    experts: float  # routed experts' adapters, split by etp·ep
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    """What every term of one training engine reads."""
+
+    key: str
+    backend: str
+    arch: Architecture
+    p: ParameterCount  # a critic's output layer is its value head of h parameters
+    parallel: ParallelStrategy
+    settings: TrainingSettings
+    compute: int  # bytes per element of ``settings.dtype``
+    tokens: int  # of one micro-batch on one GPU, after the context-parallel split
+    #: activation bytes per token of a dense (False) and a MoE (True) layer, and how
+    per_token: dict[bool, tuple[float, str]]
+    forward_layer: float  # bytes per token of one layer's working set without gradients
+    lora: Adapters | None  # None: every parameter trains (or none: forward only)
+
+    @property
+    def megatron(self) -> bool:
+        return self.backend == "megatron"
+
+    @property
+    def forward_only(self) -> bool:
+        """No optimizer: a ref, a teacher."""
+        return self.settings.optimizer is None
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """The first or last pipeline stage's parameters, before and after the tensor and
+    expert splits."""
+
+    first: bool
+    tensor: float  # split by t
+    replicated: float  # norms, routers, the final norm
+    experts: float  # routed experts
+    where: str
+    on_gpu: float  # after the tensor (and, but for FSDP, the expert) split
+    shard_text: str
+
+
+def stage(e: Engine, first: bool) -> Stage:
+    """The first (or last) pipeline stage's parameters; Megatron and archon split the
+    experts over etp·ep, FSDP splits them by t like the rest."""
+    p, pp, tp = e.p, e.parallel.pp_size, e.parallel.tp_size
+    ep, etp = e.parallel.ep_size, e.parallel.etp_size
+    layers_tp = (p.attention + p.dense_mlp) * p.dense_layers + (
+        p.attention + p.shared_experts
+    ) * p.moe_layers
+    layers_rep = p.norms * (p.dense_layers + p.moe_layers) + p.router * p.moe_layers
+    tp_part, rep, exp = layers_tp / pp, layers_rep / pp, p.routed_experts * p.moe_layers / pp
+    if pp == 1:
+        tp_part += p.embedding + p.output
+        rep += p.final_norm
+        where = "all layers, embedding" + (", output layer" if p.output else " (tied output)")
+    elif first:
+        tp_part += p.embedding
+        where = f"1/{pp} of the layers + embedding (first stage)"
+    else:
+        tp_part += p.output or p.embedding  # a tied output keeps a copy on the last stage
+        rep += p.final_norm
+        where = f"1/{pp} of the layers + output layer (last stage)"
+    if e.backend != "fsdp":  # megatron and archon split experts over etp·ep
+        on_gpu = tp_part / tp + rep + exp / (etp * ep)
+        shard_text = (
+            f"({_b(tp_part)}/t{tp} + {_b(rep)} replicated"
+            + (f" + {_b(exp)} experts/(etp{etp}·ep{ep})" if exp else "")
+            + ")"
+        )
+    else:
+        on_gpu = (tp_part + exp) / tp + rep
+        shard_text = f"({_b(tp_part + exp)}/t{tp} + {_b(rep)} replicated)"
+    return Stage(first, tp_part, rep, exp, where, on_gpu, shard_text)
+
+
+def states(e: Engine, s: Stage) -> list[Term]:
+    """The stage's weights and, for an engine that trains, its gradients and optimizer
+    states on one GPU (with ``offload_params`` only the gathered weights)."""
+    if e.megatron:
+        if e.forward_only:
+            return [_megatron_weights(e, s)]
+        return [_megatron_weights(e, s), _megatron_gradients(e, s), _megatron_optimizer(e, s)]
+    shard = _fsdp_shard(e, s) if e.backend == "fsdp" else _archon_shard(e, s)
+    if e.forward_only or e.settings.offload_params:
+        return [_sharded_weights(e, shard)]
+    return [_sharded_weights(e, shard), _sharded_gradients(e, shard), _sharded_optimizer(e, shard)]
+
+
+# --- Megatron -------------------------------------------------------------------------------
+
+
+def _megatron_weights(e: Engine, s: Stage) -> Term:
+    """Megatron (areal/engine/megatron_engine.py with megatron-core's distributed
+    optimizer) keeps its weights in ``dtype``: tensor-parallel blocks split by t, routed
+    experts by etp·ep; with LoRA a frozen base and the adapters beside it."""
+    compute, dtype, tp = e.compute, e.settings.dtype, e.parallel.tp_size
+    if e.lora is None:
+        return Term(
+            "weights",
+            int(s.on_gpu * compute),
+            f"{s.shard_text} params on this GPU [{s.where}] × {compute} B ({dtype})",
+        )
+    dense, experts = _megatron_adapters(e, e.lora)
+    adapters = dense + experts
+    return Term(
+        "weights",
+        int((s.on_gpu + adapters) * compute),
+        f"frozen {s.shard_text} params on this GPU [{s.where}] + {_b(adapters)} LoRA adapter "
+        f"params ({e.lora.text}, /t{tp}) × {compute} B ({dtype})",
+    )
+
+
+def _megatron_gradients(e: Engine, s: Stage) -> Term:
+    """float32 main gradients (``main_grads_dtype``) of what trains."""
+    if e.lora is None:
+        return Term(
+            "gradients", int(s.on_gpu * 4), f"{_b(s.on_gpu)} params × 4 B (float32 main gradients)"
+        )
+    dense, experts = _megatron_adapters(e, e.lora)
+    adapters = dense + experts
+    return Term(
+        "gradients",
+        int(adapters * 4),
+        f"{_b(adapters)} adapter params × 4 B (float32 main gradients; the base is frozen)",
+    )
+
+
+def _megatron_optimizer(e: Engine, s: Stage) -> Term:
+    """The float32 main parameters and the two Adam states (:func:`megatron_state_bytes`)
+    of what trains. megatron-core's distributed optimizer shards them over its
+    dp_cp_group, data and context parallel together (get_megatron_optimizer in
+    megatron/core/optimizer/__init__.py, megatron-core 0.16.1), the experts' over
+    expert-dp = world/(etp·ep·p): the same counting as megatron-core's ``6 + 12/dp``
+    bytes per parameter (megatron/training/theoretical_memory_usage.py)."""
+    tp, pp, dp, cp = e.parallel.tp_size, e.parallel.pp_size, e.parallel.dp_size, e.parallel.cp_size
+    ep, etp, world = e.parallel.ep_size, e.parallel.etp_size, e.parallel.world_size
+    distributed = e.settings.distributed_optimizer
+    per_param, states = megatron_state_bytes(e.settings)
+    edp = world // (etp * ep * pp) if (ep > 1 or etp > 1) else dp * cp
+    over = f"dp{dp}·cp{cp}" if cp > 1 else f"dp{dp}"
+    if e.lora is not None:
+        dense, experts = _megatron_adapters(e, e.lora)
+        adapters = dense + experts
+        opt = dense * per_param / (dp * cp) + experts * per_param / edp
+        text = f"{_b(adapters)} adapter params × {per_param} B ({states})"
+        if not distributed:
+            return Term("optimizer", int(adapters * per_param), f"{text} not distributed")
+        return Term("optimizer", int(opt), f"{text} / {over}")
+    if not distributed:
+        return Term(
+            "optimizer",
+            int(s.on_gpu * per_param),
+            f"{_b(s.on_gpu)} params × {per_param} B ({states}), not distributed",
+        )
+    dense, experts = s.tensor / tp + s.replicated, s.experts / (etp * ep)
+    opt = dense * per_param / (dp * cp) + experts * per_param / edp
+    text = f"{_b(dense)} params × {per_param} B ({states}) / {over}" + (
+        f" + {_b(experts)} expert params × {per_param} B / expert-dp{edp} "
+        f"(world {world}/(etp{etp}·ep{ep}·p{pp}))"
+        if experts
+        else ""
+    )
+    return Term("optimizer", int(opt), text)
+
+
+def _megatron_adapters(e: Engine, lora: Adapters) -> tuple[float, float]:
+    """The adapters on one GPU: (split by t, the experts' split by etp·ep)."""
+    return lora.tensor / e.parallel.tp_size, lora.experts / (
+        e.parallel.etp_size * e.parallel.ep_size
+    )
+
+
+def megatron_state_bytes(settings: TrainingSettings) -> tuple[int, str]:
+    """Bytes per parameter of Megatron's optimizer: float32 main params and two Adam
+    states (bfloat16 ones with the precision-aware optimizer); SGD keeps one momentum
+    buffer (megatron-core's ``sgd_momentum`` = 0.9)."""
+    if settings.optimizer == "sgd":
+        return 8, "float32 main params + momentum"
+    if settings.optimizer == "adam_bf16" or settings.precision_aware_optimizer:
+        return 8, "float32 main params + 2 bfloat16 Adam states"
+    return 12, "float32 main params + 2 float32 Adam states"
+
+
+# --- FSDP and archon ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Shard:
+    """A fully sharded (FSDP2) engine's stage on one GPU, as it stores it. Gradients and
+    AdamW states are in the parameters' dtype; with LoRA only the adapters have them."""
+
+    storage_name: str
+    storage: int  # bytes per stored parameter
+    params: float  # the stage's parameters on this GPU
+    adapters: float  # LoRA's adapters on this GPU, stored like the base (0: no LoRA)
+    lora: bool
+    where: str
+
+    @property
+    def trained(self) -> float:
+        return self.adapters if self.lora else self.params
+
+
+def _fsdp_shard(e: Engine, s: Stage) -> _Shard:
+    """FSDP (areal/engine/fsdp_engine.py): parameters stored in ``optimizer_dtype``,
+    sharded over dp·cp after the tensor-parallel split (experts split by t too)."""
+    tp, dp, cp = e.parallel.tp_size, e.parallel.dp_size, e.parallel.cp_size
+    storage = dtype_bytes(e.settings.optimizer_dtype, f"{e.key}.optimizer_dtype")
+    sharded = ((s.tensor + s.experts) / tp + s.replicated) / (dp * cp)
+    lora = e.lora
+    adapters = 0.0 if lora is None else (lora.tensor + lora.experts) / tp / (dp * cp)
+    where = f"{s.shard_text}/(dp{dp}·cp{cp})"
+    return _Shard(e.settings.optimizer_dtype, storage, sharded, adapters, lora is not None, where)
+
+
+def _archon_shard(e: Engine, s: Stage) -> _Shard:
+    """Archon (areal/experimental/engine/archon_engine.py, FSDP2 over its dp_shard mesh
+    after the pipeline, tensor and expert splits): parameters stored in ``dtype`` (the
+    model is created in it), expert parameters sharded over expert-dp = world/(etp·ep·p)."""
+    tp, dp, cp, pp = e.parallel.tp_size, e.parallel.dp_size, e.parallel.cp_size, e.parallel.pp_size
+    ep, etp = e.parallel.ep_size, e.parallel.etp_size
+    edp = e.parallel.world_size // (etp * ep * pp)
+    sharded = (s.tensor / tp + s.replicated) / (dp * cp) + s.experts / (etp * ep) / edp
+    lora = e.lora
+    adapters = (
+        0.0 if lora is None else lora.tensor / tp / (dp * cp) + lora.experts / (etp * ep) / edp
+    )
+    where = f"{s.shard_text} sharded over dp{dp}·cp{cp}" + (
+        f" (experts over expert-dp{edp})" if s.experts else ""
+    )
+    return _Shard(e.settings.dtype, e.compute, sharded, adapters, lora is not None, where)
+
+
+def _sharded_weights(e: Engine, shard: _Shard) -> Term:
+    """The stored shard, and the gathered root module and two decoder layers (the
+    current one and the prefetched next) in ``dtype``."""
+    p, tp, pp, compute = e.p, e.parallel.tp_size, e.parallel.pp_size, e.compute
+    root = (p.embedding + p.output) / tp if pp == 1 else max(p.embedding, p.output) / tp
+    gathered = root + 2 * p.largest_layer / tp
+    if e.settings.offload_params:
+        return Term(
+            "weights",
+            int(gathered * compute),
+            f"offload_params: parameters live on the CPU; gathered root + 2 layers "
+            f"{_b(gathered)} × {compute} B",
+        )
+    storage, lora = shard.storage, e.lora
+    return Term(
+        "weights",
+        int((shard.params + shard.adapters) * storage + gathered * compute),
+        f"{'frozen ' if lora is not None else ''}{shard.where} × {storage} B "
+        f"({shard.storage_name} storage)"
+        + (
+            f" + {_b(shard.adapters)} LoRA adapter params ({lora.text}) × {storage} B"
+            if lora is not None
+            else ""
+        )
+        + f" + gathered root and 2 layers {_b(gathered)} × {compute} B ({e.settings.dtype})",
+    )
+
+
+def _sharded_gradients(e: Engine, shard: _Shard) -> Term:
+    """The gradients of what trains, in the parameters' dtype; with the optimizer in the
+    backward, one parameter's at a time."""
+    storage, name = shard.storage, shard.storage_name
+    if e.settings.optimizer_in_backward and not shard.lora:
+        # stepped and freed as each is ready: the largest one's gradient, the embedding's
+        tp, dp, cp = e.parallel.tp_size, e.parallel.dp_size, e.parallel.cp_size
+        largest = max(e.p.embedding, e.p.output) / tp / (dp * cp)
+        return Term(
+            "gradients",
+            int(largest * storage),
+            f"optimizer in the backward: one parameter's gradient at a time, the largest "
+            f"{_b(largest)} × {storage} B ({name})",
+        )
+    what = "adapter params (the base is frozen)" if shard.lora else "params"
+    return Term(
+        "gradients",
+        int(shard.trained * storage),
+        f"{_b(shard.trained)} {what} × {storage} B ({name})",
+    )
+
+
+def _sharded_optimizer(e: Engine, shard: _Shard) -> Term:
+    """AdamW's two states in the parameters' dtype (AnyPrecisionAdamW's in bfloat16),
+    none for SGD."""
+    storage, optimizer = shard.storage, e.settings.optimizer or "adam"
+    state_bytes = {"adam": 2 * storage, "adam_bf16": 4, "sgd": 0}[optimizer]
+    name = {
+        "adam": f"AdamW: 2 states × {storage} B",
+        "adam_bf16": "AnyPrecisionAdamW: 2 bfloat16 states",
+        "sgd": "SGD without momentum: no state",
+    }[optimizer]
+    what = "adapter params" if shard.lora else "params"
+    return Term(
+        "optimizer",
+        int(shard.trained * state_bytes),
+        f"{_b(shard.trained)} {what} × {state_bytes} B ({name})",
+    )
+
+
+def fsdp_load_peak(e: Engine) -> Term:
+    """FSDP's load with ``fsdp.memory_efficient_load: false``.
+
+    Every rank builds the whole model on its own GPU, in ``optimizer_dtype``,
+    before ``parallelize_model`` shards it (areal/engine/fsdp_engine.py
+    _create_device_model: ``loading_device = current_platform.device_type`` unless
+    memory_efficient_load, ``dtype = optimizer_dtype``; reference commit cbff54d6).
+    With memory_efficient_load rank 0 loads on the CPU and broadcasts after sharding.
+    """
+    key, settings, lora = e.key, e.settings, e.lora
+    storage = dtype_bytes(settings.optimizer_dtype, f"{key}.optimizer_dtype")
+    params = e.p.total + (0 if lora is None else lora.tensor + lora.experts)
+    return Term(
+        "load",
+        int(params * storage),
+        f"{_b(params)} params × {storage} B ({settings.optimizer_dtype}): every rank builds the "
+        f"whole model on its GPU before sharding ({key}.fsdp.memory_efficient_load=false)",
+    )
