@@ -209,23 +209,14 @@ def _stage_terms(e: Engine, first: bool) -> tuple[bool, list[Term], dict[str, tu
 
 
 def _activations(e: Engine, s: Stage) -> Term:
-    """What a micro-batch's backward needs: each layer's saved activations, on the
-    first stage for every micro-batch 1F1B holds in flight (up to p), or, recomputed or
-    offloaded, one layer's checkpoints and one layer's working set."""
+    """What a micro-batch's backward needs: each layer's saved activations for every
+    micro-batch in flight (:func:`_in_flight`), or, offloaded, one layer's checkpoints
+    back from the CPU; and, recomputed, one layer's working set."""
     if e.forward_only:
         return _forward_activations(e)
-    settings, pp, cp, tokens, per_token = (
-        e.settings,
-        e.parallel.pp_size,
-        e.parallel.cp_size,
-        e.tokens,
-        e.per_token,
-    )
-    in_flight = float(pp if settings.micro_batches is None else min(pp, settings.micro_batches))
-    stage_flight = in_flight if s.first else 1.0
-    interleave = 1.0
-    if pp > 1 and settings.virtual_pipeline > 1:
-        interleave = 1 + (pp - 1) / (pp * settings.virtual_pipeline)
+    settings, tokens, per_token = e.settings, e.tokens, e.per_token
+    pp, cp = e.parallel.pp_size, e.parallel.cp_size
+    stage_flight, interleave = _in_flight(e, s)
     dense_l, moe_l = e.p.dense_layers / pp, e.p.moe_layers / pp
     recomputes = settings.recompute in ("full", "op")
     one_layer = e.forward_layer if recomputes else 0.0
@@ -256,6 +247,21 @@ def _activations(e: Engine, s: Stage) -> Term:
         + (f" + one layer recomputed {one_layer:,.0f} B/token" if one_layer else "")
     )
     return Term("activations", int(acts), act_text)
+
+
+def _in_flight(e: Engine, s: Stage) -> tuple[float, float]:
+    """The micro-batches whose activations this stage holds at once (1F1B holds up to p
+    on the first stage, one on the last), and the interleaved schedule's factor."""
+    pp, micro_batches, vpp = (
+        e.parallel.pp_size,
+        e.settings.micro_batches,
+        e.settings.virtual_pipeline,
+    )
+    in_flight = float(pp if micro_batches is None else min(pp, micro_batches))
+    interleave = 1.0
+    if pp > 1 and vpp > 1:
+        interleave = 1 + (pp - 1) / (pp * vpp)
+    return (in_flight if s.first else 1.0), interleave
 
 
 def _forward_activations(e: Engine) -> Term:
