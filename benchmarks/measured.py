@@ -38,9 +38,9 @@ from areal_alloc.estimate.memory import MemoryEstimate
 from areal_alloc.estimate.rl_step import COLOCATED, step_seconds, weight_update
 from areal_alloc.estimate.speed_inference import generation
 from areal_alloc.estimate.speed_training import training_step
-from areal_alloc.estimate.system import Hardware, resolve_gpu
+from areal_alloc.estimate.system import Hardware, build_hardware, resolve_gpu
 from areal_alloc.model import ModelAllocation
-from areal_alloc.settings import NAMES, Settings
+from areal_alloc.settings import NAMES, ChosenGPU, Resolved, Settings, Sourced
 
 __all__ = [
     "DATA",
@@ -223,13 +223,17 @@ def _hardware(
     data: Mapping[str, Any], inputs: Mapping[str, Any], hbm: bool = True
 ) -> tuple[Hardware, str]:
     gpu, note = _gpu(data, inputs["gpu"], hbm)
-    if gpu.bf16_tflops is None or gpu.hbm_tbps is None:
-        raise NotCompared(f"GPU {gpu.name}: no cited compute and HBM speeds")
-    hardware = Hardware.from_gpu(
-        gpu,
-        int(inputs.get("gpus_per_node") or 8),
-        inter_node_gbps=inputs.get("inter_node_gbps_per_gpu"),
+    # the one builder of a Hardware, the row's GPU and network given as its settings: the
+    # assumed efficiencies, never a stored calibration (the rows measure the estimate)
+    network = inputs.get("inter_node_gbps_per_gpu")
+    given = Resolved(
+        gpu=ChosenGPU(gpu.name, gpu.memory_bytes, "the row's gpu", catalogue=gpu),
+        inter_node_gbps=None if network is None else Sourced(network, "inter_node_gbps_per_gpu"),
+        use_calibration=False,
     )
+    hardware = build_hardware(given, int(inputs.get("gpus_per_node") or 8), None)
+    if hardware is None:  # the GPU's compute or HBM speed is not cited
+        raise NotCompared(f"GPU {gpu.name}: no cited compute and HBM speeds")
     return hardware, note
 
 
