@@ -524,6 +524,7 @@ def _inference(
         max_num_seqs=int(inputs.get("max_num_seqs") or _vllm_default_seqs(inputs, device or 0)),
         max_num_batched_tokens=inputs.get("max_num_batched_tokens"),
         vllm_allreduce_inputs_held=bool(inputs.get("vllm_allreduce_inputs_held")),
+        vllm_counts_cuda_context=bool(inputs.get("vllm_counts_cuda_context")),
     )
     estimate = estimate_allocation(alloc, arch, capacity, None, settings)
     return alloc, arch, estimate
@@ -568,6 +569,8 @@ def _kv_note(inputs: Mapping[str, Any]) -> str:
         notes.append("linear and expert weights fp8, the embedding, output and KV cache bf16")
     if inputs.get("vllm_allreduce_inputs_held"):
         notes.append("vLLM before #2151: the profile run's TP all-reduce inputs held")
+    if inputs.get("vllm_counts_cuda_context"):
+        notes.append("vLLM V0 from #2031 to #10511: total − free counts the CUDA context")
     return "; ".join(notes)
 
 

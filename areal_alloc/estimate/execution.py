@@ -235,6 +235,11 @@ class InferenceSettings:
     #: reused"), so each one's hidden states stay allocated to its end
     #: (memory_inference.inference_memory)
     vllm_allreduce_inputs_held: bool = False
+    #: vLLM whose profile counts the CUDA context among its memory outside torch: the
+    #: builds that take total − free after the profile run (from vllm-project/vllm#2031,
+    #: 2023-12, until vllm#10511's baseline snapshot, 2024-12); later builds measure from a
+    #: snapshot taken after the context (memory_inference.CUDA_CONTEXT_BYTES)
+    vllm_counts_cuda_context: bool = False
 
     def __post_init__(self) -> None:
         # the one reader of numbers, with the bounds the settings and flags have

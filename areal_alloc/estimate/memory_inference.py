@@ -25,6 +25,7 @@ from areal_alloc.estimate.memory import (
 from areal_alloc.strategy import ParallelStrategy
 
 __all__ = [
+    "CUDA_CONTEXT_BYTES",
     "NON_TORCH_BYTES",
     "VLLM_SAMPLER_BYTES",
     "inference_memory",
@@ -80,6 +81,18 @@ VLLM_SAMPLER_BYTES = 2 + 4 + 4 + 8 + 8 + 4 + 8
 #: (llm-d/llm-d-benchmark config_explorer/empirical-vllm-memory-results.md
 #: @0fa12aa9788aae02df8307a0305c223949b58cd4, "non-torch memory" per run).
 NON_TORCH_BYTES = {1: int(0.13 * GIB), 2: int(0.54 * GIB)}
+
+
+#: The CUDA context of a PyTorch process under CUDA's lazy module loading (CUDA ≥ 11.7):
+#: "the currently used ~300MB ... Starting with 11.7 CUDA implemented lazy kernel/module
+#: loading" (ptrblck, pytorch/pytorch#107667, comment of 2023-08-28). Memory a server's rule
+#: counts when it measures from the device's total: SGLang's pool is a fraction of the free
+#: memory after start-up (model_runner.py ``init_torch_distributed``'s
+#: ``get_available_gpu_memory``, the context already taken), and vLLM V0 from vllm#2031 to
+#: vllm#10511 took total − free after its profile run (worker.py
+#: ``determine_num_available_blocks``: ``non_torch_allocations = (total − free) − torch
+#: allocated``, the line its "Memory profiling results: ... non_torch_memory" log prints).
+CUDA_CONTEXT_BYTES = 300 << 20
 
 
 def non_torch_bytes(tp: int) -> int:
@@ -213,6 +226,11 @@ def inference_memory(
             f"{readable_bytes(reserve)} non-torch memory at t{tp} (NCCL, all-reduce buffers; "
             f"as vLLM's profiler measures it)"
         )
+        if not vllm or settings.vllm_counts_cuda_context:
+            reserve += CUDA_CONTEXT_BYTES
+            reserve_text += f" + the CUDA context {readable_bytes(CUDA_CONTEXT_BYTES)} " + (
+                "(taken before SGLang measures)" if not vllm else "(counted by this vLLM)"
+            )
     terms.append(Term("reserve", reserve, reserve_text))
     tokens: int | None = None
     claimed: float | None = None

@@ -35,7 +35,7 @@ node map (one column per GPU, · free):
 memory per GPU (estimate; H100-80GB, 80.0 GiB, from hydra.callbacks.areal_alloc.gpu; \
 every term: areal-alloc explain SPEC --model M):
   engine   per GPU   fits  peak phase  largest term       KV cache per instance
-  rollout  72.0 GiB  yes   generation  kv_cache 67.2 GiB  5,035,389 tokens = 153 × 32,768
+  rollout  72.0 GiB  yes   generation  kv_cache 67.0 GiB  5,015,640 tokens = 153 × 32,768
   actor    34.4 GiB  yes   backward    optimizer 7.1 GiB
   ref      37.4 GiB  yes   load        load 28.4 GiB
 

@@ -159,3 +159,33 @@ def test_an_fp8_checkpoint_keeps_its_embedding_and_output_in_bf16() -> None:
     vocab = p.embedding + p.output  # 2 × 128,256 × 4,096, untied
     assert vocab == 2 * 128256 * 4096
     assert estimate.term("weights") == int(((p.total - vocab) * 1 + vocab * 2) / 4)
+
+
+def _reserve(backend: str, **settings: object) -> int:
+    estimate = estimate_allocation(
+        ModelAllocation.from_str(f"{backend}:d1t2"),
+        LLAMA,
+        80 * GIB,
+        None,
+        InferenceSettings(memory_fraction=0.9, **settings),  # type: ignore[arg-type]
+    )
+    return estimate.term("reserve")
+
+
+@pytest.mark.parametrize(
+    ("backend", "settings", "context"),
+    [
+        ("sglang", {}, True),  # its pool is a fraction of the free memory after start-up
+        ("vllm", {}, False),  # V1 and V0 from vllm#10511: a snapshot after the context
+        ("vllm", {"vllm_counts_cuda_context": True}, True),  # V0, vllm#2031 to #10511
+        ("sglang", {"reserve_bytes": GIB}, False),  # --memory-reserve-gib replaces the rule
+    ],
+)
+def test_the_cuda_context_is_counted_where_the_rule_measures_from_the_total(
+    backend: str, settings: dict[str, object], context: bool
+) -> None:
+    from areal_alloc.estimate.memory_inference import CUDA_CONTEXT_BYTES, non_torch_bytes
+
+    base = GIB if "reserve_bytes" in settings else non_torch_bytes(2)
+    assert CUDA_CONTEXT_BYTES == 300 << 20  # pytorch#107667: "~300MB" under lazy loading
+    assert _reserve(backend, **settings) == base + (CUDA_CONTEXT_BYTES if context else 0)
