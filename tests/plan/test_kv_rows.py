@@ -114,3 +114,22 @@ def test_vllm_s_profile_forward_is_the_down_projection_s_peak(row_id: str, token
     assert "profile forward" in formula
     assert abs(activation / GIB / peak - 1) < 0.01
     assert abs(tokens * 51_200 * 2 / GIB / peak - 1) > 0.07  # without the down projection's h
+
+
+def _counts_context(row: dict[str, Any]) -> bool:
+    """The version rule, read from what the row's source shows: vLLM V0's log of
+    ``Memory profiling results: ... initial_memory_usage=`` (between vllm#9352 and #10511)
+    and PR #2031's own runs measure from the device's total; the later ``model weights take
+    ...; non_torch_memory takes`` line (from vllm#10511) and V1 measure from a snapshot."""
+    return "initial_memory_usage=" in row["quote"] or row["source"] == "vllm-pr-2031"
+
+
+@pytest.mark.parametrize(
+    "row",
+    [r for r in rows(DATA, "kv_tokens") if str(r["inputs"]["backend"]).startswith("vllm")],
+    ids=lambda r: str(r["id"]),
+)
+def test_the_cuda_context_flag_follows_the_version_rule_on_every_vllm_row(
+    row: dict[str, Any],
+) -> None:
+    assert bool(row["inputs"].get("vllm_counts_cuda_context")) is _counts_context(row)
