@@ -30,6 +30,8 @@ COMMAND = str(_SCRIPT) if _SCRIPT.exists() else (shutil.which("areal-alloc") or 
 
 Cli = Callable[..., "subprocess.CompletedProcess[str]"]
 
+#: The tests' own cache folder, one per process: each pytest-xdist worker (the README's
+#: ``-n auto``) has its own, as it has its own ``tmp_path`` root and environment.
 _CACHE = tempfile.mkdtemp(prefix="areal-alloc-test-cache-")
 
 #: ``AREAL_ALLOC_FULL_PROPERTIES=1`` runs the heavy Hypothesis properties (marked
