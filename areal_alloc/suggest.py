@@ -27,7 +27,9 @@ from areal_alloc.defaults import CONTEXT_LENGTH, NEW_TOKENS, PROMPT_TOKENS, WEIG
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.estimate import rl_step
 from areal_alloc.estimate.execution import (
+    SERVER_DEFAULTS,
     InferenceSettings,
+    ServerLimit,
     StepShape,
     TrainingSettings,
     whole_local_batch_tokens,
@@ -61,6 +63,9 @@ class RunShape:
     update_mode: str = WEIGHT_UPDATE_MODE
     #: the step's mode (areal_alloc.estimate.rl_step.MODES); None: from ``asynchronous``
     mode: str | None = None
+    #: the rollout server's own bound on the requests it runs at once (a config's
+    #: ``areal_alloc.estimate.execution.server_limit``; else the servers' defaults)
+    server: ServerLimit = SERVER_DEFAULTS
 
     def __post_init__(self) -> None:
         for name in ("batch", "prompt_len", "gen_len"):
@@ -100,6 +105,7 @@ class RunShape:
             colocated=False,
             max_concurrent=None,
             in_flight=self.in_flight,
+            server=self.server,
         )
 
 
@@ -528,6 +534,8 @@ def _generation(
         kv_bytes_per_token=kv.bytes_per_token if kv is not None else 0,
         in_flight=shape.in_flight,
         synchronous=shape.step_mode != rl_step.ASYNCHRONOUS,
+        server=shape.server,
+        backend=rollout.spec.partition(":")[0],
     )
 
 

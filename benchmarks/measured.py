@@ -649,6 +649,38 @@ def _in_flight(source: str, inputs: Mapping[str, Any]) -> dict[str, int]:
     return {"max_concurrent_rollouts": int(inputs["prompts_per_step"]) * age}
 
 
+def _nemo_max_num_seqs(source: str, inputs: Mapping[str, Any]) -> dict[str, int]:
+    """The requests a NeMo RL run's vLLM instance runs at once: its recipes set no
+    ``max_num_seqs`` (``git grep max_num_seqs`` in nemo_rl/ and the performance recipes
+    finds only DeepSeek-V3's, NVIDIA-NeMo/RL v0.5.0 6c7089300f and v0.6.0 5fb588932b), so
+    vLLM's own default for how the worker builds its engine: ``vllm.LLM(**llm_kwargs)``
+    (nemo_rl/models/generation/vllm/vllm_worker.py) is the LLM_CLASS usage context, 1,024
+    on a GPU of ≥ 70 GiB that is not an A100, else 256; the asynchronous worker's
+    ``AsyncLLM.from_engine_args`` (vllm_worker_async.py) keeps its default
+    ``usage_context=UsageContext.ENGINE_CONTEXT``, which ``get_batch_defaults`` does not
+    list, so ``SchedulerConfig.DEFAULT_MAX_NUM_SEQS`` = 128 (vllm/engine/arg_utils.py
+    ``_set_default_max_num_seqs_and_batched_tokens_args``, vllm-project/vllm@99d7eb5d;
+    vllm/v1/engine/async_llm.py@00080ee1; vllm/config/scheduler.py)."""
+    rollout = inputs.get("rollout") or {}
+    if not source.startswith("nemo-rl") or rollout.get("backend") != "vllm":
+        return {}
+    if rollout.get("max_num_seqs"):
+        return {"max_num_seqs": int(rollout["max_num_seqs"])}
+    if rollout.get("async_engine"):
+        return {"max_num_seqs": 128}
+    big = "a100" not in str(inputs.get("gpu") or "").lower() and (
+        (_capacity_or_zero(inputs)) >= 70 * GIB
+    )
+    return {"max_num_seqs": 1024 if big else 256}
+
+
+def _capacity_or_zero(inputs: Mapping[str, Any]) -> int:
+    try:
+        return reported_bytes(find_gpu(inputs["gpu"]))
+    except AllocationError:
+        return 0
+
+
 def _rl_config(
     data: Mapping[str, Any], inputs: Mapping[str, Any], source: str = ""
 ) -> dict[str, Any]:
@@ -682,7 +714,10 @@ def _rl_config(
                 else {}
             ),
         },
-        r_engine: {fraction_key: rollout.get("memory_fraction")},
+        r_engine: {
+            fraction_key: rollout.get("memory_fraction"),
+            **_nemo_max_num_seqs(source, inputs),  # the server's own bound, as the run had it
+        },
         "actor": {
             "backend": backend_string(t_engine, train["layout"]),
             "path": model,

@@ -28,9 +28,11 @@ from areal_alloc.estimate.engines import estimate_allocation
 from areal_alloc.estimate.execution import (
     RECOMPUTE,
     InferenceSettings,
+    ServerLimit,
     TrainingSettings,
     inference_settings,
     sequences_in_flight,
+    server_limit,
     training_settings,
 )
 from areal_alloc.estimate.memory import KVCache, MemoryEstimate, readable_bytes
@@ -724,6 +726,7 @@ def _suggest_from_config(ns: argparse.Namespace) -> tuple[bool, bool]:
     ns.config_step = {
         "mode": pace.mode if pace is not None else mode,
         "in_flight": sequences_in_flight(run),
+        "server": server_limit(experiment.get("rollout")),
         "recompute_logprob": bool(run.recompute_logprob),
         "update_mode": experiment.update_mode,
     }
@@ -920,6 +923,7 @@ def suggest_command(args: list[str]) -> int:
         asynchronous=not ns.sync,
         mean_gen_len=mean.value if mean is not None else None,
         in_flight=step.get("in_flight"),  # type: ignore[arg-type]
+        server=step.get("server") or ServerLimit(),  # type: ignore[arg-type]
         recompute_logprob=bool(step.get("recompute_logprob", False)),
         update_mode=str(step.get("update_mode", WEIGHT_UPDATE_MODE)),
         mode=rl_step.SYNCHRONOUS if ns.sync else step.get("mode"),  # type: ignore[arg-type]

@@ -54,13 +54,17 @@ __all__ = [
     "LORA_TARGETS",
     "OPTIMIZERS",
     "RECOMPUTE",
+    "SERVER_DEFAULTS",
+    "SGLANG_REQUEST_POOL",
     "TRAINING_RESERVE_BYTES",
     "VLLM_MAX_NUM_SEQS",
     "InferenceSettings",
+    "ServerLimit",
     "StepShape",
     "TrainingSettings",
     "inference_settings",
     "sequences_in_flight",
+    "server_limit",
     "step_shape",
     "training_settings",
     "whole_local_batch_tokens",
@@ -83,9 +87,74 @@ GIB = 1 << 30
 TRAINING_RESERVE_BYTES = 4 * GIB
 
 
-#: The reference's vLLMConfig default ``max_num_seqs: int = 256`` (areal/api/cli_args.py,
+#: The reference's vLLMConfig default ``max_num_seqs: int = 256``, which
+#: ``vLLMConfig.build_args`` passes to the server as ``--max-num-seqs`` with every other
+#: field (``get_py_cmd``) (areal/api/cli_args.py,
 #: areal-project/AReaL@cbff54d645d2cd8ee1f1c358a82f3f473588433d)
 VLLM_MAX_NUM_SEQS = 256
+
+
+#: SGLang's own bound when ``max_running_requests`` is unset: min(KV tokens // 2, its request
+#: pool of min(max(KV tokens / context_len × 512, 2,048), 4,096)) (the scheduler's
+#: ``max_total_num_tokens // 2 if server_args.max_running_requests is None``, capped by
+#: ``req_to_token_pool.size``, and the model runner's ``max_num_reqs``;
+#: python/sglang/srt/managers/scheduler.py and model_executor/model_runner.py,
+#: sgl-project/sglang@01cc04e2b5b01ce379698a3fee1bd17706e1d0ec)
+SGLANG_REQUEST_POOL = (2048, 4096)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimit:
+    """A rollout server's own bound on the requests it runs at once (per instance), as the
+    config writes it: vLLM's ``max_num_seqs`` (the reference passes ``--max-num-seqs``,
+    256 by default: :data:`VLLM_MAX_NUM_SEQS`), SGLang's ``max_running_requests`` (unset:
+    SGLang's own rule, :data:`SGLANG_REQUEST_POOL`, from the KV pool and
+    ``sglang.context_length``)."""
+
+    max_num_seqs: int | None = None
+    max_running_requests: int | None = None
+    context_length: int = defaults.CONTEXT_LENGTH
+
+    def per_instance(self, backend: str, kv_tokens: int | None) -> tuple[int | None, str]:
+        """The requests one instance of ``backend`` runs at once, and the rule that gave
+        it (None: no bound beyond its KV cache)."""
+        if backend == "vllm":
+            if self.max_num_seqs is not None:
+                return self.max_num_seqs, f"vllm.max_num_seqs {self.max_num_seqs:,}"
+            return (
+                VLLM_MAX_NUM_SEQS,
+                f"vllm.max_num_seqs {VLLM_MAX_NUM_SEQS} (the reference's default)",
+            )
+        if backend != "sglang":
+            return None, ""
+        if kv_tokens is None:
+            if self.max_running_requests is None:
+                return None, ""
+            return (
+                self.max_running_requests,
+                f"sglang.max_running_requests {self.max_running_requests:,}",
+            )
+        low, high = SGLANG_REQUEST_POOL
+        pool = min(max(int(kv_tokens / max(1, self.context_length) * 512), low), high)
+        if self.max_running_requests is not None:
+            return (
+                min(self.max_running_requests, pool, max(1, kv_tokens // 2)),
+                f"sglang.max_running_requests {self.max_running_requests:,}",
+            )
+        limit = max(1, min(kv_tokens // 2, pool))
+        return limit, f"SGLang's max_running_requests {limit:,} (KV pool // 2, request pool)"
+
+
+#: the servers' own defaults (nothing written)
+SERVER_DEFAULTS = ServerLimit()
+
+
+def server_limit(engine: Engine | None) -> ServerLimit:
+    """The rollout engine's :class:`ServerLimit` from its one reading."""
+    read = engine.inference if engine is not None else None
+    if read is None:
+        return ServerLimit()
+    return ServerLimit(read.max_num_seqs, read.max_running_requests, read.context_length)
 
 
 #: none | selective (Korthikanti's: the attention scores) | full (each layer's input) |
@@ -416,6 +485,8 @@ class StepShape:
     #: step's own sequences
     in_flight: int | None = None
     assumptions: tuple[str, ...] = ()
+    #: the rollout server's own bound on the requests it runs at once (:class:`ServerLimit`)
+    server: ServerLimit = SERVER_DEFAULTS
 
     @property
     def length(self) -> int:
@@ -458,6 +529,7 @@ def step_shape(experiment: Experiment, machine: Resolved) -> StepShape:
         max_concurrent=run.max_concurrent_rollouts,
         in_flight=sequences_in_flight(run),
         assumptions=tuple(assumptions),
+        server=server_limit(experiment.get("rollout")),
     )
 
 

@@ -5,8 +5,9 @@
   prefill at compute, then decode steps at max(HBM reads, GEMM compute) plus the
   tensor-parallel all-reduces), at the decode batch :func:`decode_batch` (the sequences
   in flight on the instance: never a fixed cap), over the mean generation length; a
-  synchronous step also waits for its longest sequence, so ``gconfig.max_new_tokens``
-  decode steps are its floor (:func:`rollout`);
+  synchronous step also waits for its longest sequence: its ``gconfig.max_new_tokens``
+  − the mean decode steps past the mean run at the tail's batch of one, on top of the
+  throughput (:func:`rollout`), never below the floor of ``max_new_tokens`` steps;
 - the training side (:func:`training_side`): the actor's optimizer step, the ref's and a
   training teacher's forward (a third of forward + backward), the critic's step, an
   inference teacher's prefill, and the actor's log-prob recomputation when
@@ -33,6 +34,7 @@ from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.estimate.execution import (
     DEFAULT_OFFPOLICYNESS,
+    ServerLimit,
     StepShape,
     TrainingSettings,
     step_shape,
@@ -82,11 +84,18 @@ PCIE_GBPS = 32.0
 
 
 def decode_batch(
-    sequences: int, instances: int, kv_tokens: int | None, context: int, in_flight: int | None
+    sequences: int,
+    instances: int,
+    kv_tokens: int | None,
+    context: int,
+    in_flight: int | None,
+    limit: int | None = None,
 ) -> int:
     """The sequences in flight on one instance: min(its share of the sequences the rollout
     keeps in flight, ``in_flight``, or of the step's ``sequences`` when None; what its KV
-    cache holds at the mean ``context``), at least 1.
+    cache holds at the mean ``context``; the server's own bound on the requests it runs at
+    once, ``limit``: :meth:`areal_alloc.estimate.execution.ServerLimit.per_instance`), at
+    least 1.
 
     ``in_flight`` is :func:`areal_alloc.estimate.execution.sequences_in_flight`: the
     reference's staleness manager admits min(``rollout.max_concurrent_rollouts``, (η + 1) ×
@@ -98,6 +107,8 @@ def decode_batch(
     batch = math.ceil((sequences if in_flight is None else in_flight) / instances)
     if kv_tokens is not None and context > 0:
         batch = min(batch, kv_tokens // context)
+    if limit is not None:
+        batch = min(batch, limit)
     return max(1, batch)
 
 
@@ -105,9 +116,9 @@ def decode_batch(
 class Generation:
     """A rollout's generation in one RL step."""
 
-    seconds: float  # the step's generation (the floor included when synchronous)
+    seconds: float  # the step's generation (the long tail included when synchronous)
     throughput_seconds: float  # the waves at the mean generation length
-    floor_seconds: float  # max_new_tokens decode steps of the longest sequence
+    floor_seconds: float  # max_new_tokens decode steps of the longest sequence, at batch 1
     batch: int
     #: one instance's share of the step over its batch: whole waves when synchronous (the
     #: step drains), a fraction when asynchronous (the batch stays full across steps)
@@ -117,21 +128,27 @@ class Generation:
     what: str
 
     @property
+    def tail_seconds(self) -> float:
+        """A synchronous step's wait for its longest sequence past the mean length."""
+        return self.seconds - self.throughput_seconds
+
+    @property
     def terms(self) -> tuple[StepTerm, ...]:
-        floor = self.floor_seconds
+        tail = self.tail_seconds
         return (
             StepTerm(
                 "generation (mean length)",
                 self.throughput_seconds,
                 f"{self.waves:.3g} wave(s) × {self.estimate.seconds:.4g} s per wave of "
                 f"{self.batch} sequences on each of {self.instances} instances",
-                hidden=floor > self.throughput_seconds and self.seconds == floor,
             ),
             StepTerm(
-                "longest sequence (floor)",
-                floor,
-                "gconfig.max_new_tokens decode steps of one sequence",
-                hidden=self.seconds != floor or floor <= self.throughput_seconds,
+                "longest sequence (tail)",
+                tail,
+                "gconfig.max_new_tokens − the mean length decode steps of the longest "
+                f"sequence at batch 1 (all {self.floor_seconds:.4g} s of its steps at batch 1 "
+                "are the floor)",
+                hidden=tail <= 0,
             ),
         )
 
@@ -150,17 +167,21 @@ def rollout(
     kv_bytes_per_token: int,
     in_flight: int | None = None,
     synchronous: bool = True,
+    server: ServerLimit | None = None,
+    backend: str = "",
 ) -> Generation:
     """The rollout's generation of one step's ``sequences`` over ``instances``, at the
     decode batch of :func:`decode_batch` (``in_flight``: the sequences the rollout keeps
-    in flight, None: the step's)."""
+    in flight, None: the step's; ``server``: the ``backend`` server's own bound on the
+    requests it runs at once, None: none)."""
     mean = max_new_tokens if mean_gen_len is None else min(mean_gen_len, max_new_tokens)
     if mean < 1:
         raise AllocationValidationError(
             f"mean generation length {mean}: must be ≥ 1 (--mean-gen-len, mean_gen_len)"
         )
     context = prompt + mean // 2
-    batch = decode_batch(sequences, instances, kv_tokens, context, in_flight)
+    limit, rule = (None, "") if server is None else server.per_instance(backend, kv_tokens)
+    batch = decode_batch(sequences, instances, kv_tokens, context, in_flight, limit)
     share = math.ceil(sequences / max(1, instances))
     waves: float = math.ceil(share / batch) if synchronous else share / batch
     one = generation(
@@ -182,13 +203,26 @@ def rollout(
         kv_bytes_per_token=kv_bytes_per_token,
     )
     floor = last.seconds * max_new_tokens
-    seconds = max(throughput, floor) if synchronous else throughput
+    # A synchronous step drains: its longest sequence runs max_new_tokens decode steps, the
+    # batch thinning as the others finish. With a step's cost a + b × (sequences alive) (the
+    # weights read once, then each sequence's KV and GEMM share), the steps cost
+    # a × max_new_tokens + b × (the tokens generated) = the waves at the mean length + a ×
+    # (max_new_tokens − mean): the throughput plus the tail's extra steps at batch 1 (a
+    # step at batch 1 is a, to its one sequence's KV). It is never below the floor.
+    tail = last.seconds * (max_new_tokens - mean) if synchronous else 0.0
+    seconds = throughput + tail
     held = math.ceil((sequences if in_flight is None else in_flight) / max(1, instances))
     what = (
         f"{waves:.3g} wave(s) of {batch} sequences (min of {held:,} in flight per instance, the "
-        f"KV cache at mean context {context:,}) × {mean:,} tokens on each of {instances} "
+        f"KV cache at mean context {context:,}{', ' + rule if rule else ''}) × {mean:,} tokens "
+        f"on each of {instances} "
         f"instances{'' if synchronous else ' (asynchronous: the batch stays full across steps)'}"
-        + (f"; floor {max_new_tokens:,} decode steps = {floor:.4g} s" if synchronous else "")
+        + (
+            f"; then the longest sequence's {max_new_tokens - mean:,} decode steps past the mean "
+            f"at batch 1 = {tail:.4g} s (floor {max_new_tokens:,} steps = {floor:.4g} s)"
+            if synchronous
+            else ""
+        )
     )
     return Generation(seconds, throughput, floor, batch, waves, instances, one, what)
 
@@ -652,6 +686,8 @@ def _rollout_pace(
         kv_bytes_per_token=kv.bytes_per_token if kv is not None else 0,
         in_flight=shape.in_flight,
         synchronous=mode != ASYNCHRONOUS,
+        server=shape.server,
+        backend=allocation.backend,
     )
     one = replace(gen.estimate, terms=gen.estimate.terms + gen.terms)
     rate = shape.sequences * shape.mean / gen.seconds

@@ -165,6 +165,9 @@ class InferenceConfig:
     #: vLLM's ``max_num_seqs`` / ``max_num_batched_tokens`` as written (None: not given)
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
+    #: SGLang's ``max_running_requests`` as written (None: not given; SGLangConfig
+    #: ``max_running_requests: int | None = None``, areal/api/cli_args.py at cbff54d6)
+    max_running_requests: int | None = None
     #: the keys the fraction and the length were read from (``sglang.context_length`` …)
     fraction_key: str = "sglang.mem_fraction_static"
     length_key: str = "sglang.context_length"
@@ -844,6 +847,11 @@ def _inference_config(cfg: object, engine: Engine) -> InferenceConfig:
     )
     seqs = whole_number(server, "max_num_seqs", f"{backend}.max_num_seqs")
     batched = whole_number(server, "max_num_batched_tokens", f"{backend}.max_num_batched_tokens")
+    running = (
+        whole_number(server, "max_running_requests", f"{backend}.max_running_requests")
+        if backend == "sglang"
+        else None
+    )
     return InferenceConfig(
         dtype=_text(server, "dtype", "bfloat16").replace("auto", "bfloat16"),
         kv_cache_dtype=_text(server, "kv_cache_dtype", "auto"),
@@ -852,6 +860,7 @@ def _inference_config(cfg: object, engine: Engine) -> InferenceConfig:
         max_concurrent_rollouts=concurrency,
         max_num_seqs=seqs,
         max_num_batched_tokens=batched,
+        max_running_requests=running,
         fraction_key=f"{backend}.{fraction_key}",
         length_key=f"{backend}.{length_key}",
     )

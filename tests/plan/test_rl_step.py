@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from areal_alloc.catalogue import find_gpu, find_model
 from areal_alloc.errors import AllocationError
 from areal_alloc.estimate import rl_step
-from areal_alloc.estimate.execution import TrainingSettings, sequences_in_flight
+from areal_alloc.estimate.execution import ServerLimit, TrainingSettings, sequences_in_flight
 from areal_alloc.estimate.speed_inference import generation
 from areal_alloc.estimate.system import Hardware
 from areal_alloc.experiment.read import RunConfig
@@ -38,11 +38,13 @@ DECODE_BATCH = [
     ((100_000, 1, 10**9, 10, None), 100_000),  # no fixed cap (it was 256)
     ((1, 4, None, 10, None), 1),  # fewer sequences than instances: at least one
     ((100, 1, 50, 100, None), 1),  # a KV cache under one sequence: still one
+    ((512, 2, None, 5120, None, 128), 128),  # the server runs 128 at once (max_num_seqs)
+    ((512, 2, 1_000_000, 5000, None, 256), 200),  # ... the KV cache binds first
 ]
 
 
 @pytest.mark.parametrize(("given", "expected"), DECODE_BATCH)
-def test_decode_batch(given: tuple[int, int, int | None, int, int | None], expected: int) -> None:
+def test_decode_batch(given: tuple[int, ...], expected: int) -> None:
     assert rl_step.decode_batch(*given) == expected
 
 
@@ -188,7 +190,7 @@ def test_a_synchronous_step_waits_for_its_longest_sequence() -> None:
     gen = _one_sequence(synchronous=True)
     # batch 1 is memory-bound: every weight read once per token at 0.7 of 3.35 TB/s
     assert gen.floor_seconds == pytest.approx(1000 * 2 * P / (3.35e12 * 0.7))
-    assert gen.seconds == gen.floor_seconds
+    assert gen.seconds == pytest.approx(gen.floor_seconds)  # one sequence: all at batch 1
     # the mean length (10 tokens) sets only the throughput
     alloc = ModelAllocation.from_str("sglang:d1")
     mean = generation(
@@ -196,6 +198,53 @@ def test_a_synchronous_step_waits_for_its_longest_sequence() -> None:
     )
     assert gen.throughput_seconds == pytest.approx(mean.seconds)
     assert _one_sequence(synchronous=False).seconds == gen.throughput_seconds
+
+
+def test_the_long_tail_adds_the_steps_past_the_mean_at_batch_one() -> None:
+    # 64 sequences of mean 100 tokens, the longest 1,000: the throughput at batch 64, then
+    # 900 more decode steps of the longest one at batch 1 (a step's cost a + b × alive)
+    kv = 100_000  # bytes per token: batch 64 reads more than batch 1
+    args = dict(sequences=64, instances=1, prompt=0, kv_tokens=None, kv_bytes_per_token=kv)
+    parallel = ModelAllocation.from_str("sglang:d1").parallel
+    gen = rl_step.rollout(QWEN, parallel, H100, max_new_tokens=1000, mean_gen_len=100, **args)  # type: ignore[arg-type]
+    step = (2 * P + 500 * kv) / (3.35e12 * 0.7)  # batch 1: the weights, one KV at context 500
+    assert gen.tail_seconds == pytest.approx(900 * step)
+    assert gen.seconds == pytest.approx(gen.throughput_seconds + 900 * step)
+    assert gen.seconds > gen.floor_seconds  # the first 100 steps ran at batch 64
+    drained = rl_step.rollout(
+        QWEN,
+        parallel,
+        H100,
+        max_new_tokens=1000,
+        mean_gen_len=100,
+        synchronous=False,
+        **args,  # type: ignore[arg-type]
+    )
+    assert drained.seconds == drained.throughput_seconds  # asynchronous: no tail
+
+
+SERVER_LIMITS = [
+    # (backend, max_num_seqs, max_running_requests, context_length, KV tokens), limit
+    (("vllm", None, None, 32768, None), 256),  # the reference's vLLMConfig default
+    (("vllm", 128, None, 32768, 10**6), 128),  # as written
+    (("sglang", None, None, 32768, None), None),  # no KV pool known: no bound
+    (("sglang", None, 64, 32768, None), 64),
+    (("sglang", None, None, 32768, 10**5), 2048),  # 10**5 / 32,768 × 512 = 1,562: at least 2,048
+    (("sglang", None, None, 32768, 10**6), 4096),  # 15,625: at most 4,096
+    (("sglang", None, None, 32768, 3000), 1500),  # KV tokens // 2
+    (("sglang", None, 10**5, 4096, 10**6), 4096),  # as written, within the request pool
+    (("tensorrt-llm", 8, 8, 32768, None), None),
+]
+
+
+@pytest.mark.parametrize(("given", "limit"), SERVER_LIMITS)
+def test_the_servers_own_bound(
+    given: tuple[str, int | None, int | None, int, int | None], limit: int | None
+) -> None:
+    backend, seqs, running, context, kv = given
+    found, rule = ServerLimit(seqs, running, context).per_instance(backend, kv)
+    assert found == limit
+    assert bool(rule) == (limit is not None)
 
 
 AGREEING = [
