@@ -180,8 +180,14 @@ def rollout(
             f"mean generation length {mean}: must be ≥ 1 (--mean-gen-len, mean_gen_len)"
         )
     context = prompt + mean // 2
+    # What the KV cache must hold per sequence of a batch: staggered (asynchronous: a
+    # finished sequence's place is taken at once), the mean context; a synchronous wave's
+    # sequences start together, so at its end the cache holds Σ (prompt + length) of those
+    # alive and finished = the batch × (prompt + mean): a batch the cache cannot hold to
+    # the end is preempted (vLLM recomputes, SGLang retracts), so the wave is that batch.
+    held_context = prompt + mean if synchronous else context
     limit, rule = (None, "") if server is None else server.per_instance(backend, kv_tokens)
-    batch = decode_batch(sequences, instances, kv_tokens, context, in_flight, limit)
+    batch = decode_batch(sequences, instances, kv_tokens, held_context, in_flight, limit)
     share = math.ceil(sequences / max(1, instances))
     waves: float = math.ceil(share / batch) if synchronous else share / batch
     one = generation(
@@ -214,7 +220,8 @@ def rollout(
     held = math.ceil((sequences if in_flight is None else in_flight) / max(1, instances))
     what = (
         f"{waves:.3g} wave(s) of {batch} sequences (min of {held:,} in flight per instance, the "
-        f"KV cache at mean context {context:,}{', ' + rule if rule else ''}) × {mean:,} tokens "
+        f"KV cache at {'the wave end' if synchronous else 'mean context'} {held_context:,}"
+        f"{', ' + rule if rule else ''}) × {mean:,} tokens "
         f"on each of {instances} "
         f"instances{'' if synchronous else ' (asynchronous: the batch stays full across steps)'}"
         + (

@@ -223,6 +223,25 @@ def test_the_long_tail_adds_the_steps_past_the_mean_at_batch_one() -> None:
     assert drained.seconds == drained.throughput_seconds  # asynchronous: no tail
 
 
+def test_a_synchronous_wave_holds_its_sequences_whole_lengths_in_the_kv_cache() -> None:
+    # 128 sequences of mean 3,000 tokens: a wave that starts together ends holding 128 ×
+    # 3,000 tokens, more than 290,000: 96 at once; staggered, the mean context 1,500: all 128
+    args = dict(sequences=128, instances=1, prompt=0, kv_tokens=290_000, kv_bytes_per_token=1)
+    parallel = ModelAllocation.from_str("sglang:d1").parallel
+    wave = rl_step.rollout(QWEN, parallel, H100, max_new_tokens=4000, mean_gen_len=3000, **args)  # type: ignore[arg-type]
+    assert (wave.batch, wave.waves) == (96, 2)
+    staggered = rl_step.rollout(
+        QWEN,
+        parallel,
+        H100,
+        max_new_tokens=4000,
+        mean_gen_len=3000,
+        synchronous=False,
+        **args,  # type: ignore[arg-type]
+    )
+    assert staggered.batch == 128
+
+
 SERVER_LIMITS = [
     # (backend, max_num_seqs, max_running_requests, context_length, KV tokens), limit
     (("vllm", None, None, 32768, None), 256),  # the reference's vLLMConfig default
