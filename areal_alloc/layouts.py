@@ -416,7 +416,9 @@ def _decode_speed(
     one = decode_step(
         arch, parallel, hardware, batch=batch, context=sequence_length, kv_bytes_per_token=per_token
     )
-    return replace_tokens(one, one.tokens * instances, gpus)
+    # the tokens a step generates: one per sequence in flight, never more than there are
+    # (ceil(512 / 344) = 2 per instance counts 688 where 512 run)
+    return replace_tokens(one, min(one.tokens * instances, wanted), gpus)
 
 
 def _too_many_to_rank(backend: str, gpus: int, limit: int, how: str) -> TooManyLayouts:

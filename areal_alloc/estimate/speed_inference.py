@@ -19,9 +19,28 @@ from areal_alloc.estimate.system import Hardware
 from areal_alloc.strategy import ParallelStrategy
 
 __all__ = [
+    "ALL_REDUCE_LATENCY_US",
+    "all_reduce_latency",
     "decode_step",
     "generation",
 ]
+
+#: One small all-reduce's latency inside an H100 node, by tensor-parallel size: the
+#: one-shot custom all-reduce kernel on 512 B, 3.7 / 4.8 / 5.9 µs at t2 / t4 / t8
+#: (sgl-project/sglang#2904 "optimize custom allreduce kernel", its H100 unit test table;
+#: vLLM's kernel in the same table 9.5 / 9.1 / 10.1 µs without CUDA graphs). A decode
+#: step's all-reduces carry batch × h × 2 B, tens of KB: this latency, not the bandwidth,
+#: is most of their time.
+ALL_REDUCE_LATENCY_US = {2: 3.7, 4: 4.8, 8: 5.9}
+
+
+def all_reduce_latency(tp: int) -> float:
+    """Seconds of one small all-reduce over ``tp`` GPUs (:data:`ALL_REDUCE_LATENCY_US`; the
+    next size up in the table, the largest beyond it)."""
+    for size in sorted(ALL_REDUCE_LATENCY_US):
+        if tp <= size:
+            return ALL_REDUCE_LATENCY_US[size] * 1e-6
+    return ALL_REDUCE_LATENCY_US[max(ALL_REDUCE_LATENCY_US)] * 1e-6
 
 
 def decode_step(
@@ -69,13 +88,15 @@ def decode_step(
         inside = _inside(tp, hardware.gpus_per_node)
         members = _members_per_node(tp, 1, hardware.gpus_per_node)
         volume = 2 * arch.num_layers * batch * arch.hidden_size * 2 * 2 * (tp - 1) / tp
+        latency = all_reduce_latency(tp)
         terms.append(
             StepTerm(
                 "tensor parallel",
-                volume / hardware.link_bytes_per_second(inside, members),
-                f"2 all-reduces × {arch.num_layers} layers × {batch} tokens × h "
-                f"{arch.hidden_size} × 2 B × 2(t{tp} − 1)/t{tp} over "
-                f"{hardware.link_name(inside, members)}",
+                2 * arch.num_layers * latency
+                + volume / hardware.link_bytes_per_second(inside, members),
+                f"2 all-reduces × {arch.num_layers} layers × ({latency * 1e6:.3g} µs latency "
+                f"+ {batch} tokens × h {arch.hidden_size} × 2 B × 2(t{tp} − 1)/t{tp} over "
+                f"{hardware.link_name(inside, members)})",
             )
         )
     bound = "compute-bound" if gemm > reads else "memory-bound"

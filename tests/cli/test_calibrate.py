@@ -29,7 +29,7 @@ def cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 REFUSED = [
     (
         ["sglang:d2t4", "--tokens-per-second", "1e-300"],
-        "1e-300 tokens/s would mean 1.9e-304 of the HBM bandwidth, under the floor of 0.001 "
+        "1e-300 tokens/s would mean 1.91e-304 of the HBM bandwidth, under the floor of 0.001 "
         "a calibration keeps: check the measurement, the layout, the batch and the GPU; "
         "nothing was stored",
     ),
@@ -41,7 +41,7 @@ REFUSED = [
     ),
     (
         ["sglang:d2t4", "--tokens-per-second", "9000", "--batch", "128"],
-        "9000 tokens/s would need 1.69 of the HBM bandwidth: check the measurement, the "
+        "9000 tokens/s would need 1.71 of the HBM bandwidth: check the measurement, the "
         "layout, the batch and the GPU; nothing was stored",
     ),
     (["--list", "--forget"], "give --list or --forget, not both"),

@@ -40,12 +40,12 @@ every term: areal-alloc explain SPEC --model M):
   ref      37.4 GiB  yes   load        load 28.4 GiB
 
 pace per RL step (estimate; 512 sequences):
-  rollout   85.5 s generating
+  rollout   87.7 s generating
   training  109 s (actor 87.2 s + ref 22.1 s)
   weight update (xccl)  0.87 s (NCCL broadcast of 14.19 GiB over network 200 Gb/s)
-  step      196 s synchronous
-  rollout produces 1.3× what training consumes; a synchronous step is their sum, and a GPU \
-saves ≈ 13.7 s on training, 10.7 s on rollout, but the rollout cannot give up a node (8 GPUs): \
+  step      198 s synchronous
+  rollout produces 1.2× what training consumes; a synchronous step is their sum, and a GPU \
+saves ≈ 13.7 s on training, 11 s on rollout, but the rollout cannot give up a node (8 GPUs): \
 it has 8 GPUs and needs at least 8, so the split is the best on whole nodes; a faster step \
 needs more GPUs (areal-alloc suggest --gpus N)
 """

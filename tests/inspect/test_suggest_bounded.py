@@ -153,7 +153,6 @@ def test_no_proposal_has_more_instances_or_ranks_than_sequences(
         tokens_per_step=shape.generated_tokens,
         sequence_length=shape.prompt_len + shape.gen_len,
         keep=lambda p: p.tp_size * p.pp_size <= 8,
-        sequences=batch,
     ).layouts[0]
     training = fastest_layouts(
         backend,
