@@ -251,6 +251,21 @@ def test_the_file_keeps_the_most_recently_used(
     assert len(plans) == 5
 
 
+def test_a_known_config_between_new_ones_always_hits(
+    plans: list[object], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The benchmark's rounds: a new config, then the known one, more rounds than the
+    file keeps. A hit that aged into the older half rewrites the file (the MRU refresh),
+    and it is still a hit: the known verdict is never evicted, never checked again."""
+    assert _run(GOOD, capsys) == ("", "ok")
+    for n in range(_verdicts.MAX_ENTRIES + 8):
+        assert _run(_with(GOOD, "actor.optimizer.lr", n + 1), capsys) == ("", "ok")
+        assert _run(GOOD, capsys) == ("", "ok")
+    assert len(plans) == 1 + _verdicts.MAX_ENTRIES + 8
+    known = [c for c in plans if isinstance(c, DictConfig) and c.actor.optimizer.lr == 1e-5]
+    assert known == [plans[0]]
+
+
 APP = """\
 import sys
 import hydra
