@@ -18,6 +18,7 @@ what the rollout produces training can consume).
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -40,8 +41,17 @@ from areal_alloc.layouts import FastestLayouts, LayoutConstraints, RankedLayout,
 from areal_alloc.limits import MAX_COUNT
 from areal_alloc.numbers import read_int
 from areal_alloc.strategy import ParallelStrategy
+from areal_alloc.vocab import BACKEND_DIMS
 
-__all__ = ["SPLIT_LAYOUTS", "Proposal", "RunShape", "suggest"]
+__all__ = [
+    "FREE_TRIES",
+    "SPLIT_LAYOUTS",
+    "Proposal",
+    "RunShape",
+    "context_parallel_fits",
+    "suggest",
+    "training_counts",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +137,9 @@ class Proposal:
     #: the step of the neighbouring splits as the search estimates them: one step of GPUs
     #: more for training, one more for the rollout (None: no such split fits)
     neighbours: tuple[float | None, float | None] | None = None
+    #: GPUs of the split that no engine uses: training's share had no sensible layout
+    #: of its whole size (see :data:`FREE_TRIES`), so it trains on ``train_gpus`` of it
+    free_gpus: int = 0
 
     @property
     def step_seconds(self) -> float:
@@ -147,7 +160,7 @@ class Proposal:
     @property
     def advice(self) -> str:
         """Which way GPUs should move, weighed against the neighbouring splits."""
-        gpus = self.rollout_gpus + self.train_gpus
+        gpus = self.rollout_gpus + self.train_gpus + self.free_gpus
         split = rl_step.Split(self.rollout_gpus, self.train_gpus, gpus, self.gpus_per_node)
         near = self.neighbours
 
@@ -192,6 +205,7 @@ class Proposal:
         return {
             "rollout": {"gpus": self.rollout_gpus, **self.rollout.to_dict()},
             "actor": {"gpus": self.train_gpus, **self.actor.to_dict()},
+            "free_gpus": self.free_gpus,
             "generate_seconds": self.generate_seconds,
             "train_seconds": self.train_seconds,
             "step_seconds": self.step_seconds,
@@ -231,6 +245,49 @@ def _splits(gpus: int, per_node: int) -> list[int]:
 #: of DeepSeek-V3 on 3,840 GPUs, 8 per node), and the search itself is exact
 #: (:func:`areal_alloc.layouts.fastest_layouts`), so up to there nothing is left out.
 SPLIT_LAYOUTS = 8_000
+#: Training GPU counts tried below a split's share when none of its layouts of the whole
+#: share is sensible (e.g. 4,120 GPUs = 8 × 5 × 103: only c103 or p103 would fill them):
+#: the most GPUs, of those the step's rules allow, that have one train; the rest are free.
+FREE_TRIES = 4
+
+
+def training_counts(
+    arch: Architecture, backend: str, gpus: int, per_node: int, *, sequences: int, sequence: int
+) -> list[int]:
+    """The GPU counts below ``gpus`` that a sensible training layout can span, ascending:
+    d·c·p·t with d dividing the step's ``sequences`` (the reference's even split), c the
+    context parallelism Megatron allows on a ``sequence`` (:func:`context_parallel_fits`),
+    p stages the layers fill (at most num_layers + 2, model_shape.layout_problems) and t
+    dividing the heads inside a node. Counts of whole nodes only from two nodes on."""
+    dims = BACKEND_DIMS[backend]
+
+    def divisors(n: int, upto: int) -> list[int]:
+        return [k for k in range(1, min(n, upto) + 1) if n % k == 0]
+
+    data = divisors(sequences, gpus)
+    context = [c for c in divisors(sequence // 2, gpus) if context_parallel_fits(c, sequence)]
+    context = context if "c" in dims else [1]
+    stages = range(1, min(arch.num_layers + 2, gpus) + 1) if "p" in dims else range(1, 2)
+    heads = math.gcd(arch.num_attention_heads, arch.kv_heads or arch.num_attention_heads)
+    tensor = divisors(heads, per_node) if "t" in dims else [1]
+    found: set[int] = set()
+    for d in data:
+        for c in context:
+            for t in tensor:
+                unit = d * c * t
+                if unit >= gpus:
+                    continue
+                found.update(unit * p for p in stages if unit * p < gpus)
+    whole = gpus >= 2 * per_node
+    return sorted(n for n in found if not whole or n % per_node == 0 or n < per_node)
+
+
+def context_parallel_fits(cp: int, sequence: int) -> bool:
+    """Megatron's context parallelism of ``cp`` ranks splits a ``sequence`` of tokens into
+    2·cp equal chunks (its causal load balance): the length is a multiple of 2·cp."""
+    return cp == 1 or sequence % (2 * cp) == 0
+
+
 #: Up to this many rollout/training splits, every one is estimated; beyond, the search
 #: narrows in on the optimum (see :func:`_search_order`), then takes its neighbours.
 EXHAUSTIVE_SPLITS = 48
@@ -378,6 +435,21 @@ def suggest(
         dp = parallel.dp_size
         return dp <= shape.batch and shape.batch % dp == 0
 
+    # the training GPU counts the step's rules allow (d | sequences, c | sequence / 2,
+    # p up to the layers' stages, t | heads inside a node), searched in turn, from the most,
+    # when no sensible layout spans a split's whole share
+    fallback = training_counts(
+        arch, train_backend, gpus, per_node, sequences=shape.batch, sequence=sequence
+    )
+
+    def context_splits_sequence(parallel: ParallelStrategy) -> bool:
+        # Megatron's context parallelism cuts each sequence into 2·c equal chunks, rank r
+        # holding chunks r and 2c − 1 − r (causal load balance): the sequence length must
+        # be a multiple of 2·c (NVIDIA/Megatron-LM, megatron/core/utils.py,
+        # _get_batch_on_this_cp_rank_per_sequence_balancing, "The sequence length must be
+        # divisible by 2 * cp_size", d98e8a64). The step's longest sequence is the one.
+        return context_parallel_fits(parallel.cp_size, sequence)
+
     def colocated_fit(actor: RankedLayout) -> bool:
         return _fits_with_colocated(actor, shape, capacity)
 
@@ -421,12 +493,28 @@ def suggest(
             # a trained sequence as the plan's pace reads it: prompt + mean generation
             sequence_length=min(step.length, settings.tokens_per_micro_batch),
             training=settings,
-            keep=lambda p: ranks_have_sequences(p) and dp in (None, p.dp_size),
+            keep=lambda p: (
+                ranks_have_sequences(p) and context_splits_sequence(p) and dp in (None, p.dp_size)
+            ),
             accept=colocated_fit,
             limit=SPLIT_LAYOUTS,
         )
 
     def train_layout(train_gpus: int) -> RankedLayout | None:
+        """The fastest sensible training layout of at most ``train_gpus`` GPUs: of all of
+        them when one exists, else of the most GPUs below that have one, the rest left free
+        (:data:`FREE_TRIES` of the counts below that the step's rules allow are searched)."""
+        found = exact_train_layout(train_gpus)
+        if found is not None or not fallback:
+            return found
+        below = bisect.bisect_left(fallback, train_gpus)  # the allowed counts < train_gpus
+        for size in reversed(fallback[max(0, below - FREE_TRIES) : below]):
+            found = exact_train_layout(size)
+            if found is not None:
+                return found
+        return None
+
+    def exact_train_layout(train_gpus: int) -> RankedLayout | None:
         if train_gpus not in best_train:
             if training.micro_batches is None:  # one micro-batch size for every layout
                 searches = [train_search(train_gpus, training, None)]
@@ -450,6 +538,8 @@ def suggest(
         rollout, actor = rollout_layout(rollout_gpus), train_layout(train_gpus)
         if rollout is None or actor is None:
             return None
+        free = train_gpus - actor.parallel.world_size
+        train_gpus -= free
         gen = _generation(arch, rollout, hardware, shape)
         dp = actor.parallel.dp_size
         train = rl_step.training_side(  # each engine with its own settings, as the plan does
@@ -476,6 +566,7 @@ def suggest(
             update.seconds,
             gen,
             per_node,
+            free_gpus=free,
         )
 
     def training_slower(index: int) -> bool:

@@ -982,7 +982,9 @@ def suggest_command(args: list[str]) -> int:
         print()
         print(
             f"{rank}. rollout {p.rollout_gpus} GPUs {r.spec}, training {p.train_gpus} GPUs "
-            f"{a.spec}: step ≈ {p.step_seconds:.1f} s — {p.advice}"
+            f"{a.spec}"
+            + (f", {p.free_gpus} GPUs free" if p.free_gpus else "")
+            + f": step ≈ {p.step_seconds:.1f} s — {p.advice}"
         )
         print(
             f"   generation {p.generate_seconds:.1f} s: {r.speed.tokens_per_second:,.0f} "

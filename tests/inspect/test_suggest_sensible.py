@@ -1,0 +1,142 @@
+"""suggest proposes only sensible training layouts, and leaves GPUs free rather than
+propose an absurd one (issue 17, item 6).
+
+Sensible: context parallelism c splits the step's longest sequence into 2·c equal
+chunks (Megatron's causal load balance), the pipeline's stages are within what the
+model's layers fill (model_shape.layout_problems), the data-parallel ranks split the
+step's sequences evenly (the reference's single controller).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from areal_alloc.catalogue import find_gpu, find_model
+from areal_alloc.cli import main
+from areal_alloc.estimate.system import Hardware
+from areal_alloc.model_shape import ModelShape, layout_problems
+from areal_alloc.suggest import (
+    Proposal,
+    RunShape,
+    context_parallel_fits,
+    suggest,
+    training_counts,
+)
+
+GPU = find_gpu("H100-80GB")
+
+
+@pytest.mark.parametrize(
+    ("cp", "sequence", "fits"),
+    [
+        (1, 17_407, True),  # no context parallelism: any length
+        (8, 17_408, True),  # 17,408 = 2 × 8 × 1,088
+        (17, 17_408, True),  # 17,408 = 2 × 17 × 512
+        (103, 17_408, False),  # 17,408 / 206 = 84.5
+        (2, 17_406, False),  # 17,406 / 4 = 4,351.5
+        (512, 17_408, True),  # 17,408 = 2 × 512 × 17
+        (1_024, 17_408, False),  # 17,408 / 2,048 = 8.5
+    ],
+)
+def test_context_parallel_fits(cp: int, sequence: int, fits: bool) -> None:
+    assert context_parallel_fits(cp, sequence) is fits
+
+
+def _proposals(model: str, gpus: int, shape: RunShape) -> list[Proposal]:
+    return suggest(find_model(model), gpus, GPU.memory_bytes, Hardware.from_gpu(GPU, 8), shape)
+
+
+def _problems(model: str, proposal: Proposal, shape: RunShape) -> list[str]:
+    """What makes the proposal's training layout not sensible (empty: sensible)."""
+    arch = find_model(model)
+    p = proposal.actor.parallel
+    sequence = shape.prompt_len + shape.gen_len
+    found = list(
+        layout_problems(
+            proposal.actor.spec.partition(":")[0],
+            p,
+            ModelShape(
+                num_layers=arch.num_layers,
+                num_attention_heads=arch.num_attention_heads,
+                num_key_value_heads=arch.kv_heads,
+                num_experts=arch.num_experts or None,
+                source="test",
+            ),
+        )
+    )
+    if sequence % (2 * p.cp_size) and p.cp_size > 1:
+        found.append(f"c{p.cp_size}: {sequence} is no multiple of 2·c = {2 * p.cp_size}")
+    if shape.batch % p.dp_size:
+        found.append(f"d{p.dp_size}: {shape.batch} sequences do not split evenly")
+    return found
+
+
+@pytest.mark.parametrize(
+    ("model", "gpus", "shape"),
+    [
+        ("Qwen3-8B", 64, RunShape()),
+        ("Qwen3-8B", 256, RunShape(prompt_len=1000, gen_len=3000)),  # 4,000 = 2^5 × 125
+        ("Qwen3-30B-A3B", 8192, RunShape()),  # the case that proposed megatron:d1p40c103
+        ("Qwen3-30B-A3B", 16_384, RunShape()),  # ... d1p16c769 and d8p27c57e8
+        ("Qwen3-30B-A3B", 32_768, RunShape()),  # ... d8p17c211e8
+        ("Qwen3-235B-A22B", 32_768, RunShape()),  # ... d2p68c211e2
+        ("Qwen3-30B-A3B", 1_000, RunShape(batch=96, prompt_len=512, gen_len=1536)),
+        ("Qwen3-30B-A3B", 8192, RunShape(asynchronous=False)),  # ... d8p35c15
+        ("Qwen3-30B-A3B", 32_768, RunShape(asynchronous=False)),  # ... d8p38c95e8
+    ],
+)
+def test_training_layouts_are_sensible(model: str, gpus: int, shape: RunShape) -> None:
+    proposals = _proposals(model, gpus, shape)
+    assert proposals
+    for p in proposals:
+        assert _problems(model, p, shape) == [], p.actor.spec
+        assert p.actor.parallel.world_size == p.train_gpus
+        assert p.rollout_gpus + p.train_gpus + p.free_gpus == gpus
+        assert 0 <= p.free_gpus <= p.train_gpus
+
+
+def test_8k_moe_leaves_gpus_free_instead_of_context_parallel_103() -> None:
+    """4,072 GPUs for the rollout leave 4,120 = 8 × 5 × 103 for training: no layout of
+    them all is sensible (d must divide 512, c must divide 17,408 / 2), so training takes
+    4,096 of them and 24 stay free, stated as such."""
+    proposals = {p.rollout_gpus: p for p in _proposals("Qwen3-30B-A3B", 8192, RunShape())}
+    assert (proposals[4072].train_gpus, proposals[4072].free_gpus) == (4096, 24)
+    assert proposals[4072].actor.parallel.world_size == 4096
+    assert all(p.actor.parallel.cp_size != 103 for p in proposals.values())
+
+
+def test_free_gpus_are_reported(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["suggest", "--model", "Qwen3-30B-A3B", "--gpus", "8192", "--gpu", "H100-80GB"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "training 4096 GPUs megatron:d128p4c8e8, 24 GPUs free:" in text
+    assert "c103" not in text
+    assert main([*argv, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    rows = listed["proposals"] if isinstance(listed, dict) else listed
+    assert [(r["actor"]["gpus"], r["free_gpus"]) for r in rows] == [
+        (4096, 0),
+        (4096, 24),
+        (4096, 16),
+    ]
+    for row in rows:
+        assert {"generate_seconds", "train_seconds", "step_seconds"} <= row.keys()
+
+
+@pytest.mark.parametrize(
+    ("model", "gpus", "below"),
+    [
+        # 4,120 = 8 × 5 × 103 and 4,112 = 16 × 257 are no d·c·p·t of the rules; of the
+        # whole nodes below, 4,096 = 2^12, 4,080 = 8 × 17 × 30 (d8 c17 p30), 3,968 = 2^7 × 31
+        # and 3,944 = 8 × 17 × 29 are (4,088 = 8 × 7 × 73 is not: p73 > 48 + 2)
+        ("Qwen3-30B-A3B", 4_120, [3_944, 3_968, 4_080, 4_096]),
+        ("Qwen3-30B-A3B", 4_112, [3_944, 3_968, 4_080, 4_096]),
+        # below two nodes, any count: p alone (up to 48 + 2 stages) gives every count to 11
+        ("Qwen3-30B-A3B", 12, list(range(1, 12))),
+    ],
+)
+def test_training_counts(model: str, gpus: int, below: list[int]) -> None:
+    counts = training_counts(find_model(model), "megatron", gpus, 8, sequences=512, sequence=17_408)
+    assert counts[-len(below) :] == below
