@@ -9,7 +9,8 @@ row's inputs into the package's own public estimate functions:
   (its ``kv_cache``);
 - ``train_tps``: ``speed_training.training_step``;
 - ``decode_tps``: ``speed_inference.generation`` of the run's batch, prompt and output lengths
-  (the prefill, then the decode steps at the mean context);
+  (the prefill, then the decode steps at the mean context); LMDeploy's rows the way
+  its ``profile_generation.py`` times them (:func:`_lmdeploy_decode_steps`);
 - ``rl_step``: ``plan.plan_config`` of the run written as an experiment config (its ``pace``).
 
 Nothing here is fitted: the package's defaults are used wherever the row says nothing.
@@ -622,16 +623,45 @@ def _decode_tps(data: Mapping[str, Any], row: Mapping[str, Any]) -> Answer:
     alloc, arch, estimate = _inference(data, {**inputs, "memory_fraction": VLLM_DEFAULT_FRACTION})
     kv = estimate.kv_cache
     prompt, output = int(inputs["prompt_len"]), int(inputs["output_len"])
+    batch = int(inputs["batch"])
+    steps = _lmdeploy_decode_steps(row) if row["source"].startswith("lmdeploy") else output
     run = generation(
         arch,
         alloc.parallel,
         hardware,
-        batch=int(inputs["batch"]),
+        batch=batch,
         prompt_len=prompt,
-        gen_len=output,
+        gen_len=steps,
         kv_bytes_per_token=kv.bytes_per_token if kv is not None else 0,
     )
-    return run.tokens_per_second, note, tuple(run.terms_dict())
+    return batch * output / run.seconds, note, tuple(run.terms_dict())
+
+
+#: ``profile_generation.py``'s rounds per thread (``--test-round``, default 6; the warm-up
+#: round, ``--warmup-round`` 1, runs before the clock starts), InternLM/lmdeploy
+#: benchmark/profile_generation.py at v0.2.0 b319dce6.
+LMDEPLOY_TEST_ROUNDS = 6
+
+
+def _lmdeploy_decode_steps(row: Mapping[str, Any]) -> int:
+    """The decode steps of one LMDeploy request after its prefill: ``output − 1``.
+
+    What the row times (InternLM/lmdeploy benchmark/profile_generation.py at v0.2.0
+    b319dce6, ``profile_throughput`` and ``infer``): ``batch`` threads each send
+    :data:`LMDEPLOY_TEST_ROUNDS` identical requests back to back (``stream_infer`` of the
+    same ``prompt_len`` tokens, ``request_output_len=output_len``, ``ignore_eos=True``);
+    the throughput is ``token_latency_stats.size / elapsed_time``, that is
+    batch × rounds × output tokens (each request's first token included, ``[:output_seqlen]``)
+    over the wall time from the threads' start to the last one's join. TurboMind produces a
+    request's first token from its prefill (``LlamaBatch::Forward``'s ``forwardUnified``
+    runs the new requests' prompts in the same step as the others' decode,
+    src/turbomind/models/llama/LlamaBatch.cc at b319dce6), then ``output − 1`` decode steps.
+    All threads' requests are the same and start together, so in lock step each round is
+    the prefill + ``output − 1`` steps at the whole batch, and the rounds cancel:
+    batch × output / (prefill + (output − 1) × step). The host's time between a thread's
+    requests and the threads drifting apart are in the wall time too; neither is a
+    published input (docs/accuracy.md)."""
+    return max(1, int(row["inputs"]["output_len"]) - 1)
 
 
 def _in_flight(source: str, inputs: Mapping[str, Any]) -> dict[str, int]:

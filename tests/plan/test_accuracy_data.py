@@ -148,3 +148,27 @@ def test_a_colocated_row_refits_in_place(capsys: pytest.CaptureFixture[str]) -> 
         names = [str(t["name"]) for t in printed[row["id"]]["terms"]]
         assert "weight update (awex)" in names, row["id"]
         assert "weight update (disk)" not in names, row["id"]
+
+
+def test_an_lmdeploy_row_is_timed_as_its_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
+    """profile_generation.py (lmdeploy v0.2.0 b319dce6) counts every request's output
+    tokens, the first one included, and the first token comes from the prefill: the
+    estimate is batch × output / (prefill + (output − 1) decode steps); other sources keep
+    their output-length steps."""
+    assert accuracy.main(["--json", "--kind", "decode_tps"]) == 0
+    printed = {r["id"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    lmdeploy = [r for r in rows(DATA, "decode_tps") if r["source"].startswith("lmdeploy")]
+    assert lmdeploy
+    for row in rows(DATA, "decode_tps"):
+        answer = printed[row["id"]]
+        if not answer["compared"]:
+            continue
+        batch, output = row["inputs"]["batch"], row["inputs"]["output_len"]
+        steps = output - 1 if row in lmdeploy else output
+        decode = [t for t in answer["terms"] if str(t["name"]).startswith("decode ")]
+        assert decode, row["id"]
+        for term in decode:
+            assert str(term["formula"]).startswith(f"{steps:,} steps × "), (row["id"], term)
+        prefill = _shown(answer)["prefill compute"]
+        step = sum(float(t["seconds"]) for t in decode if not t.get("hidden")) / steps
+        assert answer["estimate"] == pytest.approx(batch * output / (prefill + steps * step))
