@@ -15,11 +15,10 @@ from hydra.plugins.search_path_plugin import SearchPathPlugin
 
 
 class AllocSearchPathPlugin(SearchPathPlugin):
-    """Appends ``pkg://areal_alloc.conf.plugin`` (``- areal_alloc/validate``) and the
-    schema source (``- areal_alloc/schema``)."""
+    """Appends areal-alloc's config source, ``areal-alloc-schema://``: the hook
+    (``- areal_alloc/validate``) and the schema (``- areal_alloc/schema``)."""
 
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
-        search_path.append(provider="areal-alloc", path="pkg://areal_alloc.conf.plugin")
         search_path.append(provider="areal-alloc", path="areal-alloc-schema://")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -15,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 import areal_alloc.plan
 from areal_alloc import _verdicts
 from areal_alloc.hydra_hook import ValidateAllocations
+from hydra_plugins.areal_alloc.areal_alloc_schema_source import VALIDATE
 
 GOOD: dict[str, Any] = {
     "cluster": {"n_nodes": 2, "n_gpus_per_node": 8},
@@ -264,6 +266,17 @@ def test_a_known_config_between_new_ones_always_hits(
     assert len(plans) == 1 + _verdicts.MAX_ENTRIES + 8
     known = [c for c in plans if isinstance(c, DictConfig) and c.actor.optimizer.lr == 1e-5]
     assert known == [plans[0]]
+
+
+def test_the_hook_config_gives_every_parameter_its_default() -> None:
+    """``areal_alloc/validate`` (built from a dict, no YAML) names each parameter, so an
+    override needs no ``+``, with the hook's own default."""
+    hook = VALIDATE["hydra"]["callbacks"]["areal_alloc"]
+    parameters = list(inspect.signature(ValidateAllocations.__init__).parameters.values())[1:]
+    assert hook == {
+        "_target_": "areal_alloc.hydra_hook.ValidateAllocations",
+        **{p.name: p.default for p in parameters},
+    }
 
 
 APP = """\
