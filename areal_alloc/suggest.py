@@ -137,8 +137,8 @@ class Proposal:
     #: the step of the neighbouring splits as the search estimates them: one step of GPUs
     #: more for training, one more for the rollout (None: no such split fits)
     neighbours: tuple[float | None, float | None] | None = None
-    #: GPUs of the split that no engine uses: training's share had no sensible layout
-    #: of its whole size (see :data:`FREE_TRIES`), so it trains on ``train_gpus`` of it
+    #: GPUs of the split that no engine uses: training is faster on ``train_gpus`` of its
+    #: share than on all of it (see :data:`FREE_TRIES`)
     free_gpus: int = 0
 
     @property
@@ -245,9 +245,11 @@ def _splits(gpus: int, per_node: int) -> list[int]:
 #: of DeepSeek-V3 on 3,840 GPUs, 8 per node), and the search itself is exact
 #: (:func:`areal_alloc.layouts.fastest_layouts`), so up to there nothing is left out.
 SPLIT_LAYOUTS = 8_000
-#: Training GPU counts tried below a split's share when none of its layouts of the whole
-#: share is sensible (e.g. 4,120 GPUs = 8 × 5 × 103: only c103 or p103 would fill them):
-#: the most GPUs, of those the step's rules allow, that have one train; the rest are free.
+#: A split's training share may leave GPUs free: besides the layouts of the whole share,
+#: its fastest layout of the most GPUs below that :func:`training_counts` allows (the first
+#: of up to this many that has one) is estimated, and the faster of the two trains. E.g.
+#: 4,120 GPUs = 8 × 5 × 103 fill only with c103 or p103 (megatron:d1p40c103, 5.4 s where
+#: d128p4c8e8 on 4,096 of them takes 0.7 s); with it, 4,096 train and 24 are free.
 FREE_TRIES = 4
 
 
@@ -255,8 +257,8 @@ def training_counts(
     arch: Architecture, backend: str, gpus: int, per_node: int, *, sequences: int, sequence: int
 ) -> list[int]:
     """The GPU counts below ``gpus`` that a sensible training layout can span, ascending:
-    d·c·p·t with d dividing the step's ``sequences`` (the reference's even split), c the
-    context parallelism Megatron allows on a ``sequence`` (:func:`context_parallel_fits`),
+    d·c·p·t with d dividing the step's ``sequences`` (the reference's even split), c
+    splitting a ``sequence`` with no padding (:func:`context_parallel_fits`),
     p stages the layers fill (at most num_layers + 2, model_shape.layout_problems) and t
     dividing the heads inside a node. Counts of whole nodes only from two nodes on."""
     dims = BACKEND_DIMS[backend]
@@ -283,8 +285,14 @@ def training_counts(
 
 
 def context_parallel_fits(cp: int, sequence: int) -> bool:
-    """Megatron's context parallelism of ``cp`` ranks splits a ``sequence`` of tokens into
-    2·cp equal chunks (its causal load balance): the length is a multiple of 2·cp."""
+    """Megatron's context parallelism of ``cp`` ranks cuts a sequence into 2·cp equal
+    chunks, rank r holding chunks r and 2·cp − 1 − r (causal load balance): its length must
+    be a multiple of 2·cp (NVIDIA/Megatron-LM, megatron/core/utils.py,
+    _get_batch_on_this_cp_rank_per_sequence_balancing: "The sequence length must be
+    divisible by 2 * cp_size", d98e8a64). The reference meets it by padding each sequence to
+    a multiple of 2·t·c (areal-project/AReaL, areal/engine/megatron_engine.py,
+    ``align_to_multiple_of = tp_size * cp_size * 2``, cbff54d6), so no c is refused; a
+    ``sequence`` that fits needs no padding."""
     return cp == 1 or sequence % (2 * cp) == 0
 
 
@@ -435,20 +443,11 @@ def suggest(
         dp = parallel.dp_size
         return dp <= shape.batch and shape.batch % dp == 0
 
-    # the training GPU counts the step's rules allow (d | sequences, c | sequence / 2,
-    # p up to the layers' stages, t | heads inside a node), searched in turn, from the most,
-    # when no sensible layout spans a split's whole share
+    # the training GPU counts below a share worth trying (d | sequences, c splitting the
+    # longest sequence without padding, p up to the layers' stages, t | heads in a node)
     fallback = training_counts(
         arch, train_backend, gpus, per_node, sequences=shape.batch, sequence=sequence
     )
-
-    def context_splits_sequence(parallel: ParallelStrategy) -> bool:
-        # Megatron's context parallelism cuts each sequence into 2·c equal chunks, rank r
-        # holding chunks r and 2c − 1 − r (causal load balance): the sequence length must
-        # be a multiple of 2·c (NVIDIA/Megatron-LM, megatron/core/utils.py,
-        # _get_batch_on_this_cp_rank_per_sequence_balancing, "The sequence length must be
-        # divisible by 2 * cp_size", d98e8a64). The step's longest sequence is the one.
-        return context_parallel_fits(parallel.cp_size, sequence)
 
     def colocated_fit(actor: RankedLayout) -> bool:
         return _fits_with_colocated(actor, shape, capacity)
@@ -493,26 +492,24 @@ def suggest(
             # a trained sequence as the plan's pace reads it: prompt + mean generation
             sequence_length=min(step.length, settings.tokens_per_micro_batch),
             training=settings,
-            keep=lambda p: (
-                ranks_have_sequences(p) and context_splits_sequence(p) and dp in (None, p.dp_size)
-            ),
+            keep=lambda p: ranks_have_sequences(p) and dp in (None, p.dp_size),
             accept=colocated_fit,
             limit=SPLIT_LAYOUTS,
         )
 
     def train_layout(train_gpus: int) -> RankedLayout | None:
-        """The fastest sensible training layout of at most ``train_gpus`` GPUs: of all of
-        them when one exists, else of the most GPUs below that have one, the rest left free
-        (:data:`FREE_TRIES` of the counts below that the step's rules allow are searched)."""
+        """The fastest training layout of at most ``train_gpus`` GPUs: of all of them, or of
+        the most GPUs below that :func:`training_counts` allows and that have one (of
+        :data:`FREE_TRIES` tried), when that is faster; the rest are free."""
         found = exact_train_layout(train_gpus)
-        if found is not None or not fallback:
-            return found
         below = bisect.bisect_left(fallback, train_gpus)  # the allowed counts < train_gpus
         for size in reversed(fallback[max(0, below - FREE_TRIES) : below]):
-            found = exact_train_layout(size)
-            if found is not None:
-                return found
-        return None
+            fewer = exact_train_layout(size)
+            if fewer is not None:
+                if found is None or fewer.speed.tokens_per_second > found.speed.tokens_per_second:
+                    found = fewer
+                break
+        return found
 
     def exact_train_layout(train_gpus: int) -> RankedLayout | None:
         if train_gpus not in best_train:
