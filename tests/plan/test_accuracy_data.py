@@ -21,6 +21,7 @@ from benchmarks.measured import KINDS, compare_all, load, rows, summary
 DATA = load()
 ROWS = rows(DATA)
 ACCURACY_PAGE = Path(__file__).parents[2] / "docs" / "accuracy.md"
+README = Path(__file__).parents[2] / "README.md"
 
 
 def test_the_kinds_are_the_schemas() -> None:
@@ -93,9 +94,10 @@ def test_the_text_lists_every_row_and_the_goals(capsys: pytest.CaptureFixture[st
     assert "median ≤ 25%, worst ≤ 50%" in out  # the RL-step goal of issue 17
 
 
-def test_the_docs_show_the_accuracy_table() -> None:
+@pytest.mark.parametrize("page", [ACCURACY_PAGE, README], ids=["docs/accuracy.md", "README.md"])
+def test_the_docs_show_the_accuracy_table(page: Path) -> None:
     table = accuracy.markdown(summary(compare_all(DATA)))
-    assert table in ACCURACY_PAGE.read_text(encoding="utf-8"), table
+    assert table in page.read_text(encoding="utf-8"), table
 
 
 def _shown(row: dict[str, Any]) -> dict[str, float]:
