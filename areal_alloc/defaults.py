@@ -21,13 +21,17 @@ __all__ = [
     "LORA_RANK",
     "MEMORY_FRACTION",
     "MICRO_BATCHES",
+    "MICRO_BATCH_TOKENS",
     "NEW_TOKENS",
     "OPTIMIZER_DTYPE",
     "PPO_MINIBATCHES",
     "PROMPT_TOKENS",
+    "RECOMPUTE",
     "REFERENCE_COMMIT",
     "REFERENCE_DEFAULTS",
     "SAMPLES",
+    "STEP_PROMPTS",
+    "TOKENS_PER_STEP",
     "TRAIN_BATCH",
     "TRAIN_EPOCHS",
     "WEIGHT_UPDATE_MODE",
@@ -70,6 +74,22 @@ TRAIN_BATCH = 1
 #: not a reference default: _DatasetConfig.max_length is None (no limit); areal-alloc
 #: assumes prompts of this many tokens and says so
 PROMPT_TOKENS = 1024
+#: TrainEngineConfig.gradient_checkpointing = False (areal/api/cli_args.py line 1302):
+#: no activation recomputation, the --recompute default of every command
+RECOMPUTE = "none"
+#: not a reference default: MicroBatchSpec.max_tokens_per_mb is None, and
+#: areal/utils/data.py then splits by count with DEFAULT_MAX_TOKENS_PER_MB = 1e12 (a
+#: micro-batch of each rank's whole share, whose size depends on the batch, which a command
+#: given no config does not know). Every command's --tokens default is instead one sequence
+#: of the default context length (CONTEXT_LENGTH): the smallest micro-batch that holds any
+#: sequence the default server accepts.
+MICRO_BATCH_TOKENS = CONTEXT_LENGTH
+#: not a reference default: training tokens per optimizer step that explain, layouts
+#: --rank and calibrate assume when --tokens-per-step is not given (2**20)
+TOKENS_PER_STEP = 1 << 20
+#: not a reference default (train_dataset.batch_size is TRAIN_BATCH = 1): the prompts per
+#: RL step suggest assumes without a --config (--batch-size), each sampled SAMPLES times
+STEP_PROMPTS = 512
 #: The keys only the start-up rules read (areal_alloc.experiment.rules), each with its
 #: line in areal/api/cli_args.py at REFERENCE_COMMIT.
 #: BaseExperimentConfig.enable_offload (3206)
@@ -127,6 +147,12 @@ REFERENCE_DEFAULTS: tuple[ReferenceDefault, ...] = (
         f"{_CLI_ARGS} MicroBatchSpec.max_tokens_per_mb (115); None: areal/utils/data.py "
         f"split_padded_tensor_dict_into_mb_list uses DEFAULT_MAX_TOKENS_PER_MB = 1e12 "
         f"(lines 697, 718), so the local batch is n_mbs micro-batches by count",
+    ),
+    ReferenceDefault(
+        "<engine>.gradient_checkpointing",
+        False,
+        f"{_CLI_ARGS} TrainEngineConfig.gradient_checkpointing (1302); areal-alloc: "
+        f"--recompute {RECOMPUTE}",
     ),
     ReferenceDefault(
         "<engine>.mb_spec.n_mbs", MICRO_BATCHES, f"{_CLI_ARGS} MicroBatchSpec.n_mbs (103)"

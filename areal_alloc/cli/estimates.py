@@ -18,10 +18,15 @@ from areal_alloc.compose import compose_file
 from areal_alloc.defaults import (
     CONTEXT_LENGTH,
     MEMORY_FRACTION,
+    MICRO_BATCH_TOKENS,
     NEW_TOKENS,
     PROMPT_TOKENS,
+    SAMPLES,
+    STEP_PROMPTS,
+    TOKENS_PER_STEP,
     WEIGHT_UPDATE_MODE,
 )
+from areal_alloc.defaults import RECOMPUTE as RECOMPUTE_DEFAULT
 from areal_alloc.errors import AllocationError, AllocationValidationError
 from areal_alloc.estimate import calibration, rl_step
 from areal_alloc.estimate.engines import estimate_allocation
@@ -79,9 +84,29 @@ __all__ = [
 ]
 
 
-#: suggest's micro-batch tokens and recomputation without --config (flags override)
-SUGGEST_TOKENS = 16384
-SUGGEST_RECOMPUTE = "full"
+#: The help of the flags every estimate command shares (one text, one default each:
+#: areal_alloc.defaults); suggest --config's own keys come first, as its help says.
+TOKENS_HELP = f"tokens per micro-batch (mb_spec.max_tokens_per_mb; default {MICRO_BATCH_TOKENS:,})"
+RECOMPUTE_HELP = (
+    f"activation recomputation (gradient_checkpointing): none, selective, full or op "
+    f"(default {RECOMPUTE_DEFAULT})"
+)
+TOKENS_PER_STEP_HELP = f"training tokens per optimizer step (default {TOKENS_PER_STEP:,})"
+#: explain's --seq-len is training's only (an inference speed takes --prompt-len, --gen-len)
+SEQ_LEN_TRAINING_HELP = (
+    f"sequence length for attention (training; default the micro-batch tokens, at most "
+    f"{CONTEXT_LENGTH:,})"
+)
+SEQ_LEN_HELP = f"{SEQ_LEN_TRAINING_HELP} and context (inference; default --context-length)"
+PROMPT_LEN_HELP = (
+    f"prompt tokens per sequence (train_dataset.max_length; default {PROMPT_TOKENS:,}, assumed)"
+)
+GEN_LEN_HELP = "the longest generation per sequence, gconfig.max_new_tokens"
+#: explain's and calibrate's --batch: one inference instance's (suggest's step is --batch-size)
+BATCH_HELP = "inference: sequences decoded together per instance"
+CONTEXT_LENGTH_HELP = (
+    f"inference: sglang.context_length / vllm.max_model_len (default {CONTEXT_LENGTH:,})"
+)
 
 
 def machine(ns: argparse.Namespace, cfg: object = None) -> Resolved:
@@ -164,13 +189,10 @@ def memory_flags(parser: argparse.ArgumentParser) -> None:
         type=count,
         default=None,
         metavar="N",
-        help=f"tokens per micro-batch (mb_spec.max_tokens_per_mb; default {CONTEXT_LENGTH})",
+        help=TOKENS_HELP,
     )
     parser.add_argument(
-        "--recompute",
-        choices=RECOMPUTE,
-        default="none",
-        help="activation recomputation (gradient_checkpointing): none, selective or full",
+        "--recompute", choices=RECOMPUTE, default=RECOMPUTE_DEFAULT, help=RECOMPUTE_HELP
     )
     parser.add_argument(
         "--optimizer",
@@ -196,7 +218,7 @@ def memory_flags(parser: argparse.ArgumentParser) -> None:
         type=count,
         default=CONTEXT_LENGTH,
         metavar="N",
-        help=f"inference: sglang.context_length / vllm.max_model_len (default {CONTEXT_LENGTH})",
+        help=CONTEXT_LENGTH_HELP,
     )
     parser.add_argument(
         "--mem-fraction",
@@ -214,7 +236,7 @@ def settings_from_flags(ns: argparse.Namespace) -> tuple[TrainingSettings, Infer
         optimizer=None if ns.optimizer == "none" else ns.optimizer,
         optimizer_dtype="bfloat16" if ns.optimizer == "adam_bf16" else "float32",
         recompute=ns.recompute,
-        tokens_per_micro_batch=ns.tokens or CONTEXT_LENGTH,
+        tokens_per_micro_batch=ns.tokens or MICRO_BATCH_TOKENS,
         lora_rank=getattr(ns, "lora_rank", None),
         memory_efficient_load=getattr(ns, "memory_efficient_load", False),
     )
@@ -253,18 +275,11 @@ def speed_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tokens-per-step",
         type=count,
-        default=1 << 20,
+        default=TOKENS_PER_STEP,
         metavar="N",
-        help="training tokens per optimizer step (default 1,048,576)",
+        help=TOKENS_PER_STEP_HELP,
     )
-    parser.add_argument(
-        "--seq-len",
-        type=count,
-        default=None,
-        metavar="N",
-        help="sequence length for attention (training) and context (inference); default "
-        "the micro-batch tokens / --context-length",
-    )
+    parser.add_argument("--seq-len", type=count, default=None, metavar="N", help=SEQ_LEN_HELP)
     hardware_flags(parser)
 
 
@@ -332,7 +347,9 @@ def ranking(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
     training, inference = settings_from_flags(ns)
     inference_backend = ns.backend in INFERENCE_BACKENDS
     sequence = ns.seq_len or (
-        ns.context_length if inference_backend else min(ns.tokens or CONTEXT_LENGTH, CONTEXT_LENGTH)
+        ns.context_length
+        if inference_backend
+        else min(ns.tokens or MICRO_BATCH_TOKENS, CONTEXT_LENGTH)
     )
     if ns.top:  # the K fastest by a bounded search, over at most MAX_SEARCHED layouts
         found = fastest_layouts(
@@ -532,8 +549,7 @@ def calibrate(args: list[str]) -> int:
         type=count,
         default=None,
         metavar="N",
-        help="inference: sequences decoded together per instance (default: what the KV holds, "
-        "at most 256)",
+        help=f"{BATCH_HELP} (default: what the KV cache holds, at most 256)",
     )
     parser.add_argument("--gpus-per-node", type=positive, default=None, metavar="N")
     memory_flags(parser)
@@ -704,14 +720,10 @@ def _suggest_from_config(ns: argparse.Namespace) -> tuple[bool, bool]:
     machine(ns, experiment.config)  # the flags, the environment, nvidia-smi, then cluster.gpu & co
     if ns.gpus_per_node is None:
         ns.gpus_per_node = plan.n_gpus_per_node or None
-    if ns.batch is None:
-        batch, samples = run.batch_size, run.n_samples
-        ns.batch = batch * (samples or 1) if batch else None
-        if ns.batch is not None and ns.batch > MAX_COUNT:
-            raise AllocationValidationError(
-                f"train_dataset.batch_size={batch:,} × gconfig.n_samples={samples:,} = "
-                f"{ns.batch:,} sequences per step: the limit is {MAX_COUNT:,}"
-            )
+    if ns.batch_size is None:
+        ns.batch_size = run.batch_size or None
+    if ns.n_samples is None:
+        ns.n_samples = run.n_samples or None
     if ns.prompt_len is None:
         ns.prompt_len = run.max_length
     if ns.gen_len is None:
@@ -740,6 +752,21 @@ def _suggest_from_config(ns: argparse.Namespace) -> tuple[bool, bool]:
     return ("ref" in by_key) and not ns.no_ref, ("critic" in by_key) or ns.critic
 
 
+def _step_sequences(ns: argparse.Namespace) -> int:
+    """The sequences of one RL step: --batch-size × --n-samples (the config's
+    train_dataset.batch_size × gconfig.n_samples, else STEP_PROMPTS × SAMPLES)."""
+    batch = ns.batch_size or STEP_PROMPTS
+    samples = ns.n_samples or SAMPLES
+    sequences = batch * samples
+    if sequences > MAX_COUNT:
+        raise AllocationValidationError(
+            f"train_dataset.batch_size={batch:,} × gconfig.n_samples={samples:,} = "
+            f"{sequences:,} sequences per step: the limit is {MAX_COUNT:,} (--batch-size, "
+            f"--n-samples)"
+        )
+    return sequences
+
+
 def _config_execution(ns: argparse.Namespace, experiment: Experiment) -> None:
     """The engines' own execution settings as the plan reads them
     (``areal_alloc.estimate.execution``): the actor's, the ref's and the critic's micro-batch
@@ -765,8 +792,9 @@ def _suggest_settings(
     ns: argparse.Namespace,
 ) -> tuple[TrainingSettings, TrainingSettings | None, TrainingSettings | None, InferenceSettings]:
     """The actor's, the ref's, the critic's and the rollout's settings for the proposals:
-    --config's engines (else the defaults: 16,384 tokens per micro-batch, full
-    recomputation), with --tokens, --recompute and --context-length over them."""
+    --config's engines (else every command's defaults: areal_alloc.defaults'
+    MICRO_BATCH_TOKENS and RECOMPUTE), with --tokens, --recompute and --context-length
+    over them."""
     found: dict[str, TrainingSettings] = getattr(ns, "config_training", None) or {}
     given: dict[str, object] = {}
     if ns.tokens is not None:  # every training engine's micro-batch
@@ -779,7 +807,7 @@ def _suggest_settings(
 
     actor = flagged(
         found.get("actor")
-        or TrainingSettings(tokens_per_micro_batch=SUGGEST_TOKENS, recompute=SUGGEST_RECOMPUTE)
+        or TrainingSettings(tokens_per_micro_batch=MICRO_BATCH_TOKENS, recompute=RECOMPUTE_DEFAULT)
     )
     ref, critic = (found.get(key) for key in ("ref", "critic"))
     ref = None if ref is None else flagged(ref)
@@ -824,7 +852,7 @@ def suggest_command(args: list[str]) -> int:
         "printed with its terms (see layouts --rank); check the finalists with a short real "
         "run.",
         "examples:\n  areal-alloc suggest --model Qwen3-8B --gpus 64 --gpu H100-80GB "
-        "--batch 512 --prompt-len 1024 --gen-len 8192\n"
+        "--batch-size 64 --n-samples 8 --prompt-len 1024 --gen-len 8192\n"
         "  areal-alloc suggest --config gsm8k_grpo.yaml --gpu H100-80GB",
     )
     parser.add_argument(
@@ -839,14 +867,36 @@ def suggest_command(args: list[str]) -> int:
     parser.add_argument("--gpus", type=positive, metavar="N", help="GPUs in all")
     gpu_flags(parser)  # --gpu and --memory-reserve-gib, as check, layouts and explain take them
     parser.add_argument("--gpus-per-node", type=positive, default=None, metavar="N")
-    parser.add_argument("--batch", type=count, default=None, help="sequences per RL step (512)")
-    parser.add_argument("--prompt-len", type=count, default=None, metavar="N", help="(1024)")
+    parser.add_argument(
+        "--batch-size",
+        type=count,
+        default=None,
+        metavar="N",
+        help=f"prompts per RL step, train_dataset.batch_size (default: the config's, else "
+        f"{STEP_PROMPTS})",
+    )
+    parser.add_argument(
+        "--n-samples",
+        type=count,
+        default=None,
+        metavar="N",
+        help=f"sequences sampled per prompt, gconfig.n_samples (default: the config's, else "
+        f"{SAMPLES})",
+    )
+    parser.add_argument("--batch", type=count, default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--prompt-len",
+        type=count,
+        default=None,
+        metavar="N",
+        help=f"{PROMPT_LEN_HELP[: -len(')')]}; --config: its own)",
+    )
     parser.add_argument(
         "--gen-len",
         type=count,
         default=None,
         metavar="N",
-        help=f"the longest generation, gconfig.max_new_tokens ({NEW_TOKENS})",
+        help=f"{GEN_LEN_HELP} (default {NEW_TOKENS:,}; --config: its own)",
     )
     parser.add_argument("--no-ref", action="store_true", help="no reference model (kl_ctl=0)")
     parser.add_argument("--critic", action="store_true", help="a critic colocated with actor")
@@ -870,22 +920,20 @@ def suggest_command(args: list[str]) -> int:
         type=count,
         default=None,
         metavar="N",
-        help=f"training tokens per micro-batch (default: the config's mb_spec, else "
-        f"{SUGGEST_TOKENS})",
+        help=f"{TOKENS_HELP[: -len(')')]}; --config: the actor's own)",
     )
     parser.add_argument(
         "--recompute",
         choices=RECOMPUTE,
         default=None,
-        help=f"default: the config's gradient_checkpointing, else {SUGGEST_RECOMPUTE}",
+        help=f"{RECOMPUTE_HELP[: -len(')')]}; --config: the actor's own)",
     )
     parser.add_argument(
         "--context-length",
         type=count,
         default=None,
         metavar="N",
-        help=f"default: the config's sglang.context_length / vllm.max_model_len, else "
-        f"{CONTEXT_LENGTH}",
+        help=f"{CONTEXT_LENGTH_HELP[: -len(')')]}; --config: the rollout's own)",
     )
     parser.add_argument("--top", type=positive, default=3, metavar="K")
     parser.add_argument("--json", action="store_true")
@@ -898,6 +946,12 @@ def suggest_command(args: list[str]) -> int:
     mean_gen_len_flag(parser)
     calibration_flag(parser)
     ns = parser.parse_args(args)
+    if ns.batch is not None:  # explain's and calibrate's --batch is one instance's
+        parser.error(
+            "--batch is not suggest's: give --batch-size (train_dataset.batch_size, prompts "
+            "per step) and --n-samples (gconfig.n_samples); --batch is one inference "
+            "instance's sequences in flight in explain and calibrate"
+        )
     ref, critic = not ns.no_ref, ns.critic
     if ns.config:
         ref, critic = _suggest_from_config(ns)
@@ -915,7 +969,7 @@ def suggest_command(args: list[str]) -> int:
     step: dict[str, object] = getattr(ns, "config_step", None) or {}
     mean = machine(ns).mean_gen_len  # --mean-gen-len, the environment
     shape = RunShape(
-        batch=ns.batch or 512,
+        batch=_step_sequences(ns),
         prompt_len=ns.prompt_len or PROMPT_TOKENS,
         gen_len=ns.gen_len or NEW_TOKENS,
         ref=ref,
@@ -1019,28 +1073,24 @@ def explain_speed_flags(parser: argparse.ArgumentParser) -> None:
     memory_flags' --tokens and --recompute), at the GPU's speeds."""
     group = parser.add_argument_group("speed (with --model and a GPU with speeds)")
     group.add_argument(
-        "--batch", type=count, default=None, metavar="B", help="inference: sequences in flight"
+        "--batch", type=count, default=None, metavar="B", help=f"{BATCH_HELP} (needed)"
     )
     group.add_argument(
-        "--prompt-len", type=count, default=None, metavar="P", help="inference: prompt tokens (0)"
+        "--prompt-len", type=count, default=None, metavar="P", help=f"inference: {PROMPT_LEN_HELP}"
     )
     group.add_argument(
-        "--gen-len", type=count, default=None, metavar="O", help="inference: generated tokens"
-    )
-    group.add_argument(
-        "--tokens-per-step",
+        "--gen-len",
         type=count,
         default=None,
-        metavar="S",
-        help="training: tokens per optimizer step (1,048,576)",
+        metavar="O",
+        help=f"inference: {GEN_LEN_HELP} (default {NEW_TOKENS:,})",
+    )
+    # None: not given (a speed is estimated when one is); the default is the same
+    group.add_argument(
+        "--tokens-per-step", type=count, default=None, metavar="N", help=TOKENS_PER_STEP_HELP
     )
     group.add_argument(
-        "--seq-len",
-        type=count,
-        default=None,
-        metavar="L",
-        help=f"training: sequence length for attention (the micro-batch, at most "
-        f"{CONTEXT_LENGTH:,})",
+        "--seq-len", type=count, default=None, metavar="N", help=SEQ_LEN_TRAINING_HELP
     )
     group.add_argument("--gpus-per-node", type=positive, default=None, metavar="N")
     hardware_flags(parser)
@@ -1070,15 +1120,26 @@ def explain_speed(alloc: ModelAllocation, ns: argparse.Namespace) -> dict[str, o
     hardware = hardware_from_flags(ns, arch)
     training, inference = settings_from_flags(ns)
     if alloc.is_inference:
-        if ns.batch is None or ns.gen_len is None:
+        if ns.batch is None:
             raise AllocationValidationError(
-                f"{alloc.spec}: the generation speed needs --batch and --gen-len (given: {flags})"
+                f"{alloc.spec}: the generation speed needs --batch, the sequences in flight "
+                f"(given: {flags})"
             )
         memory = estimate_allocation(alloc, arch, gpu_spec(ns).capacity, training, inference)
         kv = memory.kv_cache
-        prompt = ns.prompt_len or 0
+        prompt = ns.prompt_len or PROMPT_TOKENS
         mean = machine(ns).mean_gen_len  # --mean-gen-len, then AREAL_ALLOC_MEAN_GEN_LEN
-        run = _generation(arch, alloc, hardware, ns.batch, prompt, ns.gen_len, kv, mean)
+        run = _generation(
+            arch,
+            alloc,
+            hardware,
+            ns.batch,
+            prompt,
+            ns.gen_len or NEW_TOKENS,
+            kv,
+            mean,
+            ns.prompt_len,
+        )
         return {"generation": run}
     tokens_mb = training.tokens_per_micro_batch
     step = training_step(
@@ -1086,7 +1147,7 @@ def explain_speed(alloc: ModelAllocation, ns: argparse.Namespace) -> dict[str, o
         arch,
         alloc.parallel,
         hardware,
-        tokens_per_step=ns.tokens_per_step or 1 << 20,
+        tokens_per_step=ns.tokens_per_step or TOKENS_PER_STEP,
         tokens_per_micro_batch=tokens_mb,
         sequence_length=ns.seq_len or min(tokens_mb, CONTEXT_LENGTH),
         recompute=training.recompute,
@@ -1112,10 +1173,12 @@ def _generation(
     gen: int,
     kv: KVCache | None,
     mean_gen_len: Sourced[int] | None = None,
+    given_prompt: int | None = None,
 ) -> dict[str, object]:
     """One instance generating ``batch`` sequences of the mean length: ``--gen-len`` is the
     longest (gconfig.max_new_tokens), ``--mean-gen-len`` the mean (default the longest),
-    as the plan and suggest read them."""
+    as the plan and suggest read them; ``given_prompt`` is --prompt-len (None: the default
+    prompt, said in the assumptions)."""
     per_token = kv.bytes_per_token if kv is not None else 0
     held = kv.tokens if kv is not None else None
     mean = gen if mean_gen_len is None else min(mean_gen_len.value, gen)
@@ -1129,8 +1192,8 @@ def _generation(
         kv_bytes_per_token=per_token,
     )
     assumptions = list(run.assumptions)
-    if not prompt:
-        assumptions.append("no prompt (--prompt-len not given)")
+    if given_prompt is None:
+        assumptions.append(f"prompts of {prompt:,} tokens (--prompt-len not given)")
     if mean_gen_len is not None:
         assumptions.append(f"mean generation length {mean:,} tokens (from {mean_gen_len.source})")
     needed = batch * (prompt + gen)

@@ -25,13 +25,13 @@ MOE = ["--model", "Qwen3-30B-A3B", "--gpu", "H100-80GB"]
             "try more GPUs or fewer --tokens (this is already with --recompute full)",
         ),
         (
-            ["suggest", "--gpus", "4", *MOE],  # suggest recomputes in full by default
+            ["suggest", "--gpus", "4", *MOE, "--recompute", "full"],
             "areal-alloc suggest: no split of 4 H100-80GB GPUs fits Qwen3-30B-A3B: the rollout or "
             "the trainer does not fit on any share; try more GPUs or fewer --tokens (this is "
             "already with --recompute full)",
         ),
         (
-            ["suggest", "--gpus", "4", *MOE, "--recompute", "selective"],
+            ["suggest", "--gpus", "4", *MOE],  # the default: none, as every command's
             "areal-alloc suggest: no split of 4 H100-80GB GPUs fits Qwen3-30B-A3B: the rollout or "
             "the trainer does not fit on any share; try more GPUs, --recompute full or fewer "
             "--tokens",

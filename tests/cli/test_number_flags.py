@@ -71,7 +71,7 @@ def usage(command: str, message: str) -> list[str]:
             [*RANK, "--tokens-per-step", "9" * 5000],
             "argument --tokens-per-step: a 5000-digit number: the limit is 1,099,511,627,776",
         ),
-        ([*SUGGEST, "--batch", "2.5"], f"argument --batch: 2.5: {COUNT}"),
+        ([*SUGGEST, "--batch-size", "2.5"], f"argument --batch-size: 2.5: {COUNT}"),
         ([*SUGGEST, "--top", "1" * 30], f"argument --top: {'1' * 30}: the limit is 1,048,576"),
     ],
 )  # fmt: skip

@@ -147,7 +147,7 @@ def test_suggest_answers_for_the_largest_cluster(main_cli: MainCli) -> None:
     # 131,071 whole-node splits: searched, not tried one by one (it used to run for hours);
     # a sequence per data-parallel rank at least, so the batch is as large as the cluster
     flags = ["--model", "Qwen3-8B", "--gpus", "1048576", "--gpu", "H100-80GB"]
-    done = main_cli("suggest", *flags, "--batch", "1048576")
+    done = main_cli("suggest", *flags, "--batch-size", "1048576")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("1048576 × H100-80GB, Qwen3-8B:")
     assert "\n1. rollout " in done.stdout

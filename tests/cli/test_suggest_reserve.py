@@ -9,7 +9,17 @@ import pytest
 
 from areal_alloc.cli import main
 
-ARGS = ["suggest", "--model", "Qwen3-8B", "--gpus", "16", "--gpu", "H100-80GB", "--batch", "64"]
+ARGS = [
+    "suggest",
+    "--model",
+    "Qwen3-8B",
+    "--gpus",
+    "16",
+    "--gpu",
+    "H100-80GB",
+    "--batch-size",
+    "64",
+]
 GIB = 1 << 30
 
 

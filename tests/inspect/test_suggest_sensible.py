@@ -112,7 +112,8 @@ def test_free_gpus_are_reported(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["suggest", "--model", "Qwen3-30B-A3B", "--gpus", "8192", "--gpu", "H100-80GB"]
     assert main(argv) == 0
     text = capsys.readouterr().out
-    assert "training 4096 GPUs megatron:d128p4c8e8, 24 GPUs free:" in text
+    # every command's defaults: 32,768 tokens per micro-batch, no recomputation
+    assert "training 4096 GPUs megatron:d512c8e8, 24 GPUs free:" in text
     assert "c103" not in text
     assert main([*argv, "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)

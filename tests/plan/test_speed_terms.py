@@ -442,8 +442,9 @@ def test_explain_gives_the_training_engines_step(capsys: pytest.CaptureFixture[s
             "--gen-len)",
         ),
         (
-            ["sglang:d1", "--model", "Qwen3-8B", "--gpu", "H800", "--batch", "4"],
-            "sglang:d1: the generation speed needs --batch and --gen-len (given: --batch)",
+            ["sglang:d1", "--model", "Qwen3-8B", "--gpu", "H800", "--gen-len", "4"],
+            "sglang:d1: the generation speed needs --batch, the sequences in flight (given: "
+            "--gen-len)",
         ),
         (
             [
