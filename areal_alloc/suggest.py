@@ -27,6 +27,7 @@ from areal_alloc.architecture import Architecture
 from areal_alloc.defaults import CONTEXT_LENGTH, NEW_TOKENS, PROMPT_TOKENS, WEIGHT_UPDATE_MODE
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.estimate import rl_step
+from areal_alloc.estimate.advice import TRAINING, Split, balance_advice
 from areal_alloc.estimate.execution import (
     SERVER_DEFAULTS,
     InferenceSettings,
@@ -161,15 +162,15 @@ class Proposal:
     def advice(self) -> str:
         """Which way GPUs should move, weighed against the neighbouring splits."""
         gpus = self.rollout_gpus + self.train_gpus + self.free_gpus
-        split = rl_step.Split(self.rollout_gpus, self.train_gpus, gpus, self.gpus_per_node)
+        split = Split(self.rollout_gpus, self.train_gpus, gpus, self.gpus_per_node)
         near = self.neighbours
 
         def moved(side: str) -> float | None:
             if near is None:
                 return None
-            return near[0] if side == rl_step.TRAINING else near[1]
+            return near[0] if side == TRAINING else near[1]
 
-        return rl_step.balance_advice(
+        return balance_advice(
             self.generate_seconds,
             self.train_seconds,
             self.shape.step_mode,

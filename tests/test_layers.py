@@ -204,6 +204,8 @@ LAYERS = [
     "areal_alloc.estimate.speed",
     "areal_alloc.estimate.speed_training",
     "areal_alloc.estimate.speed_inference",
+    "areal_alloc.estimate.step_mode",
+    "areal_alloc.estimate.advice",
     "areal_alloc.estimate.rl_step",
     # the search: layouts ranked, the split between rollout and training
     "areal_alloc.layouts",

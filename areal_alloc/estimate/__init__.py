@@ -10,6 +10,8 @@ model, the system and the execution), then the quantities computed from them.
   does not fit);
 - speed: ``speed`` (the step estimate's types, FLOPs, the calibration fits),
   ``speed_training``, ``speed_inference``;
+- ``step_mode``: the step's three modes and one step's seconds in each; ``advice``:
+  which way GPUs should move between the two sides (``Split``, ``balance_advice``);
 - ``rl_step``: the one model of an RL step (generation, the training side, the weight
   update, the mode) and the plan's pace.
 

@@ -1,4 +1,4 @@
-"""Which way GPUs should move (areal_alloc.estimate.rl_step.balance_advice): the side a step
+"""Which way GPUs should move (areal_alloc.estimate.advice.balance_advice): the side a step
 needs grown, and whether it can grow — free GPUs, the other side's least, whole nodes, and
 whether the move makes the step faster."""
 
@@ -8,13 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from areal_alloc.estimate.rl_step import (
-    ASYNCHRONOUS,
-    COLOCATED,
-    SYNCHRONOUS,
-    Split,
-    balance_advice,
-)
+from areal_alloc.estimate.advice import Split, balance_advice
+from areal_alloc.estimate.step_mode import ASYNCHRONOUS, COLOCATED, SYNCHRONOUS
 
 TWO_NODES = Split(8, 8, 16, 8, rollout_unit=4, train_unit=2)  # the default run: d2t4 | d4t2
 FOUR_NODES = Split(24, 8, 32, 8, rollout_unit=4, train_unit=2)
