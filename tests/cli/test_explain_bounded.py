@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from areal_alloc.cli import main
-from areal_alloc.cli.commands import JSON_MAX_RANKS, TEXT_MAX_GROUPS
+from areal_alloc.cli.commands import TEXT_MAX_GROUPS
+from areal_alloc.rankgroups import JSON_MAX_RANKS
 
 
 def _explain(capsys: pytest.CaptureFixture[str], *args: str) -> list[str]:
