@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import fields
@@ -455,8 +456,10 @@ _REPORT_USAGE = "areal-alloc report [--config FILE] [key=value …] [-o plan.htm
 
 def _hook_override(name: str, value: object) -> str:
     """A setting flag as the app's hook parameter: ``--gpu H800`` →
-    ``hydra.callbacks.areal_alloc.gpu='H800'`` (quoted for Hydra's override grammar)."""
-    text = str(value).replace("\\", "\\\\").replace("'", "\\'")
+    ``hydra.callbacks.areal_alloc.gpu='H800'`` (quoted for Hydra's override grammar: a
+    backslash is literal there except in a run before a quote or the closing quote, so
+    only those runs are doubled, and each quote escaped)."""
+    text = re.sub(r"(\\*)('|\Z)", lambda m: m[1] * 2 + ("\\'" if m[2] else ""), str(value))
     return f"{HOOK_PREFIX}{name}='{text}'"
 
 

@@ -183,3 +183,13 @@ def test_the_hook_imports_the_report_only_when_asked() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert (done.returncode, done.stdout, done.stderr) == (0, "[]\n", "")
+
+
+@pytest.mark.parametrize("value", ["H800", "a\\b", "a\\", "a\\'b", "it's", "\\\\'", "x=y z"])
+def test_a_setting_flag_reaches_the_hook_as_given(value: str) -> None:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from areal_alloc.cli.commands import _hook_override
+
+    parsed = OverridesParser.create().parse_override(_hook_override("gpu", value))
+    assert (parsed.key_or_group, parsed.value()) == ("hydra.callbacks.areal_alloc.gpu", value)
