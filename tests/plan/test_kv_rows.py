@@ -126,7 +126,12 @@ def _counts_context(row: dict[str, Any]) -> bool:
 
 @pytest.mark.parametrize(
     "row",
-    [r for r in rows(DATA, "kv_tokens") if str(r["inputs"]["backend"]).startswith("vllm")],
+    [
+        r
+        for kind in ("kv_tokens", "kv_memory")
+        for r in rows(DATA, kind)
+        if str(r["inputs"]["backend"]).startswith("vllm")
+    ],
     ids=lambda r: str(r["id"]),
 )
 def test_the_cuda_context_flag_follows_the_version_rule_on_every_vllm_row(
