@@ -218,9 +218,12 @@ def rollout(
     # weights read once, then each sequence's KV and GEMM share), the steps cost
     # a × max_new_tokens + b × (the tokens generated) = the waves at the mean length + a ×
     # (max_new_tokens − mean): the throughput plus the tail's extra steps at batch 1 (a
-    # step at batch 1 is a, to its one sequence's KV). It is never below the floor.
+    # step at batch 1 is a, to its one sequence's KV). It is never below the floor (the
+    # waves read the KV at the mean's context, the floor at the longest's: one sequence's
+    # throughput + tail can fall short of it).
     tail = last.seconds * (max_new_tokens - mean) if synchronous else 0.0
-    seconds = throughput + tail
+    seconds = max(throughput + tail, floor) if synchronous else throughput
+    tail = seconds - throughput
     held = math.ceil((sequences if in_flight is None else in_flight) / max(1, instances))
     what = (
         f"{waves:.3g} wave(s) of {batch} sequences (min of {held:,} in flight per instance, the "

@@ -398,3 +398,14 @@ def test_the_hook_takes_mean_gen_len(monkeypatch: pytest.MonkeyPatch) -> None:
     found = ValidateAllocations(mean_gen_len=300).settings.resolve().mean_gen_len
     assert found is not None
     assert (found.value, found.source) == (300, "hydra.callbacks.areal_alloc.mean_gen_len")
+
+
+def test_a_synchronous_step_is_never_below_its_floor() -> None:
+    # one sequence of mean 100 tokens, the longest 1,000: the throughput reads its KV at
+    # the mean's context (50), the floor at the longest's (500), so throughput + tail
+    # (900 steps at 500) falls short of the floor's 1,000 steps at 500 by 100 steps' KV
+    parallel = ModelAllocation.from_str("sglang:d1").parallel
+    args = dict(sequences=1, instances=1, prompt=0, kv_tokens=None, kv_bytes_per_token=100_000)
+    gen = rl_step.rollout(QWEN, parallel, H100, max_new_tokens=1000, mean_gen_len=100, **args)  # type: ignore[arg-type]
+    assert gen.seconds == gen.floor_seconds
+    assert gen.tail_seconds == pytest.approx(gen.floor_seconds - gen.throughput_seconds)
