@@ -5,12 +5,15 @@ rest training; below one node, any split), the fastest rollout layout (inference
 instances inside a node) and the fastest training layout that fits — with the
 reference model (forward only) and the critic colocated on the actor's GPUs, as
 the reference's examples place them — are estimated with
-:mod:`areal_alloc.estimate.speed`. One RL step generates ``batch × gen_len`` tokens
-and trains on ``batch × (prompt_len + gen_len)``:
+:mod:`areal_alloc.estimate.rl_step`, the plan's model of a step. One RL step generates
+``batch × mean`` tokens and trains on ``batch × (prompt_len + mean)`` (``mean``: the mean
+generation length, at most ``gen_len``); in the step's mode
+(:func:`areal_alloc.estimate.rl_step.step_seconds`), the weight update on top:
 
-- asynchronous (the reference's default off-policy mode): generation and
-  training overlap, so a step takes the longer of the two;
-- synchronous: one waits for the other, so a step takes their sum.
+- asynchronous (off-policy, η = ``rollout.max_head_offpolicyness`` > 0; ``suggest``'s
+  default, not the reference's, whose η is 0): generation and training overlap, so a
+  step takes the longer of the two;
+- synchronous (η = 0): one waits for the other, so a step takes their sum.
 
 Proposals are ordered by that step time; each carries the balance (how much of
 what the rollout produces training can consume).
