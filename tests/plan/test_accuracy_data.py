@@ -108,10 +108,10 @@ def test_a_decode_row_is_its_terms(capsys: pytest.CaptureFixture[str]) -> None:
     """Generated tokens over the terms not hidden: batch × output length / their sum."""
     assert accuracy.main(["--json", "--kind", "decode_tps"]) == 0
     printed = {r["id"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
-    for row in rows(DATA, "decode_tps"):
+    compared = [row for row in rows(DATA, "decode_tps") if printed[row["id"]]["compared"]]
+    assert compared
+    for row in compared:
         answer = printed[row["id"]]
-        if not answer["compared"]:
-            continue
         tokens = row["inputs"]["batch"] * row["inputs"]["output_len"]
         assert answer["estimate"] == pytest.approx(tokens / sum(_shown(answer).values()))
 
@@ -159,12 +159,12 @@ def test_an_lmdeploy_row_is_timed_as_its_benchmark(capsys: pytest.CaptureFixture
     their output-length steps."""
     assert accuracy.main(["--json", "--kind", "decode_tps"]) == 0
     printed = {r["id"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
-    lmdeploy = [r for r in rows(DATA, "decode_tps") if r["source"].startswith("lmdeploy")]
-    assert lmdeploy
-    for row in rows(DATA, "decode_tps"):
+    compared = [row for row in rows(DATA, "decode_tps") if printed[row["id"]]["compared"]]
+    lmdeploy = [r for r in compared if r["source"].startswith("lmdeploy")]
+    assert lmdeploy  # both rules are checked: LMDeploy's and the others'
+    assert len(lmdeploy) < len(compared)
+    for row in compared:
         answer = printed[row["id"]]
-        if not answer["compared"]:
-            continue
         batch, output = row["inputs"]["batch"], row["inputs"]["output_len"]
         steps = output - 1 if row in lmdeploy else output
         decode = [t for t in answer["terms"] if str(t["name"]).startswith("decode ")]
