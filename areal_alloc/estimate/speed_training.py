@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationValidationError
+from areal_alloc.estimate.execution import RECOMPUTE
 from areal_alloc.estimate.speed import (
     ATTENTION_KERNELS,
     DEFAULT_ATTENTION_KERNEL,
@@ -48,8 +49,9 @@ __all__ = [
 
 
 #: What a training step can recompute: nothing, Megatron's core attention ("selective"),
-#: torchtitan's per-op policy ("op") or every forward ("full").
-RECOMPUTATIONS = ("none", "selective", "op", "full")
+#: every forward ("full") or torchtitan's per-op policy ("op"): the one list of the engines'
+#: settings (:data:`areal_alloc.estimate.execution.RECOMPUTE`).
+RECOMPUTATIONS = RECOMPUTE
 
 
 def training_step(
