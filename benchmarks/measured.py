@@ -34,7 +34,11 @@ from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import GPU, find_gpu, find_model, reported_bytes
 from areal_alloc.errors import AllocationError
 from areal_alloc.estimate.engines import estimate_allocation
-from areal_alloc.estimate.execution import InferenceSettings, TrainingSettings
+from areal_alloc.estimate.execution import (
+    TRAINING_RESERVE_BYTES,
+    InferenceSettings,
+    TrainingSettings,
+)
 from areal_alloc.estimate.memory import MemoryEstimate
 from areal_alloc.estimate.rl_step import COLOCATED, step_seconds, weight_update
 from areal_alloc.estimate.speed_inference import generation
@@ -389,7 +393,7 @@ def _training_settings(inputs: Mapping[str, Any]) -> TrainingSettings:
         # (train.py: ``with torch.device("meta"):``, at 9dec370a and e7c0cae9); torchtune's
         # single-device recipe builds it on the GPU in its dtype
         memory_efficient_load=True,
-        reserve_bytes=0 if _torch_allocator_metric(inputs) else 4 * GIB,
+        reserve_bytes=0 if _torch_allocator_metric(inputs) else TRAINING_RESERVE_BYTES,
         optimizer_in_backward=bool(inputs.get("optimizer_in_backward")),
         activation_offload=bool(inputs.get("activation_offloading")),
         # micro-batches per step on a data-parallel rank (gradient accumulation); a
