@@ -15,9 +15,10 @@ from dataclasses import dataclass, fields, replace
 
 from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import find_model
-from areal_alloc.defaults import CONTEXT_LENGTH
+from areal_alloc.defaults import MICRO_BATCH_TOKENS
+from areal_alloc.defaults import RECOMPUTE as RECOMPUTE_DEFAULT
 from areal_alloc.errors import AllocationValidationError, shown
-from areal_alloc.estimate.execution import RECOMPUTE, InferenceSettings, TrainingSettings
+from areal_alloc.estimate.execution import InferenceSettings, TrainingSettings
 from areal_alloc.estimate.memory import MemoryEstimate
 from areal_alloc.estimate.memory_inference import inference_memory
 from areal_alloc.estimate.memory_training import training_memory
@@ -331,8 +332,8 @@ def fitting_layouts(
     *,
     model: str,
     gpu: str,
-    tokens: str | int = CONTEXT_LENGTH,
-    recompute: str = "none",
+    tokens: str | int = MICRO_BATCH_TOKENS,
+    recompute: str = RECOMPUTE_DEFAULT,
 ) -> list[str]:
     """The layouts whose estimated memory per GPU fits ``gpu`` for ``model``.
 
@@ -341,10 +342,7 @@ def fitting_layouts(
     micro-batch and activation ``recompute`` as given.
     """
     count = read_int(tokens, "tokens", minimum=1, maximum=MAX_COUNT)
-    if recompute not in RECOMPUTE:
-        raise AllocationValidationError(
-            f"recompute={recompute!r}: must be one of {', '.join(RECOMPUTE)}"
-        )
+    # an unknown recompute is refused by TrainingSettings (execution.RECOMPUTE)
     settings = TrainingSettings(tokens_per_micro_batch=count, recompute=recompute)
     found = layout_memory(
         backend, gpus, constraints, find_model(model), resolve_gpu(gpu).capacity, settings

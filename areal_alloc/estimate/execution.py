@@ -215,7 +215,7 @@ class TrainingSettings:
     optimizer_dtype: str = defaults.OPTIMIZER_DTYPE  # FSDP parameter storage and Adam states
     distributed_optimizer: bool = True  # Megatron
     precision_aware_optimizer: bool = False  # Megatron: bf16 Adam states
-    recompute: str = "none"  # none | selective | full
+    recompute: str = defaults.RECOMPUTE  # one of RECOMPUTE
     tokens_per_micro_batch: int = defaults.CONTEXT_LENGTH
     micro_batches: int | None = None  # None: enough to fill the pipeline
     virtual_pipeline: int = 1
