@@ -201,7 +201,9 @@ def _gpu(data: Mapping[str, Any], name: str, hbm: bool) -> tuple[GPU, str]:
             raise NotCompared(
                 "'A100': the memory variant is not stated (HBM 1.555 TB/s for 40 GB, 2.0 for 80 GB)"
             )
-        # both variants: 312 TFLOP/s BF16 dense; a training step reads no HBM bandwidth
+        # both variants: 312 TFLOP/s BF16 dense; a training step's element-wise term reads
+        # HBM (speed_training._elementwise_term), taken at the 80 GB one's 2.039 TB/s here
+        # (the 40 GB one's 1.555 moves torchtune's A100 rows by under 1 point)
         base, note = find_gpu("A100-80GB"), "A100 (variant not stated): A100-80GB's compute"
     else:
         try:
