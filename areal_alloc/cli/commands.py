@@ -509,6 +509,12 @@ def report(args: list[str]) -> int:
     ns = parser.parse_intermixed_args(args)
     overrides = [item for item in ns.items if _is_override(item)]
     files = [*ns.config, *(item for item in ns.items if not _is_override(item))]
+    pages = [f for f in ns.items if f in files and f.lower().endswith((".html", ".htm"))]
+    if pages:  # ``report plan.html``: the page's name, given without -o
+        raise AllocationError(
+            f"{shown(pages[0])} names a page, not an experiment file: to write the page "
+            f"there, give -o {shown(pages[0])}; usage: {_REPORT_USAGE}"
+        )
     if len(files) > 1:
         raise AllocationError(
             f"one experiment file per page, got {len(files)}: "

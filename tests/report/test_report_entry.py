@@ -82,6 +82,12 @@ def test_a_setting_flag_reaches_the_app_as_the_hooks_parameter(main_cli: MainCli
             "megatron or archon for p\n    fsdp:d4p2\n           ^",  # with its caret
         ),
         (
+            ["report", "experiment=moe_32", "plan.html"],  # -o forgotten
+            "areal-alloc report: 'plan.html' names a page, not an experiment file: to write "
+            "the page there, give -o 'plan.html'; usage: areal-alloc report [--config FILE] "
+            "[key=value …] [-o plan.html]",
+        ),
+        (
             ["output=pdf"],
             "areal-alloc: output='pdf': must be 'text', 'json' or 'html'",
         ),
