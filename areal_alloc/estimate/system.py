@@ -42,10 +42,9 @@ DEFAULT_DISK_GBPS = 2.0
 
 
 #: Assumed fractions of peak that real kernels reach; calibrate them from one
-#: measured step (``calibrated``).
+#: measured step (``areal-alloc calibrate``, :mod:`areal_alloc.estimate.calibration`).
+#: Compute, and the links' (HBM reads take the links' fraction until calibrated).
 DEFAULT_COMPUTE_EFFICIENCY = 0.5
-
-
 DEFAULT_COMM_EFFICIENCY = 0.7
 
 
