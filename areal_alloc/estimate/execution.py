@@ -159,7 +159,7 @@ def server_limit(engine: Engine | None) -> ServerLimit:
 
 #: none | selective (Korthikanti's: the attention scores) | full (each layer's input) |
 #: op (torchtitan's and the archon engine's per-op selective checkpointing, see
-#: :func:`op_sac_bytes_per_token`)
+#: :func:`areal_alloc.estimate.activations.op_sac_bytes_per_token`)
 RECOMPUTE = ("none", "selective", "full", "op")
 
 
@@ -288,7 +288,8 @@ class InferenceSettings:
     context_length: int = defaults.CONTEXT_LENGTH  # sglang.context_length / vllm.max_model_len
     concurrency: int | None = None  # sequences in flight per instance
     #: memory outside the weights and the KV cache; None: the engine's own rule
-    #: (:func:`inference_memory`), a number: --memory-reserve-gib in its place
+    #: (:func:`areal_alloc.estimate.memory_inference.inference_memory`), a number:
+    #: --memory-reserve-gib in its place
     reserve_bytes: int | None = None
     #: vllm.max_num_seqs: the requests vLLM's profile run samples at once
     max_num_seqs: int = VLLM_MAX_NUM_SEQS

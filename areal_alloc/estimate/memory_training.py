@@ -301,9 +301,10 @@ def _logits(e: Engine, s: Stage, forward_only: bool) -> Term | None:
 
 
 def _logit_bytes(mode: str, megatron: bool, tp: int, forward_only: bool) -> tuple[int, str]:
-    """:data:`LOGITS`: bytes per logit element and what holds them. A forward-only
-    engine (ref, a teacher) computes its log-probabilities without gradients: the
-    reference's keep only the bfloat16 logits, 1,024 tokens at a time in float32."""
+    """:data:`areal_alloc.estimate.execution.LOGITS`: bytes per logit element and what
+    holds them. A forward-only engine (ref, a teacher) computes its log-probabilities
+    without gradients: the reference's keep only the bfloat16 logits, 1,024 tokens at a
+    time in float32."""
     if mode == "areal" and forward_only:
         return 2, "bf16 logits; log-probs by chunks of 1,024 tokens, no gradient"
     if mode == "float32":
