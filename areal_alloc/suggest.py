@@ -27,7 +27,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from areal_alloc.architecture import Architecture
-from areal_alloc.defaults import CONTEXT_LENGTH, NEW_TOKENS, PROMPT_TOKENS, WEIGHT_UPDATE_MODE
+from areal_alloc.defaults import (
+    CONTEXT_LENGTH,
+    NEW_TOKENS,
+    PROMPT_TOKENS,
+    SAMPLES,
+    STEP_PROMPTS,
+    WEIGHT_UPDATE_MODE,
+)
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.estimate import rl_step
 from areal_alloc.estimate.advice import TRAINING, Split, balance_advice
@@ -62,7 +69,8 @@ __all__ = [
 class RunShape:
     """What one RL step does: prompts per step, their lengths, which engines exist."""
 
-    batch: int = 512  # prompts × samples per prompt, i.e. sequences per step
+    #: prompts × samples per prompt, i.e. sequences per step (suggest's defaults)
+    batch: int = STEP_PROMPTS * SAMPLES
     prompt_len: int = PROMPT_TOKENS
     gen_len: int = NEW_TOKENS  # the longest generation, gconfig.max_new_tokens
     ref: bool = True
