@@ -18,7 +18,7 @@
 - the mode read from the config (:func:`mode_of`) and the step in that mode
   (:func:`step_seconds`): asynchronous (η = ``rollout.max_head_offpolicyness`` > 0:
   the slower side), synchronous (η = 0: the sum) or colocated (time-shared: the sum
-  plus the offload and onload of the weights, :func:`switch`).
+  plus the offload and onload of what each side holds, :func:`switch`).
 
 :func:`estimate_pace` is the plan's pace: every engine of an experiment, in its run's shape
 (``areal_alloc.estimate.execution``) on the hardware ``build_hardware`` gives.

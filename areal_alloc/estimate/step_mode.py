@@ -1,7 +1,7 @@
 """The three modes of an RL step, read from the config (:func:`mode_of`), and one step's
 seconds in each (:func:`step_seconds`): asynchronous (η = ``rollout.max_head_offpolicyness``
 > 0: the slower side), synchronous (η = 0: the sum) or colocated (time-shared: the sum plus
-the offload and onload of the weights, ``rl_step.switch``).
+the offload and onload of what each side holds, ``rl_step.switch``).
 
 ``rl_step`` (the one model of an RL step) and ``advice`` (which way GPUs should move) both
 read them; ``rl_step`` exports them with the rest of the step's model.
