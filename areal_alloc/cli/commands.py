@@ -7,6 +7,7 @@ Each takes ``--help``; errors print one clear message on stderr and exit 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -465,7 +466,6 @@ def _hook_override(name: str, value: object) -> str:
 
 def _app_page(overrides: list[str], ns: argparse.Namespace) -> str:
     """The built-in experiment's page, composed by the app itself (``output=html``)."""
-    import contextlib
     import io
 
     from areal_alloc.cli.app import run_app
@@ -530,10 +530,15 @@ def report(args: list[str]) -> int:
     if ns.output == "-":
         sys.stdout.write(page)
         return 0
+    opened = False
     try:
         with open(ns.output, "w", encoding="utf-8") as out:
+            opened = True
             out.write(page)
     except (OSError, ValueError) as error:  # ValueError: a NUL character in the name
+        if opened and os.path.isfile(ns.output):  # a page cut short (a full disk, ulimit -f)
+            with contextlib.suppress(OSError):
+                os.unlink(ns.output)
         reason = error.strerror if isinstance(error, OSError) else str(error)
         print(f"areal-alloc report: cannot write {shown(ns.output)}: {reason}", file=sys.stderr)
         return 1

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import AppRun, MainCli
+from tests.conftest import AppRun, Cli, MainCli
 from tests.report.test_report import said
 
 USER_APP = Path(__file__).parents[1] / "apps" / "user_app" / "my_app.py"
@@ -202,3 +202,16 @@ def test_a_setting_flag_reaches_the_hook_as_given(value: str) -> None:
 
     parsed = OverridesParser.create().parse_override(_hook_override("gpu", value))
     assert (parsed.key_or_group, parsed.value()) == ("hydra.callbacks.areal_alloc.gpu", value)
+
+
+def test_a_page_cut_short_is_not_left_behind(cli: Cli, tmp_path: Path) -> None:
+    # a file size limit of 8 KiB (ulimit -f 8): the write fails part way, as on a full disk
+    import resource
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))
+
+    ran = cli("report", "-o", "plan.html", preexec_fn=limited)
+    assert (ran.returncode, ran.stdout) == (1, "")
+    assert ran.stderr == "areal-alloc report: cannot write 'plan.html': File too large\n"
+    assert not (tmp_path / "plan.html").exists()
