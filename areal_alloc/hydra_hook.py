@@ -223,8 +223,15 @@ class ValidateAllocations(Callback):
             folder = str(config.hydra.runtime.output_dir)
             path = os.path.join(folder, "plan.html")
             plan = sys.modules[__name__].plan_config(config, settings=self.settings)
-            with open(path, "w", encoding="utf-8") as out:
-                out.write(render_report(plan.to_dict()))
+            page = render_report(plan.to_dict())  # before the file: no empty page left
+            try:
+                with open(path, "w", encoding="utf-8") as out:
+                    out.write(page)
+            except OSError:  # a page cut short (a full disk) is not left behind either
+                if os.path.isfile(path):
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
+                raise
         except KeyboardInterrupt:
             raise _interrupted() from None
         except OSError as error:

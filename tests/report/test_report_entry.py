@@ -215,3 +215,20 @@ def test_a_page_cut_short_is_not_left_behind(cli: Cli, tmp_path: Path) -> None:
     assert (ran.returncode, ran.stdout) == (1, "")
     assert ran.stderr == "areal-alloc report: cannot write 'plan.html': File too large\n"
     assert not (tmp_path / "plan.html").exists()
+
+
+def test_a_report_the_hook_cannot_draw_leaves_no_page(
+    app_in_process: AppRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(plan: object, title: str = "") -> str:
+        raise RuntimeError("no page")
+
+    monkeypatch.setattr("areal_alloc.report._page.render_report", broken)
+    code, err = _user_app(
+        app_in_process, tmp_path, "hydra.run.dir=out", "hydra.callbacks.areal_alloc.report=true"
+    )
+    assert (code, err) == (
+        0,
+        "areal-alloc: could not write the report plan.html (RuntimeError: no page)\n",
+    )
+    assert not (tmp_path / "out" / "plan.html").exists()
