@@ -38,10 +38,13 @@ from areal_alloc.files import CALIBRATION, parse_json
 from areal_alloc.numbers import read_float
 
 __all__ = [
+    "MAX_STEP_SECONDS",
+    "MAX_TOKENS_PER_SECOND",
     "MIN_EFFICIENCY",
     "OFF",
     "OFF_ANYWHERE",
     "Calibration",
+    "check_efficiency",
     "check_measured",
     "describe",
     "disabled",
