@@ -736,7 +736,8 @@ def _suggest_from_config(ns: argparse.Namespace) -> tuple[bool, bool]:
     except AllocationError:
         pace = None
     ns.config_step = {
-        "mode": pace.mode if pace is not None else mode,
+        # suggest proposes separate splits: a colocated config's run in the mode of its η
+        "mode": pace.mode if pace is not None and pace.mode != rl_step.COLOCATED else mode,
         "in_flight": sequences_in_flight(run),
         "server": server_limit(experiment.get("rollout")),
         "recompute_logprob": bool(run.recompute_logprob),

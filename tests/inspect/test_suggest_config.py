@@ -114,3 +114,31 @@ def test_nothing_fits_names_the_configs_own_settings(main_cli: MainCli) -> None:
         "(max_tokens_per_mb unset) and recomputation none are the config's (actor.mb_spec, "
         "gradient_checkpointing): --tokens and --recompute override them\n",
     )
+
+
+#: math__gsm8k_grpo.yaml with its rollout colocated onto the actor (as the reference
+#: requires then: offload on, weights through disk)
+COLOCATED = (
+    "rollout.backend=sglang:d8",
+    "actor.backend=fsdp:d8",
+    "++rollout.scheduling_strategy.type=colocation",
+    "++rollout.scheduling_strategy.target=actor",
+    "++enable_offload=true",
+    "actor.weight_update_mode=disk",
+)
+
+
+def test_a_colocated_configs_proposals_are_separate_splits_in_its_offpolicyness_mode(
+    main_cli: MainCli,
+) -> None:
+    # the plan's pace of the config is colocated; suggest proposes separate splits, which
+    # run in the mode its η gives (0 here: synchronous), never "take turns on the same GPUs"
+    config = str(ROOT / "tests/data/reference/math__gsm8k_grpo.yaml")
+    found = _suggest(main_cli, "--config", config, *COLOCATED, "--top", "2")
+    assert found["current"]["mode"] == "colocated"
+    for proposal in found["proposals"]:
+        assert proposal["mode"] == "synchronous"
+        assert "colocated" not in proposal["advice"]
+        assert proposal["step_seconds"] == pytest.approx(
+            proposal["generate_seconds"] + proposal["train_seconds"] + proposal["update_seconds"]
+        )
