@@ -2,9 +2,10 @@
 its own process: the console script, its argument parsing and the environment it starts
 with, as a user's shell runs it.
 
-The tests are those of ``test_interface.py`` (one copy of each assertion), collected here
-a second time with ``main_cli`` bound to the ``cli`` subprocess fixture instead of
-``main(argv)`` in this process. The environment a test sets for one call (the
+The tests are those of ``test_interface.py`` (one copy of each assertion) that give each
+flag of the interface once, collected here a second time with ``main_cli`` bound to the
+``cli`` subprocess fixture instead of ``main(argv)`` in this process (the rest of that
+file, the same flags again, runs in process only). The environment a test sets for one call (the
 calibration store, ``AREAL_ALLOC_NO_CALIBRATION``) is the one the process starts with.
 """
 
@@ -15,8 +16,30 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.test_interface import *  # noqa: F403  (the same tests, collected again here)
+from tests.cli.test_interface import (  # the same tests, collected again here
+    calibrated,
+    run,
+    test_a_calibration_is_named_by_suggest_and_turned_off_by_its_flag,
+    test_check_takes_gpu_and_mean_gen_len,
+    test_explain_generation_of_one_instance,
+    test_explain_generation_takes_mean_gen_len,
+    test_explain_training_of_the_whole_engine,
+    test_suggest_config_gives_current_and_proposals,
+    test_the_apps_json_has_the_pace,
+)
 from tests.conftest import Cli, MainCli, Ran
+
+__all__ = [
+    "calibrated",
+    "run",
+    "test_a_calibration_is_named_by_suggest_and_turned_off_by_its_flag",
+    "test_check_takes_gpu_and_mean_gen_len",
+    "test_explain_generation_of_one_instance",
+    "test_explain_generation_takes_mean_gen_len",
+    "test_explain_training_of_the_whole_engine",
+    "test_suggest_config_gives_current_and_proposals",
+    "test_the_apps_json_has_the_pace",
+]
 
 
 @pytest.fixture
