@@ -617,24 +617,16 @@ def suggest(
 def _generation(
     arch: Architecture, rollout: RankedLayout, hardware: Hardware, shape: RunShape
 ) -> rl_step.Generation:
-    """The rollout layout's generation of one step (:func:`areal_alloc.estimate.rl_step.rollout`),
-    the rule the plan's pace uses."""
-    parallel = rollout.parallel
-    kv = rollout.memory.kv_cache
-    return rl_step.rollout(
+    """The rollout layout's generation of one step
+    (:func:`areal_alloc.estimate.rl_step.step_generation`, as the plan's pace reads it)."""
+    return rl_step.step_generation(
         arch,
-        parallel,
+        rollout.parallel,
         hardware,
-        sequences=shape.batch,
-        instances=parallel.dp_size,
-        prompt=shape.prompt_len,
-        max_new_tokens=shape.gen_len,
-        mean_gen_len=shape.mean_gen_len,
-        kv_tokens=kv.tokens if kv is not None else None,
-        kv_bytes_per_token=kv.bytes_per_token if kv is not None else 0,
-        in_flight=shape.in_flight,
-        synchronous=shape.step_mode != rl_step.ASYNCHRONOUS,
-        server=shape.server,
+        shape.step,
+        rollout.memory.kv_cache,
+        instances=rollout.parallel.dp_size,
+        mode=shape.step_mode,
         backend=rollout.spec.partition(":")[0],
     )
 

@@ -39,7 +39,7 @@ from areal_alloc.estimate.execution import (
     TrainingSettings,
     step_shape,
 )
-from areal_alloc.estimate.memory import MemoryEstimate
+from areal_alloc.estimate.memory import KVCache, MemoryEstimate
 from areal_alloc.estimate.speed import StepEstimate, StepTerm
 from areal_alloc.estimate.speed_inference import decode_step, generation
 from areal_alloc.estimate.speed_training import training_step
@@ -74,6 +74,7 @@ __all__ = [
     "estimate_pace",
     "mode_of",
     "rollout",
+    "step_generation",
     "step_seconds",
     "switch",
     "training_pace",
@@ -501,22 +502,25 @@ def _split(experiment: Experiment) -> Split | None:
     )
 
 
-def _rollout_pace(
-    engine: Engine,
-    estimate: MemoryEstimate,
+def step_generation(
     model: Architecture,
+    parallel: ParallelStrategy,
     hardware: Hardware,
     shape: StepShape,
+    kv: KVCache | None,
+    *,
+    instances: int,
     mode: str,
-) -> EnginePace:
-    """The rollout's generation of the step's sequences (:func:`rollout`)."""
-    allocation, kv = engine.allocation, estimate.kv_cache
-    gen = rollout(
+    backend: str,
+) -> Generation:
+    """One step's generation on a rollout layout (:func:`rollout`), read from the step's
+    shape and the layout's KV cache: the one mapping the plan's pace and ``suggest`` use."""
+    return rollout(
         model,
-        allocation.parallel,
+        parallel,
         hardware,
         sequences=shape.sequences,
-        instances=allocation.n_instances,
+        instances=instances,
         prompt=shape.prompt,
         max_new_tokens=shape.new_tokens,
         mean_gen_len=shape.mean,
@@ -525,6 +529,28 @@ def _rollout_pace(
         in_flight=shape.in_flight,
         synchronous=mode != ASYNCHRONOUS,
         server=shape.server,
+        backend=backend,
+    )
+
+
+def _rollout_pace(
+    engine: Engine,
+    estimate: MemoryEstimate,
+    model: Architecture,
+    hardware: Hardware,
+    shape: StepShape,
+    mode: str,
+) -> EnginePace:
+    """The rollout's generation of the step's sequences (:func:`step_generation`)."""
+    allocation = engine.allocation
+    gen = step_generation(
+        model,
+        allocation.parallel,
+        hardware,
+        shape,
+        estimate.kv_cache,
+        instances=allocation.n_instances,
+        mode=mode,
         backend=allocation.backend,
     )
     one = replace(gen.estimate, terms=gen.estimate.terms + gen.terms)
