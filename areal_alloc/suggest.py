@@ -37,7 +37,7 @@ from areal_alloc.defaults import (
 )
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.estimate import rl_step
-from areal_alloc.estimate.advice import TRAINING, Split, balance_advice
+from areal_alloc.estimate.advice import TRAINING, Split, balance, balance_advice
 from areal_alloc.estimate.execution import (
     SERVER_DEFAULTS,
     InferenceSettings,
@@ -165,9 +165,10 @@ class Proposal:
         )
 
     @property
-    def balance(self) -> float:
-        """Generation rate over training rate (>1: rollout outruns training)."""
-        return self.train_seconds / self.generate_seconds if self.generate_seconds else 0.0
+    def balance(self) -> float | None:
+        """Generation rate over training rate (:func:`.advice.balance`; None when a side
+        has no estimate)."""
+        return balance(self.generate_seconds, self.train_seconds)
 
     @property
     def advice(self) -> str:

@@ -16,6 +16,7 @@ __all__ = [
     "ROLLOUT",
     "TRAINING",
     "Split",
+    "balance",
     "balance_advice",
 ]
 
@@ -69,6 +70,14 @@ class Split:
         return max(1, self.rollout_unit if side == ROLLOUT else self.train_unit)
 
 
+def balance(generate: float | None, train: float | None) -> float | None:
+    """Generation rate over training rate, ``train ÷ generate`` seconds (> 1: rollout
+    outruns training); None when either side has no estimate."""
+    if not generate or not train:
+        return None
+    return train / generate
+
+
 def balance_advice(
     generate: float | None,
     train: float | None,
@@ -89,13 +98,13 @@ def balance_advice(
     (``suggest``: its neighbouring split; None: no such split fits), else both sides are
     scaled by their GPUs (linear scaling, said) — and otherwise the split is the best in
     those steps."""
-    if not generate or not train:
+    ratio_of_rates = balance(generate, train)
+    if generate is None or train is None or ratio_of_rates is None:
         return "one side has no estimate"
-    balance = train / generate
     rate = (
-        f"rollout produces {balance:.1f}× what training consumes"
-        if balance > 1
-        else f"training could consume {1 / balance:.1f}× what rollout produces"
+        f"rollout produces {ratio_of_rates:.1f}× what training consumes"
+        if ratio_of_rates > 1
+        else f"training could consume {1 / ratio_of_rates:.1f}× what rollout produces"
     )
     if mode == COLOCATED:
         return (
@@ -103,7 +112,7 @@ def balance_advice(
             f"(areal-alloc suggest proposes separate splits)"
         )
     if mode == ASYNCHRONOUS or split is None or not split.rollout_gpus or not split.train_gpus:
-        ratio, head = balance, rate
+        ratio, head = ratio_of_rates, rate
     else:  # a synchronous step is the sum: a GPU saves its side's seconds per GPU
         train_per, gen_per = train / split.train_gpus, generate / split.rollout_gpus
         ratio = train_per / gen_per

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 
 from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationValidationError
-from areal_alloc.estimate.advice import Split, balance_advice
+from areal_alloc.estimate.advice import Split, balance, balance_advice
 from areal_alloc.estimate.execution import (
     ServerLimit,
     StepShape,
@@ -333,20 +333,22 @@ class Pace:
     @property
     def step_seconds(self) -> float:
         """One RL step in the config's own mode (:func:`.step_seconds`)."""
+        return self._in_mode(self.mode)
+
+    def _in_mode(self, mode: str) -> float:
+        """One RL step of these sides in ``mode`` (:func:`.step_seconds`)."""
         return step_seconds(
-            self.mode,
+            mode,
             self.generate_seconds,
             self.train_seconds,
             self.update_seconds,
-            self.switch_seconds,
+            self.switch_seconds if mode == COLOCATED else 0.0,
         )
 
     @property
     def balance(self) -> float | None:
-        """Generation rate over training rate (> 1: rollout outruns training)."""
-        if not self.generate_seconds or not self.train_seconds:
-            return None
-        return self.train_seconds / self.generate_seconds
+        """Generation rate over training rate (:func:`.advice.balance`)."""
+        return balance(self.generate_seconds, self.train_seconds)
 
     @property
     def advice(self) -> str:
@@ -372,8 +374,9 @@ class Pace:
                 {"name": t.name, "seconds": t.seconds, "formula": t.formula}
                 for t in self.step_terms
             ],
-            "async_step_seconds": max(self.generate_seconds, self.train_seconds),
-            "sync_step_seconds": self.generate_seconds + self.train_seconds,
+            # the same step in the two other separate modes, by the one rule (with the update)
+            "async_step_seconds": self._in_mode(ASYNCHRONOUS),
+            "sync_step_seconds": self._in_mode(SYNCHRONOUS),
             "balance": self.balance,
             "advice": self.advice,
             "assumptions": list(self.assumptions),

@@ -309,7 +309,14 @@ def test_the_plan_gains_each_engines_pace_and_the_balance() -> None:
     assert pace.balance == pytest.approx(pace.train_seconds / pace.generate_seconds)
     data = plan.to_dict()["pace"]
     assert isinstance(data, dict)
-    assert data["sync_step_seconds"] == pytest.approx(pace.generate_seconds + pace.train_seconds)
+    # the other modes of the same sides keep the weight update the config's own mode has
+    sides, update = pace.generate_seconds + pace.train_seconds, pace.update_seconds
+    assert update > 0
+    assert data["sync_step_seconds"] == pytest.approx(sides + update)
+    slower = max(pace.generate_seconds, pace.train_seconds)
+    assert data["async_step_seconds"] == pytest.approx(slower + update)
+    own = {"asynchronous": "async_step_seconds", "synchronous": "sync_step_seconds"}
+    assert data["step_seconds"] == pytest.approx(data[own[pace.mode]])
 
 
 def test_no_pace_without_gpu_speeds_and_bad_counts_name_their_key() -> None:
