@@ -219,6 +219,9 @@ class TrainingSettings:
     tokens_per_micro_batch: int = defaults.CONTEXT_LENGTH
     micro_batches: int | None = None  # None: enough to fill the pipeline
     virtual_pipeline: int = 1
+    #: how the layers are split over the pipeline stages (pipeline_split.SPLITS): the
+    #: reference's own rule ("areal") for every config of the reference
+    layer_split: str = "areal"
     offload_params: bool = False  # FSDP CPU offload of parameters and optimizer
     flash_attention: bool = True  # never stores the a·s² attention scores
     dropout: bool = False  # dropout masks (the reference's LLMs train without dropout)

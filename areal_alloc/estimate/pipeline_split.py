@@ -1,0 +1,245 @@
+"""Which decoder layers each pipeline stage of a Megatron engine holds (:class:`PipelineSplit`).
+
+The reference does not split the layers evenly: for ``pp > 1`` its Megatron engine
+(``areal/engine/megatron_engine.py`` l.494 calls ``configure_pipeline_layer_splits``,
+``areal/engine/megatron_utils/pipeline_parallel.py``; AReaL
+cbff54d645d2cd8ee1f1c358a82f3f473588433d) weighs every layer by its parameters
+(``estimate_stage_parameter_buckets``: its own approximation, an MoE layer counting
+only the experts local to one expert-parallel rank), puts the embedding's parameters
+on the first of the ``pp × vpp`` virtual stages and the output layer's on the last,
+and picks the contiguous split that makes the heaviest stage lightest
+(``_compute_stage_layer_lengths``: a dynamic programme; the middle stages hold at
+least one layer, the first and the last may hold none). It writes the result as
+megatron-core's ``pipeline_model_parallel_layout`` and turns
+``account_for_{embedding,loss}_in_pipeline_split`` off. :func:`reference_split`
+computes the same split; :func:`even_split` is megatron-core's own, used for the
+published runs of other launchers.
+
+Virtual stage ``i`` runs on pipeline rank ``i mod pp`` (megatron-core
+``pipeline_parallel_layer_layout.py``, ``layout[vpp_rank * pp + pp_rank]``), so rank 0
+holds the embedding and rank ``pp − 1`` the output layer and the loss.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from areal_alloc.architecture import Architecture
+from areal_alloc.errors import AllocationValidationError
+
+__all__ = [
+    "AREAL_RULE",
+    "EVEN_RULE",
+    "SPLITS",
+    "PipelineSplit",
+    "engine_split",
+    "even_split",
+    "reference_split",
+    "split_lengths",
+]
+
+AREAL_RULE = "the reference's parameter-balanced split"
+EVEN_RULE = "megatron-core's even split"
+
+#: How an engine's layers are split over its pipeline stages (``TrainingSettings.layer_split``):
+#: "areal", the reference's own rule for its Megatron engine (the default, and the only one a
+#: config of the reference can have); "even", megatron-core's default; "even-embedding-loss",
+#: megatron-core's with ``account_for_embedding_in_pipeline_split`` and
+#: ``account_for_loss_in_pipeline_split`` (published runs of other launchers).
+SPLITS = ("areal", "even", "even-embedding-loss")
+
+
+def engine_split(
+    backend: str, arch: Architecture, pp: int, vpp: int = 1, ep: int = 1, rule: str = "areal"
+) -> PipelineSplit | None:
+    """The one place an engine's pipeline split is chosen: None without pipeline
+    parallelism; the reference's rule for its Megatron engine; megatron-core's even
+    split (with the embedding and loss slots for "even-embedding-loss") otherwise, as
+    archon (torchtitan) and megatron-core split by default."""
+    if pp <= 1:
+        return None
+    if rule not in SPLITS:
+        raise AllocationValidationError(f"layer split {rule!r}: must be one of {', '.join(SPLITS)}")
+    if backend == "megatron" and rule == "areal":
+        return reference_split(arch, pp, vpp, ep)
+    account = rule == "even-embedding-loss"
+    return even_split(arch.num_layers, pp, vpp, embedding_slot=account, loss_slot=account)
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineSplit:
+    """The decoder layers of each of the ``pp × vpp`` virtual stages, in layer order."""
+
+    pp: int
+    vpp: int
+    stage_layers: tuple[int, ...]
+    rule: str
+
+    def stages_of(self, rank: int) -> tuple[int, ...]:
+        """The virtual stages pipeline rank ``rank`` runs: rank, rank + pp, …"""
+        return tuple(range(rank, self.pp * self.vpp, self.pp))
+
+    def layers_of(self, rank: int) -> int:
+        """The decoder layers on pipeline rank ``rank``."""
+        return sum(self.stage_layers[s] for s in self.stages_of(rank))
+
+    def layer_ids(self, rank: int) -> tuple[int, ...]:
+        """The decoder layers (0-based, in model order) on pipeline rank ``rank``."""
+        starts = [0]
+        for n in self.stage_layers:
+            starts.append(starts[-1] + n)
+        return tuple(
+            i
+            for s in self.stages_of(rank)
+            for i in range(starts[s], starts[s] + self.stage_layers[s])
+        )
+
+    def moe_layers_of(self, rank: int, first_dense_layers: int, moe: bool) -> int:
+        """The mixture-of-experts layers on ``rank`` (layers from ``first_dense_layers`` on,
+        for a model with experts)."""
+        if not moe:
+            return 0
+        return sum(1 for i in self.layer_ids(rank) if i >= first_dense_layers)
+
+    @property
+    def heaviest_rank(self) -> int:
+        """The rank with the most decoder layers (the lowest of equals)."""
+        counts = [self.layers_of(r) for r in range(self.pp)]
+        return counts.index(max(counts))
+
+    def describe(self, rank: int) -> str:
+        """One rank's share, e.g. ``11 of 94 layers (stages 7, 15, 23, 31: 3+3+3+2) + output
+        layer``."""
+        stages = self.stages_of(rank)
+        total = sum(self.stage_layers)
+        parts = "+".join(str(self.stage_layers[s]) for s in stages)
+        what = f"{self.layers_of(rank)} of {total} layers"
+        if len(stages) > 1:
+            what += f" (virtual stages {', '.join(map(str, stages))}: {parts})"
+        if rank == 0:
+            what += " + embedding"
+        if rank == self.pp - 1:
+            what += " + output layer"
+        return what
+
+
+def reference_split(arch: Architecture, pp: int, vpp: int = 1, ep: int = 1) -> PipelineSplit:
+    """The layers per virtual stage as the reference's Megatron engine places them."""
+    weights, embedding, output = reference_weights(arch, ep)
+    lengths = split_lengths(weights, embedding, output, pp * vpp)
+    if not lengths:  # the reference falls back to megatron-core's default then
+        return even_split(arch.num_layers, pp, vpp)
+    return PipelineSplit(pp, vpp, lengths, AREAL_RULE)
+
+
+def reference_weights(arch: Architecture, ep: int = 1) -> tuple[tuple[float, ...], float, float]:
+    """Each layer's parameters, the embedding's and the output layer's, as the reference's
+    ``estimate_stage_parameter_buckets`` approximates them: attention h·(heads·d) +
+    2·h·(kv·d) + h·h (its output projection counted h × h) + 2h norms; a gated MLP 3·h·f;
+    an MoE layer's router h·E and ceil(E / ep) local experts plus its shared experts; the
+    output layer vocab·h (tied: the embedding's). Attention biases count there only where
+    a config sets ``attention_bias`` (Qwen2's configs do not; areal-alloc leaves them out)."""
+    h = arch.hidden_size
+    heads, d = arch.num_attention_heads, arch.head_size
+    kv = arch.kv_heads
+    matrices = 3 if arch.gated_mlp else 2
+
+    def mlp(width: int) -> float:
+        return float(matrices * h * width) if width > 0 else 0.0
+
+    attention = h * (heads * d) + 2 * h * (kv * d) + h * h + 2.0 * h
+    dense = float(attention + mlp(arch.intermediate_size or 4 * h))
+    weights = [dense] * arch.num_layers
+    if arch.is_moe:
+        local = math.ceil(arch.num_experts / max(ep, 1))
+        moe = float(
+            attention
+            + h * arch.num_experts
+            + mlp(arch.moe_intermediate_size or arch.intermediate_size) * local
+            + mlp(arch.shared_expert_intermediate_size)
+        )
+        for i in range(arch.first_dense_layers, arch.num_layers):
+            weights[i] = moe
+    embedding = float(arch.vocab_size * h)
+    return tuple(weights), embedding, embedding
+
+
+@lru_cache(maxsize=256)
+def split_lengths(
+    weights: tuple[float, ...], embedding: float, output: float, stages: int
+) -> tuple[int, ...]:
+    """The reference's ``_compute_stage_layer_lengths``: the contiguous split of
+    ``weights`` into ``stages`` whose heaviest stage (the embedding on the first, the
+    output on the last) is lightest, the middle stages holding at least one layer; of
+    equal splits, each stage starts at the earliest layer it can, as the reference's
+    loop keeps the first of equals. () when no split exists."""
+    total = len(weights)
+    if total == 0 or stages <= 0:
+        return ()
+    prefix = [0.0]
+    for w in weights:
+        prefix.append(prefix[-1] + float(w))
+    inf = math.inf
+    previous = [0.0] + [inf] * total
+    choices: list[list[int]] = [[-1] * (total + 1)]
+    for stage in range(1, stages + 1):
+        base = embedding if stage == 1 else output if stage == stages else 0.0
+        middle = stage not in (1, stages)
+        current = [inf] * (total + 1)
+        choice = [-1] * (total + 1)
+        for end in range(total + 1):
+            top = end if middle else end + 1  # a middle stage holds at least one layer
+            if top <= 0:
+                continue
+            at_end = prefix[end]
+            candidates = [
+                max(prev, base + (at_end - p))
+                for prev, p in zip(previous[:top], prefix[:top], strict=True)
+            ]
+            best = min(candidates)
+            if best < inf:
+                current[end] = best
+                choice[end] = candidates.index(best)
+        previous = current
+        choices.append(choice)
+    if not math.isfinite(previous[total]):
+        return ()
+    lengths = [0] * stages
+    end = total
+    for stage in range(stages, 0, -1):
+        start = choices[stage][end]
+        if start < 0:
+            return ()
+        lengths[stage - 1] = end - start
+        end = start
+    return tuple(lengths)
+
+
+def even_split(
+    num_layers: int, pp: int, vpp: int = 1, *, embedding_slot: bool = False, loss_slot: bool = False
+) -> PipelineSplit:
+    """megatron-core's own split: the layers evenly over the ``pp × vpp`` virtual stages;
+    with ``account_for_embedding_in_pipeline_split`` / ``account_for_loss_in_pipeline_split``
+    the embedding and the loss each take one layer's slot on the first / last stage
+    (megatron-core ``transformer_block.get_num_layers_to_build``). Where the slots do not
+    divide evenly (megatron-core refuses that), the first stages take one more."""
+    stages = pp * vpp
+    slots = num_layers + int(embedding_slot) + int(loss_slot)
+    base, extra = divmod(slots, stages)
+    per = [base + (1 if s < extra else 0) for s in range(stages)]
+    if embedding_slot:
+        per[0] -= 1
+    if loss_slot:
+        per[-1] -= 1
+    rule = EVEN_RULE + (
+        " (embedding and loss counted as layers)"
+        if embedding_slot and loss_slot
+        else " (embedding counted as a layer)"
+        if embedding_slot
+        else " (loss counted as a layer)"
+        if loss_slot
+        else ""
+    )
+    return PipelineSplit(pp, vpp, tuple(max(0, n) for n in per), rule)

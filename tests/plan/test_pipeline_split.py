@@ -1,0 +1,158 @@
+"""The pipeline split: the reference's parameter-balanced layout for its Megatron engine,
+against a transcription of its own dynamic programme, and megatron-core's even split."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from areal_alloc.catalogue import MODELS
+from areal_alloc.errors import AllocationValidationError
+from areal_alloc.estimate.pipeline_split import (
+    PipelineSplit,
+    engine_split,
+    even_split,
+    reference_split,
+    reference_weights,
+    split_lengths,
+)
+
+
+def _reference_lengths(
+    weights: list[float], embedding: float, output: float, stages: int
+) -> list[int]:
+    """``_compute_stage_layer_lengths`` of areal/engine/megatron_utils/pipeline_parallel.py
+    (AReaL cbff54d645d2cd8ee1f1c358a82f3f473588433d), transcribed as the oracle: the
+    reference's own O(stages × layers²) loop, which the package computes faster."""
+    total = len(weights)
+    if total == 0 or stages <= 0:
+        return []
+    prefix = [0.0]
+    for value in weights:
+        prefix.append(prefix[-1] + float(value))
+    dp = [[math.inf] * (total + 1) for _ in range(stages + 1)]
+    choice = [[-1] * (total + 1) for _ in range(stages + 1)]
+    dp[0][0] = 0.0
+    for stage in range(1, stages + 1):
+        base = embedding if stage == 1 else output if stage == stages else 0.0
+        for end in range(total + 1):
+            for start in range(end + 1):
+                prev = dp[stage - 1][start]
+                if not math.isfinite(prev):
+                    continue
+                if stage not in (1, stages) and start == end:
+                    continue
+                candidate = max(prev, base + (prefix[end] - prefix[start]))
+                if candidate < dp[stage][end]:
+                    dp[stage][end] = candidate
+                    choice[stage][end] = start
+    if not math.isfinite(dp[stages][total]):
+        return []
+    lengths, idx = [0] * stages, total
+    for stage in range(stages, 0, -1):
+        split = choice[stage][idx]
+        if split < 0:
+            return []
+        lengths[stage - 1] = idx - split
+        idx = split
+    return lengths
+
+
+LAYOUTS = [(2, 1, 1), (4, 1, 1), (4, 2, 1), (8, 1, 8), (8, 4, 8), (16, 1, 1)]
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_every_catalogue_model_splits_as_the_reference_does(name: str) -> None:
+    arch = MODELS[name].architecture
+    for pp, vpp, ep in LAYOUTS:
+        if pp * vpp > arch.num_layers:
+            continue
+        weights, embedding, output = reference_weights(arch, ep)
+        ours = reference_split(arch, pp, vpp, ep).stage_layers
+        assert list(ours) == _reference_lengths(list(weights), embedding, output, pp * vpp)
+        assert sum(ours) == arch.num_layers
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    weights=st.lists(
+        st.sampled_from([1.0, 2.0, 3.0, 0.5, 7.25]) | st.floats(0.01, 9.0), min_size=1, max_size=24
+    ),
+    embedding=st.sampled_from([0.0, 1.0, 4.0]) | st.floats(0.0, 12.0),
+    output=st.sampled_from([0.0, 1.0, 4.0]) | st.floats(0.0, 12.0),
+    extra=st.integers(-23, 3),
+)
+def test_the_split_equals_the_references_programme(
+    weights: list[float], embedding: float, output: float, extra: int
+) -> None:
+    stages = max(1, len(weights) + extra)
+    ours = split_lengths(tuple(weights), embedding, output, stages)
+    assert list(ours) == _reference_lengths(weights, embedding, output, stages)
+
+
+# (model, pp, vpp, ep, layers per virtual stage) as the reference places them: the embedding
+# (vocab × h) weighs about three of Qwen3-8B's layers, so with 32 stages the first and last
+# hold none and, of the equal splits, the loop's first keeps the middle stages at one layer
+SPLITS = [
+    ("qwen/qwen3-8b", 4, 1, 1, (7, 11, 11, 7)),
+    ("qwen/qwen2.5-7b", 4, 1, 1, (6, 8, 8, 6)),
+    ("qwen/qwen3-30b-a3b", 4, 1, 1, (12, 12, 12, 12)),
+    ("qwen/qwen3-8b", 8, 4, 1, (0,) + (1,) * 27 + (3, 3, 3, 0)),
+]
+
+
+@pytest.mark.parametrize(("name", "pp", "vpp", "ep", "expected"), SPLITS)
+def test_the_references_split(
+    name: str, pp: int, vpp: int, ep: int, expected: tuple[int, ...]
+) -> None:
+    assert reference_split(MODELS[name].architecture, pp, vpp, ep).stage_layers == expected
+
+
+def test_ranks_hold_every_pp_th_virtual_stage() -> None:
+    split = reference_split(MODELS["qwen/qwen3-8b"].architecture, 8, 4)
+    assert split.stages_of(4) == (4, 12, 20, 28)
+    assert [split.layers_of(r) for r in range(8)] == [3, 4, 4, 4, 6, 6, 6, 3]
+    assert split.heaviest_rank == 4
+    assert split.layer_ids(4) == (3, 11, 19, 27, 28, 29)
+    assert split.describe(0) == "3 of 36 layers (virtual stages 0, 8, 16, 24: 0+1+1+1) + embedding"
+    assert split.describe(7).endswith("+ output layer")
+
+
+# megatron-core's even split, with the embedding and the loss each counted as a layer
+EVEN = [
+    ((94, 8, 4, True, True), (2,) + (3,) * 30 + (2,)),
+    ((94, 32, 3, True, True), (0,) + (1,) * 94 + (0,)),
+    ((96, 8, 1, False, False), (12,) * 8),
+    ((10, 4, 1, False, False), (3, 3, 2, 2)),
+]
+
+
+@pytest.mark.parametrize(("args", "expected"), EVEN)
+def test_megatron_cores_even_split(
+    args: tuple[int, int, int, bool, bool], expected: tuple[int, ...]
+) -> None:
+    layers, pp, vpp, emb, loss = args
+    split = even_split(layers, pp, vpp, embedding_slot=emb, loss_slot=loss)
+    assert split.stage_layers == expected
+    assert sum(split.stage_layers) == layers
+
+
+def test_the_engine_rule() -> None:
+    arch = MODELS["qwen/qwen3-8b"].architecture
+    assert engine_split("megatron", arch, 1) is None
+    megatron = engine_split("megatron", arch, 4)
+    assert isinstance(megatron, PipelineSplit)
+    assert megatron.stage_layers == (7, 11, 11, 7)
+    archon = engine_split("archon", arch, 4)
+    assert archon is not None
+    assert archon.stage_layers == (9, 9, 9, 9)
+    counted = engine_split("megatron", arch, 4, rule="even-embedding-loss")
+    assert counted is not None
+    assert counted.stage_layers == (9, 10, 9, 8)
+    with pytest.raises(
+        AllocationValidationError, match="layer split 'odd': must be one of areal, even"
+    ):
+        engine_split("megatron", arch, 4, rule="odd")
