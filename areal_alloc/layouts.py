@@ -391,6 +391,7 @@ def _training_speed(
         sequence_length=sequence_length,
         recompute=training.recompute,
         virtual_pipeline=training.virtual_pipeline,
+        layer_split=training.layer_split,
     )
 
 

@@ -492,6 +492,7 @@ def _train_tps(data: Mapping[str, Any], row: Mapping[str, Any]) -> Answer:
         recompute=_recompute(inputs),
         virtual_pipeline=int(inputs.get("virtual_pipeline") or 1),
         attention_kernel=_ATTENTION_KERNELS[str(inputs.get("attn_impl") or "flash")],
+        layer_split=str(inputs.get("layer_split", "areal")),
     )
     if inputs.get("attn_impl") == "triton":
         note = ", ".join(filter(None, (note, "attn_impl triton: FlashAttention-1's Triton kernel")))

@@ -620,6 +620,7 @@ def calibrate(args: list[str]) -> int:
             sequence_length=sequence,
             recompute=training.recompute,
             virtual_pipeline=training.virtual_pipeline,
+            layer_split=training.layer_split,
         )
         efficiency = fit_training(ns.step_seconds, estimate, hardware)
         source = (
@@ -1153,6 +1154,7 @@ def explain_speed(alloc: ModelAllocation, ns: argparse.Namespace) -> dict[str, o
         sequence_length=ns.seq_len or min(tokens_mb, CONTEXT_LENGTH),
         recompute=training.recompute,
         virtual_pipeline=training.virtual_pipeline,
+        layer_split=training.layer_split,
     )
     return {
         "training": {

@@ -612,6 +612,7 @@ def training_pace(
         sequence_length=min(length, ts.tokens_per_micro_batch),
         recompute="none" if forward_only else ts.recompute,  # nothing to recompute
         virtual_pipeline=ts.virtual_pipeline,
+        layer_split=ts.layer_split,
     )
     seconds = step.seconds / 3 if forward_only else step.seconds
     what = (

@@ -22,12 +22,14 @@ from areal_alloc.estimate import calibration
 from areal_alloc.estimate.system import Hardware
 
 __all__ = [
+    "LayerFlops",
     "StepEstimate",
     "StepTerm",
     "attention_efficiency",
     "attention_flops",
     "fit_decode",
     "fit_training",
+    "layer_flops",
     "model_flops",
 ]
 
@@ -91,29 +93,59 @@ class StepEstimate:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class LayerFlops:
+    """FLOPs of one forward and backward pass of one layer of each kind (:func:`layer_flops`)."""
+
+    dense: float  # one dense decoder layer: its GEMMs and its causal attention core
+    moe: float  # one mixture-of-experts decoder layer (the top-k experts a token passes)
+    output: float  # the output layer (the logits GEMM)
+
+    def of(self, dense_layers: int, moe_layers: int, output: bool) -> float:
+        """The FLOPs of ``dense_layers`` + ``moe_layers`` layers (+ the output layer)."""
+        return self.dense * dense_layers + self.moe * moe_layers + (self.output if output else 0.0)
+
+
+def layer_flops(arch: Architecture, tokens: int, sequence_length: int) -> LayerFlops:
+    """Each layer's FLOPs over ``tokens`` packed in sequences of ``sequence_length``, as
+    megatron-core's ``num_floating_point_operations`` counts them: 6 × its token-linear GEMM
+    weights per token, plus the attention core (:func:`attention_flops`) in a decoder layer."""
+    p = arch.parameters
+    per_token = float(tokens) * 6
+    attention = attention_flops(arch, tokens, sequence_length, layers=1)
+    return LayerFlops(
+        dense=per_token * (p.attention + p.dense_mlp) + attention,
+        moe=per_token * (p.attention + p.shared_experts + p.active_routed_experts + p.router)
+        + attention,
+        output=per_token * arch.vocab_size * arch.hidden_size,  # the logits
+    )
+
+
 def model_flops(arch: Architecture, tokens: int, sequence_length: int) -> float:
     """FLOPs of one forward and backward pass over ``tokens`` packed in sequences of
-    ``sequence_length``, as megatron-core's ``num_floating_point_operations`` counts them."""
-    p = arch.parameters
-    per_token_gemm = (
-        p.attention * (p.dense_layers + p.moe_layers)
-        + p.dense_mlp * p.dense_layers
-        + (p.shared_experts + p.active_routed_experts + p.router) * p.moe_layers
-        + arch.vocab_size * arch.hidden_size  # the output layer (logits)
+    ``sequence_length``, as megatron-core's ``num_floating_point_operations`` counts them:
+    the sum of :func:`layer_flops` over the model's layers."""
+    return layer_flops(arch, tokens, sequence_length).of(
+        arch.dense_layer_count, arch.moe_layer_count, output=True
     )
-    return float(tokens) * 6 * per_token_gemm + attention_flops(arch, tokens, sequence_length)
 
 
 def attention_flops(
-    arch: Architecture, tokens: int, sequence_length: int, passes: int = 3
+    arch: Architecture,
+    tokens: int,
+    sequence_length: int,
+    passes: int = 3,
+    layers: int | None = None,
 ) -> float:
     """The causal attention core (QKᵀ and its product with V) over ``tokens`` in sequences of
     ``sequence_length``: 2 matmuls × 2 FLOPs × query width × s per token, layer and pass,
     halved by the causal mask (megatron-core's count; torchtitan's ``get_num_flop_per_token``
     and PaLM's MFU formula, 12·L·h·s per token over 3 passes, count the full square). It
     grows with the sequence: at s = 6h it equals the dense GEMMs (arXiv:2104.04473 eq. 3's
-    ``s/(6h)``). ``passes``: 3 for forward and backward, 1 for a forward (prefill)."""
-    return float(tokens) * 2 * passes * arch.query_width * sequence_length * arch.num_layers
+    ``s/(6h)``). ``passes``: 3 for forward and backward, 1 for a forward (prefill);
+    ``layers``: the decoder layers counted (None: all of the model's)."""
+    count = arch.num_layers if layers is None else layers
+    return float(tokens) * 2 * passes * arch.query_width * sequence_length * count
 
 
 #: "FlashAttention-2 achieving only 35% utilization on the H100 GPU" (Shah et al.,
@@ -166,7 +198,8 @@ def _members_per_node(size: int, stride: int, gpus_per_node: int) -> int:
 def fit_training(measured_seconds: float, estimate: StepEstimate, hardware: Hardware) -> float:
     """The compute efficiency that makes ``estimate`` take ``measured_seconds``."""
     calibration.check_measured(measured_seconds, "--step-seconds", calibration.MAX_STEP_SECONDS)
-    compute = sum(t.seconds for t in estimate.terms if t.name in ("compute", "pipeline bubble"))
+    scaled = ("compute", "pipeline imbalance", "pipeline bubble")  # all scale with the compute
+    compute = sum(t.seconds for t in estimate.terms if t.name in scaled)
     rest = estimate.seconds - compute
     if measured_seconds <= rest:
         raise AllocationValidationError(

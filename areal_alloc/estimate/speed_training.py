@@ -5,7 +5,10 @@
   forwards; recomputation adds a forward), the GEMMs at an achievable fraction of the
   GPU's dense BF16 peak and the attention at its own (``speed.attention_efficiency``);
 - the memory-bound element-wise kernels between the GEMMs;
-- the pipeline bubble (p − 1) / (micro-batches × vpp) of the compute;
+- pipeline imbalance: a pipeline engine waits for its slowest rank on every micro-batch,
+  whose layers (as ``pipeline_split.engine_split`` places them, the output layer on the
+  last rank) may hold more FLOPs than the mean rank's;
+- the pipeline bubble (p − 1) / (micro-batches × vpp) of the slowest rank's compute;
 - tensor/sequence-parallel all-gathers and reduce-scatters (4 per layer forward,
   4 backward), context-parallel KV exchange, expert all-to-all (dispatch and
   combine, forward and backward), pipeline point-to-point, and the data-parallel
@@ -28,15 +31,18 @@ from dataclasses import dataclass
 from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.estimate.execution import RECOMPUTE
+from areal_alloc.estimate.pipeline_split import PipelineSplit, engine_split
 from areal_alloc.estimate.speed import (
     ATTENTION_KERNELS,
     DEFAULT_ATTENTION_KERNEL,
+    LayerFlops,
     StepEstimate,
     StepTerm,
     _inside,
     _members_per_node,
     attention_efficiency,
     attention_flops,
+    layer_flops,
     model_flops,
 )
 from areal_alloc.estimate.system import DEFAULT_INTER_NODE_GBPS, Hardware
@@ -66,11 +72,13 @@ def training_step(
     recompute: str = "none",
     virtual_pipeline: int = 1,
     attention_kernel: str = DEFAULT_ATTENTION_KERNEL,
+    layer_split: str = "areal",
 ) -> StepEstimate:
     """One optimizer step of a training engine over ``tokens_per_step`` tokens;
     ``attention_kernel`` names the kernel that runs the attention core
-    (:data:`ATTENTION_KERNELS`). Each term is one function below, written from the
-    step's :class:`_TrainingShape`."""
+    (:data:`ATTENTION_KERNELS`), ``layer_split`` the rule that splits the layers over the
+    pipeline stages (``TrainingSettings.layer_split``, :func:`engine_split`). Each term is
+    one function below, written from the step's :class:`_TrainingShape`."""
     if tokens_per_step < 1 or tokens_per_micro_batch < 1 or sequence_length < 1:
         raise AllocationValidationError(
             "tokens per step, per micro-batch and sequence length must be ≥ 1"
@@ -99,8 +107,13 @@ def training_step(
     elementwise = _elementwise_term(step)
     busy = compute.seconds + elementwise.seconds  # what FSDP's collectives hide under
     terms = [compute, elementwise]
-    if parallel.pp_size > 1:
-        terms.append(_bubble_term(step, virtual_pipeline, busy))
+    split = engine_split(
+        backend, arch, parallel.pp_size, virtual_pipeline, parallel.ep_size, layer_split
+    )
+    if split is not None:
+        imbalance = _imbalance_term(step, split, layer_flops(arch, tokens_per_step, step.seq), busy)
+        terms.append(imbalance)
+        terms.append(_bubble_term(step, virtual_pipeline, busy + imbalance.seconds))
     for term in (
         _tensor_parallel_term(step),
         _context_parallel_term(step),
@@ -205,14 +218,41 @@ def _elementwise_term(step: _TrainingShape) -> StepTerm:
     )
 
 
-def _bubble_term(step: _TrainingShape, virtual_pipeline: int, busy: float) -> StepTerm:
-    """The pipeline bubble: (p − 1) / (micro-batches × vpp) of the compute."""
+def _imbalance_term(
+    step: _TrainingShape, split: PipelineSplit, flops: LayerFlops, busy: float
+) -> StepTerm:
+    """Every micro-batch waits for the slowest pipeline rank: (its FLOPs ÷ the mean rank's
+    − 1) × the mean rank's compute and element-wise time (``busy``, the model's FLOPs over
+    all GPUs). A rank's FLOPs are its decoder layers' (:meth:`PipelineSplit.layer_ids`:
+    dense and MoE layers each at their own :func:`layer_flops`) plus, on rank pp − 1, the
+    output layer's; the embedding's lookup counts none (megatron-core's count)."""
+    arch, pp = step.arch, split.pp
+    per_rank = []
+    for rank in range(pp):
+        moe = split.moe_layers_of(rank, arch.first_dense_layers, arch.is_moe)
+        per_rank.append(flops.of(split.layers_of(rank) - moe, moe, output=rank == pp - 1))
+    mean = sum(per_rank) / pp
+    slowest = per_rank.index(max(per_rank))  # the lowest of equals
+    excess = per_rank[slowest] / mean - 1 if mean > 0 else 0.0
+    return StepTerm(
+        "pipeline imbalance",
+        excess * busy,
+        f"the slowest rank {slowest} of p{pp} ({split.describe(slowest)}, {split.rule}): "
+        f"{per_rank[slowest]:.4g} FLOPs / the mean rank's {mean:.4g} ({sum(split.stage_layers)}"
+        f" layers + output layer over p{pp}) − 1 = {excess:.3g} × (compute + element-wise) "
+        f"{busy:.3g} s, waited for on every micro-batch",
+    )
+
+
+def _bubble_term(step: _TrainingShape, virtual_pipeline: int, slowest: float) -> StepTerm:
+    """The pipeline bubble: (p − 1) / (micro-batches × vpp) of the slowest rank's compute
+    (``slowest``: compute + element-wise + pipeline imbalance)."""
     pp, micro_batches = step.parallel.pp_size, step.micro_batches
     return StepTerm(
         "pipeline bubble",
-        (pp - 1) / (micro_batches * virtual_pipeline) * busy,
+        (pp - 1) / (micro_batches * virtual_pipeline) * slowest,
         f"(p{pp} − 1) / ({micro_batches} micro-batches × vpp {virtual_pipeline}) × "
-        f"(compute + element-wise)",
+        f"the slowest rank's (compute + element-wise + pipeline imbalance) {slowest:.3g} s",
     )
 
 
