@@ -22,6 +22,7 @@ __all__ = [
     "MEMORY_FRACTION",
     "MICRO_BATCHES",
     "MICRO_BATCH_TOKENS",
+    "MOE_ENABLE_DEEPEP",
     "NEW_TOKENS",
     "OPTIMIZER_DTYPE",
     "PPO_MINIBATCHES",
@@ -32,6 +33,7 @@ __all__ = [
     "SAMPLES",
     "STEP_PROMPTS",
     "TOKENS_PER_STEP",
+    "TOKEN_DISPATCHER",
     "TRAIN_BATCH",
     "TRAIN_EPOCHS",
     "WEIGHT_UPDATE_MODE",
@@ -104,6 +106,11 @@ ENGINE_VERSION = "v1"
 PPO_MINIBATCHES = 4
 #: MegatronEngineConfig.bridge_type (1064)
 BRIDGE_TYPE = "mbridge"
+#: MegatronEngineConfig.moe_enable_deepep (980)
+MOE_ENABLE_DEEPEP = False
+#: MegatronEngineConfig.moe_token_dispatcher_type (981; "Options: 'allgather','alltoall'
+#: and 'flex'.")
+TOKEN_DISPATCHER = "alltoall"
 #: AgentConfig.mode (2359)
 AGENT_MODE = "inline"
 
@@ -206,6 +213,16 @@ REFERENCE_DEFAULTS: tuple[ReferenceDefault, ...] = (
         "<engine>.megatron.bridge_type",
         BRIDGE_TYPE,
         f"{_CLI_ARGS} MegatronEngineConfig.bridge_type (1064)",
+    ),
+    ReferenceDefault(
+        "<engine>.megatron.moe_enable_deepep",
+        MOE_ENABLE_DEEPEP,
+        f"{_CLI_ARGS} MegatronEngineConfig.moe_enable_deepep (980)",
+    ),
+    ReferenceDefault(
+        "<engine>.megatron.moe_token_dispatcher_type",
+        TOKEN_DISPATCHER,
+        f"{_CLI_ARGS} MegatronEngineConfig.moe_token_dispatcher_type (981)",
     ),
     ReferenceDefault("rollout.agent.mode", AGENT_MODE, f"{_CLI_ARGS} AgentConfig.mode (2359)"),
 )

@@ -105,6 +105,9 @@ class MegatronConfig:
     use_precision_aware_optimizer: bool | None = None
     #: mbridge (the reference's default) or megatron-bridge (needed with use_lora)
     bridge_type: str | None = None
+    #: the MoE token dispatcher and DeepEP (the start-up rules; TrainingSettings)
+    moe_enable_deepep: bool | None = None
+    moe_token_dispatcher_type: str | None = None
     ddp: DistributedDataParallelConfig = field(default_factory=DistributedDataParallelConfig)
 
 

@@ -26,9 +26,10 @@ the keys each engine writes:
   (unset: the whole local batch, ``mb_spec.n_mbs`` micro-batches, from
   ``train_dataset`` and ``gconfig``), ``fsdp.offload_params``,
   ``fsdp.memory_efficient_load``, ``use_lora`` / ``lora_rank`` /
-  ``target_modules``, ``is_critic``, and ``offload`` with the reference's own
-  offloading of colocated engines (``engines._offloaded_while``); the defaults are
-  ``areal_alloc.defaults``;
+  ``target_modules``, ``is_critic``, ``megatron.moe_token_dispatcher_type`` with
+  ``megatron.moe_enable_deepep`` and ``megatron.bridge_type`` (:func:`token_dispatcher`),
+  and ``offload`` with the reference's own offloading of colocated engines
+  (``engines._offloaded_while``); the defaults are ``areal_alloc.defaults``;
 - inference: ``sglang.mem_fraction_static`` / ``vllm.gpu_memory_utilization``,
   ``sglang.context_length`` / ``vllm.max_model_len``, ``kv_cache_dtype``,
   ``dtype``, ``rollout.max_concurrent_rollouts``.
@@ -56,6 +57,7 @@ __all__ = [
     "RECOMPUTE",
     "SERVER_DEFAULTS",
     "SGLANG_REQUEST_POOL",
+    "TOKEN_DISPATCHERS",
     "TRAINING_RESERVE_BYTES",
     "VLLM_MAX_NUM_SEQS",
     "InferenceSettings",
@@ -66,6 +68,7 @@ __all__ = [
     "sequences_in_flight",
     "server_limit",
     "step_shape",
+    "token_dispatcher",
     "training_settings",
     "whole_local_batch_tokens",
 ]
@@ -205,6 +208,11 @@ OPTIMIZERS = ("adam", "adam_bf16", "sgd")
 #: ((4 + 4 + 2) / 8 B, rounded up): 3 B.
 LOGITS = ("areal", "float32", "float32_logits", "float32_compiled", "chunked_compiled")
 
+#: How a Megatron engine's MoE layers move tokens to their experts (``TrainingSettings.
+#: token_dispatcher``): megatron-core's alltoall or allgather dispatcher, or its flex
+#: dispatcher on DeepEP (:func:`token_dispatcher`).
+TOKEN_DISPATCHERS = ("alltoall", "allgather", "deepep")
+
 
 @dataclass(frozen=True, slots=True)
 class TrainingSettings:
@@ -257,8 +265,18 @@ class TrainingSettings:
     #: a forward pass before training (the actor's ``recompute_logprob``): a forward
     #: phase beside the backward one (a ref, a teacher and a critic always have one)
     recompute_logprob: bool = False
+    #: the MoE token dispatcher (:data:`TOKEN_DISPATCHERS`): the reference's default is
+    #: alltoall (MegatronEngineConfig.moe_token_dispatcher_type = "alltoall",
+    #: areal/api/cli_args.py l.981 at cbff54d6, ``defaults.TOKEN_DISPATCHER``); "deepep" is
+    #: the flex dispatcher (on DeepEP); megatron-bridge always dispatches with alltoall
+    token_dispatcher: str = defaults.TOKEN_DISPATCHER
 
     def __post_init__(self) -> None:
+        if self.token_dispatcher not in TOKEN_DISPATCHERS:
+            raise AllocationValidationError(
+                f"token_dispatcher={self.token_dispatcher!r}: must be one of "
+                f"{', '.join(TOKEN_DISPATCHERS)}"
+            )
         if self.recompute not in RECOMPUTE:
             raise AllocationValidationError(
                 f"recompute={self.recompute!r}: must be one of {', '.join(RECOMPUTE)}"
@@ -347,6 +365,35 @@ LORA_TARGETS = (
 )
 
 
+def token_dispatcher(engine: Engine) -> str:
+    """The MoE token dispatcher the engine runs (:data:`TOKEN_DISPATCHERS`), from its reading.
+
+    - megatron-bridge: alltoall, whatever the config says (areal/models/mcore/registry.py
+      make_mcore_model l.474-481 at cbff54d6 sets ``moe_token_dispatcher_type='alltoall'``
+      and passes no ``moe_enable_deepep``);
+    - mbridge: the dispatcher as written (MegatronEngine._build_hf_mcore_bridge passes it,
+      areal/engine/megatron_engine.py l.732-750). ``flex`` is DeepEP with or without
+      ``moe_enable_deepep``: megatron-core 0.17.0's ``moe_flex_dispatcher_backend`` defaults
+      to "deepep" (megatron/core/transformer/transformer_config.py l.757) and the reference
+      does not set it, so MoEFlexTokenDispatcher runs DeepEP (megatron/core/transformer/moe/
+      token_dispatcher.py l.1361, NVIDIA/Megatron-LM core_v0.17.0). Any other text: a
+      dense model, which builds no dispatcher (a MoE model's is refused at start-up,
+      rules.moe_dispatcher_is_known), so the default stands;
+    - any other backend: the default (the field is the Megatron engine's).
+    """
+    read = engine.training
+    if read is None or engine.allocation.backend != "megatron":
+        return defaults.TOKEN_DISPATCHER
+    if read.bridge_type == "megatron-bridge":
+        return "alltoall"
+    written = read.token_dispatcher
+    if written == "flex":
+        return "deepep"
+    if written in ("alltoall", "allgather"):
+        return written
+    return defaults.TOKEN_DISPATCHER
+
+
 def training_settings(
     engine: Engine, run: RunConfig, reserve: int | None, notes: list[str]
 ) -> TrainingSettings:
@@ -382,6 +429,7 @@ def training_settings(
             memory_efficient_load=read.memory_efficient_load,
             # the actor's forward phase before its update (memory.PHASES)
             recompute_logprob=engine.key == "actor" and bool(run.recompute_logprob),
+            token_dispatcher=token_dispatcher(engine),
         )
     except AllocationError as error:
         raise AllocationValidationError(f"{path}: {error.message}") from None

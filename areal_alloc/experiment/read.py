@@ -150,6 +150,12 @@ class TrainConfig:
     init_from_scratch: bool = False
     #: ``megatron.bridge_type`` (MegatronEngineConfig.bridge_type, ``defaults.BRIDGE_TYPE``)
     bridge_type: str = defaults.BRIDGE_TYPE
+    #: ``megatron.moe_enable_deepep`` (MegatronEngineConfig, ``defaults.MOE_ENABLE_DEEPEP``)
+    moe_enable_deepep: bool = defaults.MOE_ENABLE_DEEPEP
+    #: ``megatron.moe_token_dispatcher_type`` (MegatronEngineConfig, ``defaults.
+    #: TOKEN_DISPATCHER``): any text, as the reference's ``str`` field takes it (the start-up
+    #: rules say which values its Megatron engine refuses)
+    token_dispatcher: str = defaults.TOKEN_DISPATCHER
 
 
 @dataclass(frozen=True, slots=True)
@@ -703,6 +709,34 @@ def _text(node: object, key: str, default: str) -> str:
     return str(value) if value not in (None, "") else default
 
 
+#: MegatronEngineConfig.moe_token_dispatcher_type's options: "Options: 'allgather','alltoall'
+#: and 'flex'." (areal/api/cli_args.py l.981-986, AReaL cbff54d6); megatron-core 0.17.0 (the
+#: version the reference pins) types its TransformerConfig field
+#: ``Literal['allgather', 'alltoall', 'flex']`` (megatron/core/transformer/transformer_config.py
+#: l.750, NVIDIA/Megatron-LM core_v0.17.0)
+TOKEN_DISPATCHERS = ("allgather", "alltoall", "flex")
+
+
+def _token_dispatcher(megatron: object, path: str) -> str:
+    """``<engine>.megatron.moe_token_dispatcher_type`` (``defaults.TOKEN_DISPATCHER`` unset).
+
+    The reference's ``str`` field takes a number or a bool as its text (OmegaConf's
+    StringNode) and any text: which texts its Megatron engine refuses is a start-up rule
+    (:mod:`areal_alloc.experiment.rules`). A list or a mapping is no text.
+    """
+    value = child(megatron, "moe_token_dispatcher_type") if megatron is not None else None
+    if value is None:
+        return defaults.TOKEN_DISPATCHER
+    if isinstance(value, (bool, int, float)):
+        return str(value)
+    if not isinstance(value, str):
+        raise AllocationValidationError(
+            f"{path}.megatron.moe_token_dispatcher_type={shown(value)}: must be one of "
+            f"{', '.join(TOKEN_DISPATCHERS)}"
+        )
+    return value
+
+
 def _train_config(node: object, path: str, key: str, backend: str | None = None) -> TrainConfig:
     """A training engine's settings (areal/api/cli_args.py TrainEngineConfig at cbff54d6)."""
     optimizer_node = section(node, "optimizer", f"{path}.optimizer")
@@ -747,6 +781,13 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
     offload = _flag(fsdp, "offload_params", False, f"{path}.fsdp.offload_params")
     scratch = _flag(node, "init_from_scratch", False, f"{path}.init_from_scratch")
     bridge = _text(megatron, "bridge_type", defaults.BRIDGE_TYPE)
+    deepep = _flag(
+        megatron,
+        "moe_enable_deepep",
+        defaults.MOE_ENABLE_DEEPEP,
+        f"{path}.megatron.moe_enable_deepep",
+    )
+    dispatcher = _token_dispatcher(megatron, path)
     return TrainConfig(
         dtype=_text(node, "dtype", defaults.DTYPE),
         optimizer=optimizer,
@@ -767,6 +808,8 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
         virtual_pipeline_size=vpp,
         init_from_scratch=scratch,
         bridge_type=bridge,
+        moe_enable_deepep=deepep,
+        token_dispatcher=dispatcher,
     )
 
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from areal_alloc.errors import AllocationValidationError, shown
 
 if TYPE_CHECKING:
-    from areal_alloc.experiment.read import Engine, Experiment, StartupConfig
+    from areal_alloc.experiment.read import Engine, Experiment, StartupConfig, TrainConfig
 
 
 __all__ = ["RULES", "Rule", "Run", "check_startup", "startup_warnings"]
@@ -215,6 +215,98 @@ def megatron_lora_needs_megatron_bridge(run: Run) -> str | None:
             f"{engine.path}.megatron.bridge_type='megatron-bridge', got "
             f"{training.bridge_type!r}: the reference's Megatron engine builds LoRA through "
             f"megatron-bridge only; set {engine.path}.megatron.bridge_type=megatron-bridge"
+        )
+    return None
+
+
+# --- the Megatron engine's MoE token dispatcher, as mbridge builds megatron-core's config ------
+# With ``megatron.bridge_type`` mbridge (the reference's default), MegatronEngine.
+# _build_hf_mcore_bridge (areal/engine/megatron_engine.py l.716-750 at cbff54d6) hands
+# ``moe_token_dispatcher_type`` and, when true, ``moe_enable_deepep`` to the bridge
+# (``set_extra_args``, kept when TransformerConfigClass has the field), for a dense model as for
+# a MoE one. mbridge (ISEEKYAN/mbridge@310e8fb, the commit the reference's pyproject.toml pins)
+# rebuilds its config at once: Bridge.set_extra_args → LLMBridge._build_base_config, which sets
+# ``variable_seq_lengths=True``, applies the extra args last and calls megatron-core's
+# TransformerConfig (mbridge/core/bridge.py l.538-546, mbridge/core/llm_bridge.py l.29, 79,
+# 98-109), whose __post_init__ (megatron-core 0.17.0, megatron/core/transformer/
+# transformer_config.py, NVIDIA/Megatron-LM core_v0.17.0) raises outside any MoE-only block.
+# With megatron-bridge, areal/models/mcore/registry.py make_mcore_model (l.474-481) sets
+# ``moe_token_dispatcher_type='alltoall'`` whatever the config says and passes no
+# ``moe_enable_deepep``: nothing is refused (startup_warnings says what is ignored).
+
+
+def _mbridge_engines(run: Run) -> list[tuple[Engine, TrainConfig]]:
+    """The active Megatron engines mbridge builds, with their settings."""
+    out = []
+    for engine in run.engines:
+        training = engine.training
+        if (
+            engine.active
+            and engine.allocation.backend == "megatron"
+            and training is not None
+            and training.bridge_type == "mbridge"
+        ):
+            out.append((engine, training))
+    return out
+
+
+def megatron_deepep_needs_flex(run: Run) -> str | None:
+    """``moe_enable_deepep`` needs the flex dispatcher (transformer_config.py l.1230-1232)."""
+    for engine, training in _mbridge_engines(run):
+        if not training.moe_enable_deepep or training.token_dispatcher == "flex":
+            continue
+        path = engine.path
+        return (
+            f"{path}.megatron.moe_enable_deepep=true with {path}.megatron."
+            f"moe_token_dispatcher_type={shown(training.token_dispatcher)}: megatron-core's "
+            f"TransformerConfig raises 'DeepEP backend is only supported with flex token "
+            f"dispatcher.' when mbridge builds {engine.backend_key}={engine.spec!r}; set "
+            f"{path}.megatron.moe_token_dispatcher_type=flex or "
+            f"{path}.megatron.moe_enable_deepep=false"
+        )
+    return None
+
+
+def mbridge_allgather_needs_fixed_lengths(run: Run) -> str | None:
+    """allgather refuses mbridge's ``variable_seq_lengths=True`` (transformer_config.py l.2056)."""
+    for engine, training in _mbridge_engines(run):
+        if training.token_dispatcher != "allgather":
+            continue
+        path = engine.path
+        return (
+            f"{path}.megatron.moe_token_dispatcher_type='allgather' with "
+            f"{engine.backend_key}={engine.spec!r}: mbridge builds megatron-core's "
+            f"TransformerConfig with variable_seq_lengths=True, which raises 'Token dispatcher "
+            f"type: allgather does not support variable sequence length, please use alltoall "
+            f"dispatcher instead.'; set {path}.megatron.moe_token_dispatcher_type=alltoall"
+        )
+    return None
+
+
+def moe_dispatcher_is_known(run: Run) -> str | None:
+    """A MoE model's dispatcher is one of three (megatron/core/transformer/moe/moe_layer.py).
+
+    TransformerConfig does not check the Literal; MoELayer.__init__ (l.276-300 at
+    core_v0.17.0) raises ``ValueError: Unsupported token dispatcher type`` for any other
+    value when it builds a MoE layer. A dense model builds none, and a model not found here
+    is not checked.
+    """
+    from areal_alloc.experiment.read import TOKEN_DISPATCHERS
+
+    for engine, training in _mbridge_engines(run):
+        dispatcher = training.token_dispatcher
+        if dispatcher in TOKEN_DISPATCHERS:
+            continue
+        shape = engine.shape()
+        if shape is None or not shape.num_experts:
+            continue
+        path = engine.path
+        return (
+            f"{path}.megatron.moe_token_dispatcher_type={shown(dispatcher)}: must be one of "
+            f"{', '.join(TOKEN_DISPATCHERS)}; megatron-core's MoELayer raises 'Unsupported "
+            f"token dispatcher type' when mbridge builds the {shape.num_experts}-expert layers "
+            f"of {engine.backend_key}={engine.spec!r}: set "
+            f"{path}.megatron.moe_token_dispatcher_type=alltoall (the reference's default)"
         )
     return None
 
@@ -472,6 +564,21 @@ RULES: tuple[Rule, ...] = (
         megatron_lora_needs_megatron_bridge,
     ),
     Rule(
+        "mbridge: megatron.moe_enable_deepep needs moe_token_dispatcher_type flex",
+        "areal/engine/megatron_engine.py MegatronEngine._build_hf_mcore_bridge (lines 716-750)",
+        megatron_deepep_needs_flex,
+    ),
+    Rule(
+        "mbridge: no megatron.moe_token_dispatcher_type allgather",
+        "areal/engine/megatron_engine.py MegatronEngine._build_hf_mcore_bridge (lines 716-750)",
+        mbridge_allgather_needs_fixed_lengths,
+    ),
+    Rule(
+        "mbridge, a MoE model: megatron.moe_token_dispatcher_type is allgather, alltoall or flex",
+        "areal/engine/megatron_engine.py MegatronEngine._build_hf_mcore_bridge (lines 716-750)",
+        moe_dispatcher_is_known,
+    ),
+    Rule(
         "train_dataset.batch_size splits over the actor's data-parallel ranks",
         "areal/utils/dataloader.py create_dataloader; areal/utils/seqpack.py "
         "balanced_greedy_partition",
@@ -500,10 +607,11 @@ def check_startup(experiment: Experiment) -> None:
 
 
 def startup_warnings(experiment: Experiment) -> list[str]:
-    """What only the legacy SPMD launchers refuse (the single-controller trainer runs it)."""
+    """What only the legacy SPMD launchers refuse (the single-controller trainer runs it), and
+    the dispatcher settings megatron-bridge ignores."""
     run = Run(experiment, 0)
+    out = _megatron_bridge_ignores(run)
     found = _batch(run)
-    out = []
     if found is not None:
         batch, items, dp, actor = found
         if batch % dp:
@@ -513,5 +621,38 @@ def startup_warnings(experiment: Experiment) -> list[str]:
                 f"splits its {items} trajectories evenly, but the legacy SPMD launchers "
                 f"(areal.infra.launcher.local/ray/slurm) refuse it in their dataloader "
                 f"(areal/utils/dataloader.py)"
+            )
+    return out
+
+
+def _megatron_bridge_ignores(run: Run) -> list[str]:
+    """A dispatcher other than alltoall, or DeepEP, written for a megatron-bridge engine.
+
+    areal/models/mcore/registry.py make_mcore_model (l.474-481 at cbff54d6) logs "Ignoring
+    mcore_config.moe_token_dispatcher_type=… for bridge_type='megatron-bridge'; using
+    'alltoall'" and sets alltoall; it passes no ``moe_enable_deepep`` to the provider.
+    """
+    out = []
+    for engine in run.engines:
+        training = engine.training
+        if (
+            not engine.active
+            or engine.allocation.backend != "megatron"
+            or training is None
+            or training.bridge_type != "megatron-bridge"
+        ):
+            continue
+        ignored = []
+        if training.token_dispatcher != "alltoall":
+            ignored.append(
+                f"{engine.path}.megatron.moe_token_dispatcher_type={shown(training.token_dispatcher)}"
+            )
+        if training.moe_enable_deepep:
+            ignored.append(f"{engine.path}.megatron.moe_enable_deepep=true")
+        if ignored:
+            out.append(
+                f"{' and '.join(ignored)} ignored: with {engine.path}.megatron.bridge_type="
+                f"'megatron-bridge' the reference's Megatron engine dispatches MoE tokens with "
+                f"alltoall, without DeepEP (areal/models/mcore/registry.py make_mcore_model)"
             )
     return out

@@ -186,3 +186,29 @@ def test_the_reference_refuses_our_old_keys(
     assert done.returncode == 0, done.stderr
     (line,) = [line for line in done.stdout.splitlines() if line.startswith("REFUSED ")]
     assert json.loads(line[8:])["error"] == "ConfigKeyError: Key 'gpu' not in 'ClusterSpecConfig'"
+
+
+def test_the_reference_loads_the_dispatcher_keys_the_rules_read(
+    tmp_path: Path, wheel: Path, app_in_process: AppRun
+) -> None:
+    # <engine>.megatron.moe_enable_deepep / moe_token_dispatcher_type are MegatronEngineConfig's
+    # own keys (areal/api/cli_args.py): the hook reads them and hands them over unchanged
+    folder = _configs(tmp_path / "conf", CASES["moe_32"])
+    keys = [
+        "++actor.megatron.moe_enable_deepep=true",
+        "++actor.megatron.moe_token_dispatcher_type=flex",
+    ]
+    (given,) = _jobs(_run(app_in_process, folder, wheel, *keys))
+    assert given == _composed(folder, keys)
+    assert given["actor"]["megatron"] == {
+        "moe_enable_deepep": True,
+        "moe_token_dispatcher_type": "flex",
+    }
+    # and the rule speaks before the reference's engine would
+    refused = _run(app_in_process, folder, wheel, keys[0])
+    assert refused.returncode == 1
+    assert "LOADED" not in refused.stdout
+    assert refused.stderr.startswith(
+        "areal-alloc: actor.megatron.moe_enable_deepep=true with "
+        "actor.megatron.moe_token_dispatcher_type='alltoall': "
+    )

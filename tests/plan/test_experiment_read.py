@@ -574,3 +574,96 @@ def test_an_unknown_archon_checkpointing_is_one_line(archon: dict[str, Any], mes
     with pytest.raises(AllocationValidationError) as info:
         read_experiment({"actor": actor})
     assert info.value.message == message
+
+
+# the Megatron engine's MoE token dispatcher: the reading (TrainConfig's moe_enable_deepep and
+# token_dispatcher, the reference's defaults False and "alltoall", MegatronEngineConfig in
+# areal/api/cli_args.py l.980-981 at cbff54d6) and what the estimate's settings carry
+# (execution.token_dispatcher: flex is DeepEP; megatron-bridge always dispatches with alltoall)
+DISPATCHER_READINGS: list[tuple[str, dict[str, Any], bool, str, str]] = [
+    ("megatron:d8", {}, False, "alltoall", "alltoall"),
+    ("megatron:d8", {"moe_token_dispatcher_type": "allgather"}, False, "allgather", "allgather"),
+    (
+        "megatron:d8",
+        {"moe_enable_deepep": True, "moe_token_dispatcher_type": "flex"},
+        True,
+        "flex",
+        "deepep",
+    ),
+    # flex runs DeepEP without moe_enable_deepep (moe_flex_dispatcher_backend "deepep")
+    ("megatron:d8", {"moe_token_dispatcher_type": "flex"}, False, "flex", "deepep"),
+    # OmegaConf's bool spellings
+    (
+        "megatron:d8",
+        {"moe_enable_deepep": "on", "moe_token_dispatcher_type": "flex"},
+        True,
+        "flex",
+        "deepep",
+    ),
+    # megatron-bridge: alltoall whatever is written (areal/models/mcore/registry.py l.481)
+    (
+        "megatron:d8",
+        {
+            "bridge_type": "megatron-bridge",
+            "moe_enable_deepep": True,
+            "moe_token_dispatcher_type": "flex",
+        },
+        True,
+        "flex",
+        "alltoall",
+    ),
+    # a text a dense model never reads (a MoE model's is refused at start-up)
+    ("megatron:d8", {"moe_token_dispatcher_type": "Flex"}, False, "Flex", "alltoall"),
+    # the section belongs to the Megatron engine: an FSDP engine keeps the default
+    ("fsdp:d8", {"moe_token_dispatcher_type": "flex"}, False, "flex", "alltoall"),
+]
+
+
+@pytest.mark.parametrize(("backend", "megatron", "deepep", "read", "settings"), DISPATCHER_READINGS)
+def test_the_token_dispatcher_is_read_and_carried(
+    backend: str, megatron: dict[str, Any], deepep: bool, read: str, settings: str
+) -> None:
+    from areal_alloc.estimate.execution import training_settings
+    from areal_alloc.experiment.read import RunConfig
+
+    engine = read_experiment({"actor": {"backend": backend, "megatron": megatron}})["actor"]
+    assert engine.training is not None
+    assert (engine.training.moe_enable_deepep, engine.training.token_dispatcher) == (deepep, read)
+    assert training_settings(engine, RunConfig(), None, []).token_dispatcher == settings
+
+
+@pytest.mark.parametrize(
+    ("megatron", "message"),
+    [
+        (
+            {"moe_enable_deepep": "maybe"},
+            "actor.megatron.moe_enable_deepep='maybe': must be true or false",
+        ),
+        (
+            {"moe_token_dispatcher_type": ["flex"]},
+            "actor.megatron.moe_token_dispatcher_type=['flex']: must be one of allgather, "
+            "alltoall, flex",
+        ),
+        (
+            {"moe_token_dispatcher_type": {"type": "flex"}},
+            "actor.megatron.moe_token_dispatcher_type={'type': 'flex'}: must be one of "
+            "allgather, alltoall, flex",
+        ),
+    ],
+)
+def test_a_wrong_dispatcher_type_is_one_line(megatron: dict[str, Any], message: str) -> None:
+    with pytest.raises(AllocationValidationError) as info:
+        read_experiment({"actor": {"backend": "megatron:d8", "megatron": megatron}})
+    assert info.value.message == message
+
+
+def test_the_settings_take_the_three_dispatchers_only() -> None:
+    from areal_alloc.estimate.execution import TrainingSettings
+
+    assert TrainingSettings().token_dispatcher == "alltoall"  # the reference's default
+    assert TrainingSettings(token_dispatcher="deepep").token_dispatcher == "deepep"
+    with pytest.raises(AllocationValidationError) as info:
+        TrainingSettings(token_dispatcher="flex")
+    assert info.value.message == (
+        "token_dispatcher='flex': must be one of alltoall, allgather, deepep"
+    )

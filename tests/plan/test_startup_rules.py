@@ -185,6 +185,73 @@ REFUSED: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
         "actor.megatron.bridge_type=megatron-bridge",
         cfg(rollout={"backend": "vllm:d8"}, actor=MEGATRON_LORA),
     ),
+    (  # megatron_engine.py _build_hf_mcore_bridge → mbridge → megatron-core 0.17.0
+        # TransformerConfig.__post_init__ (transformer_config.py l.1230-1232), dense or MoE
+        "mbridge: megatron.moe_enable_deepep needs moe_token_dispatcher_type flex",
+        cfg(
+            rollout={"backend": "vllm:d8"},
+            actor={"backend": "megatron:d8", "megatron": {"moe_enable_deepep": True}},
+        ),
+        "actor.megatron.moe_enable_deepep=true with actor.megatron.moe_token_dispatcher_type="
+        "'alltoall': megatron-core's TransformerConfig raises 'DeepEP backend is only supported "
+        "with flex token dispatcher.' when mbridge builds actor.backend='megatron:d8'; set "
+        "actor.megatron.moe_token_dispatcher_type=flex or actor.megatron.moe_enable_deepep=false",
+        cfg(
+            rollout={"backend": "vllm:d8"},
+            actor={
+                "backend": "megatron:d8",
+                "megatron": {"moe_enable_deepep": True, "moe_token_dispatcher_type": "flex"},
+            },
+        ),
+    ),
+    (  # the same __post_init__ (l.2056-2060): mbridge sets variable_seq_lengths=True
+        "mbridge: no megatron.moe_token_dispatcher_type allgather",
+        cfg(
+            rollout={"backend": "vllm:d8"},
+            actor={
+                "backend": "megatron:d8",
+                "megatron": {"moe_token_dispatcher_type": "allgather"},
+            },
+        ),
+        "actor.megatron.moe_token_dispatcher_type='allgather' with actor.backend='megatron:d8': "
+        "mbridge builds megatron-core's TransformerConfig with variable_seq_lengths=True, which "
+        "raises 'Token dispatcher type: allgather does not support variable sequence length, "
+        "please use alltoall dispatcher instead.'; set "
+        "actor.megatron.moe_token_dispatcher_type=alltoall",
+        cfg(  # megatron-bridge ignores it (areal/models/mcore/registry.py: alltoall)
+            rollout={"backend": "vllm:d8"},
+            actor={
+                "backend": "megatron:d8",
+                "megatron": {
+                    "moe_token_dispatcher_type": "allgather",
+                    "bridge_type": "megatron-bridge",
+                },
+            },
+        ),
+    ),
+    (  # megatron-core 0.17.0 MoELayer.__init__ (moe/moe_layer.py l.276-300)
+        "mbridge, a MoE model: megatron.moe_token_dispatcher_type is allgather, alltoall or flex",
+        cfg(
+            rollout={"backend": "vllm:d8"},
+            actor={
+                "backend": "megatron:d8",
+                "path": "Qwen/Qwen3-30B-A3B",
+                "megatron": {"moe_token_dispatcher_type": "all2all"},
+            },
+        ),
+        "actor.megatron.moe_token_dispatcher_type='all2all': must be one of allgather, alltoall, "
+        "flex; megatron-core's MoELayer raises 'Unsupported token dispatcher type' when mbridge "
+        "builds the 128-expert layers of actor.backend='megatron:d8': set "
+        "actor.megatron.moe_token_dispatcher_type=alltoall (the reference's default)",
+        cfg(  # a dense model builds no MoE layer, so no dispatcher
+            rollout={"backend": "vllm:d8"},
+            actor={
+                "backend": "megatron:d8",
+                "path": "Qwen/Qwen3-8B",
+                "megatron": {"moe_token_dispatcher_type": "all2all"},
+            },
+        ),
+    ),
     (  # areal/trainer/rl_trainer.py _validate_cfg
         "actor._version equals rollout._version",
         cfg(rollout={"backend": "sglang:d8"}, actor={"backend": "fsdp:d8", "_version": "v2"}),
@@ -633,7 +700,8 @@ def test_the_strict_schema_declares_every_key_the_rules_read(tmp_path: Any) -> N
         "actor:\n  backend: 'fsdp:d8'\n  weight_update_mode: disk\n  use_lora: false\n"
         "  _version: v1\n  enable_delta_weight_update: false\n  ppo_n_minibatches: 1\n"
         "  init_from_scratch: false\n  fsdp: {memory_efficient_load: true}\n  offload: false\n"
-        "  megatron: {bridge_type: megatron-bridge}\n"
+        "  megatron: {bridge_type: megatron-bridge, moe_enable_deepep: false,\n"
+        "    moe_token_dispatcher_type: alltoall}\n"
     )
     with initialize_config_dir(str(conf), version_base=None):
         cfg = compose("strict")
@@ -680,3 +748,132 @@ def test_the_megatron_layer_rule_is_the_references_split(layers: int, pp: int, v
         ModelShape(num_layers=layers, virtual_pipeline_size=vpp),
     )
     assert (problems == []) == _reference_split_exists(layers, pp * vpp)
+
+
+# --- the Megatron engine's MoE token dispatcher (rules.megatron_deepep_needs_flex …) ----------
+
+
+def _megatron(megatron: dict[str, Any], **actor: Any) -> dict[str, Any]:
+    return cfg(
+        rollout={"backend": "vllm:d8"},
+        actor={"backend": "megatron:d8", "megatron": megatron, **actor},
+    )
+
+
+# configs the reference's Megatron engine builds, and the warnings each gives
+DISPATCHERS_THAT_RUN: list[tuple[dict[str, Any], tuple[str, ...]]] = [
+    (_megatron({}), ()),  # the reference's defaults: alltoall, no DeepEP
+    (_megatron({"moe_token_dispatcher_type": "flex"}), ()),
+    (_megatron({"moe_token_dispatcher_type": "flex", "moe_enable_deepep": "true"}), ()),
+    (_megatron({"moe_enable_deepep": False, "moe_token_dispatcher_type": "alltoall"}), ()),
+    # a dense model never builds a dispatcher; a model not found here is not checked
+    (_megatron({"moe_token_dispatcher_type": "Flex"}, path="Qwen/Qwen3-8B"), ()),
+    (_megatron({"moe_token_dispatcher_type": "Flex"}, path="org/unknown-moe"), ()),
+    # megatron-bridge ignores both (areal/models/mcore/registry.py make_mcore_model)
+    (
+        _megatron({"bridge_type": "megatron-bridge", "moe_enable_deepep": True}),
+        (
+            "actor.megatron.moe_enable_deepep=true ignored: with actor.megatron.bridge_type="
+            "'megatron-bridge' the reference's Megatron engine dispatches MoE tokens with "
+            "alltoall, without DeepEP (areal/models/mcore/registry.py make_mcore_model)",
+        ),
+    ),
+    (
+        _megatron(
+            {"bridge_type": "megatron-bridge", "moe_token_dispatcher_type": "flex"},
+            path="Qwen/Qwen3-30B-A3B",
+        ),
+        (
+            "actor.megatron.moe_token_dispatcher_type='flex' ignored: with "
+            "actor.megatron.bridge_type='megatron-bridge' the reference's Megatron engine "
+            "dispatches MoE tokens with alltoall, without DeepEP "
+            "(areal/models/mcore/registry.py make_mcore_model)",
+        ),
+    ),
+    # an FSDP engine's megatron section is not read by its engine
+    (
+        cfg(
+            rollout={"backend": "vllm:d8"},
+            actor={"backend": "fsdp:d8", "megatron": {"moe_enable_deepep": True}},
+        ),
+        (),
+    ),
+]
+
+
+@pytest.mark.parametrize(("config", "warnings"), DISPATCHERS_THAT_RUN)
+def test_the_dispatchers_the_reference_builds(
+    config: dict[str, Any], warnings: tuple[str, ...]
+) -> None:
+    assert validate(config, on_memory="off").warnings == warnings
+
+
+def test_deepep_is_refused_before_allgather_as_megatron_core_checks() -> None:
+    # TransformerConfig.__post_init__ checks DeepEP (l.1230) before allgather (l.2056)
+    config = _megatron({"moe_enable_deepep": True, "moe_token_dispatcher_type": "allgather"})
+    with pytest.raises(AllocationValidationError) as info:
+        validate(config, on_memory="off")
+    assert info.value.message.startswith(
+        "actor.megatron.moe_enable_deepep=true with actor.megatron.moe_token_dispatcher_type="
+        "'allgather': megatron-core's TransformerConfig raises 'DeepEP backend"
+    )
+
+
+def test_every_megatron_engine_is_checked() -> None:
+    # the critic is a Megatron engine too (areal/engine/megatron_engine.py for every role)
+    config = cfg(
+        rollout={"backend": "vllm:d4"},
+        actor={"backend": "megatron:d4"},
+        critic={"backend": "megatron:d8", "megatron": {"moe_enable_deepep": True}},
+    )
+    with pytest.raises(AllocationValidationError) as info:
+        validate(config, on_memory="off")
+    assert info.value.message.startswith(
+        "critic.megatron.moe_enable_deepep=true with critic.megatron.moe_token_dispatcher_type="
+        "'alltoall': "
+    )
+
+
+DEEPEP_MESSAGE = (
+    "actor.megatron.moe_enable_deepep=true with actor.megatron.moe_token_dispatcher_type="
+    "'alltoall': megatron-core's TransformerConfig raises 'DeepEP backend is only supported "
+    "with flex token dispatcher.' when mbridge builds "
+    "actor.backend='megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)'; set "
+    "actor.megatron.moe_token_dispatcher_type=flex or actor.megatron.moe_enable_deepep=false"
+)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["check", "--quiet", "{exp}"], f"areal-alloc check: {DEEPEP_MESSAGE}"),
+        (  # the hook, through the areal-alloc app's own MoE experiment
+            ["experiment=moe_32", "+actor.megatron.moe_enable_deepep=true"],
+            f"areal-alloc: {DEEPEP_MESSAGE}",
+        ),
+    ],
+)
+def test_check_and_the_hook_refuse_deepep_without_flex(
+    argv: list[str], message: str, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from areal_alloc.cli import main
+
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(
+        "cluster: {n_nodes: 6, n_gpus_per_node: 8}\n"
+        "rollout: {backend: 'sglang:d2t8'}\n"
+        "actor:\n  backend: 'megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)'\n"
+        "  megatron: {moe_enable_deepep: true}\n"
+    )
+    assert main([a.replace("{exp}", str(exp)) for a in argv]) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == message
+    # and with the flex dispatcher both start
+    flex = "actor.megatron.moe_token_dispatcher_type=flex"
+    exp.write_text(
+        exp.read_text().replace(
+            "{moe_enable_deepep: true}",
+            "{moe_enable_deepep: true, moe_token_dispatcher_type: flex}",
+        )
+    )
+    extra = [] if argv[0] == "check" else [f"+{flex}"]
+    assert main([*(a.replace("{exp}", str(exp)) for a in argv), *extra]) == 0
