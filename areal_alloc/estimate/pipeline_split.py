@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import pairwise
 
 from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationValidationError
@@ -166,7 +167,7 @@ def reference_weights(arch: Architecture, ep: int = 1) -> tuple[tuple[float, ...
     return tuple(weights), embedding, embedding
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=4096)
 def split_lengths(
     weights: tuple[float, ...], embedding: float, output: float, stages: int
 ) -> tuple[int, ...]:
@@ -174,34 +175,24 @@ def split_lengths(
     ``weights`` into ``stages`` whose heaviest stage (the embedding on the first, the
     output on the last) is lightest, the middle stages holding at least one layer; of
     equal splits, each stage starts at the earliest layer it can, as the reference's
-    loop keeps the first of equals. () when no split exists."""
+    loop keeps the first of equals. () when no split exists.
+
+    Each stage's row is :func:`_stage_row` (the reference's scan over every start, or the
+    same minima found in one sweep where the previous row rises with the layers)."""
     total = len(weights)
     if total == 0 or stages <= 0:
         return ()
     prefix = [0.0]
     for w in weights:
         prefix.append(prefix[-1] + float(w))
+    rising_prefix = all(w >= 0 for w in weights)
     inf = math.inf
     previous = [0.0] + [inf] * total
     choices: list[list[int]] = [[-1] * (total + 1)]
     for stage in range(1, stages + 1):
         base = embedding if stage == 1 else output if stage == stages else 0.0
         middle = stage not in (1, stages)
-        current = [inf] * (total + 1)
-        choice = [-1] * (total + 1)
-        for end in range(total + 1):
-            top = end if middle else end + 1  # a middle stage holds at least one layer
-            if top <= 0:
-                continue
-            at_end = prefix[end]
-            candidates = [
-                max(prev, base + (at_end - p))
-                for prev, p in zip(previous[:top], prefix[:top], strict=True)
-            ]
-            best = min(candidates)
-            if best < inf:
-                current[end] = best
-                choice[end] = candidates.index(best)
+        current, choice = _stage_row(previous, prefix, base, middle, rising_prefix)
         previous = current
         choices.append(choice)
     if not math.isfinite(previous[total]):
@@ -215,6 +206,66 @@ def split_lengths(
         lengths[stage - 1] = end - start
         end = start
     return tuple(lengths)
+
+
+def _stage_row(
+    previous: list[float], prefix: list[float], base: float, middle: bool, rising_prefix: bool
+) -> tuple[list[float], list[int]]:
+    """One stage of :func:`split_lengths`: for every end layer, the lightest heaviest stage
+    ``min over starts p of max(previous[p], base + (prefix[end] − prefix[p]))`` and the
+    first start that gives it (the reference's loop: -1 where every start is infeasible).
+
+    Where ``previous`` rises (never falls) over its finite entries and the weights are not
+    negative, ``max`` of a rising and a falling sequence of p falls, then rises: the first
+    start p where previous[p] ≥ base + (prefix[end] − prefix[p]) only moves on as ``end``
+    grows, so one sweep finds every minimum, the same floats compared as the scan compares
+    (the first of equal minima kept). Otherwise every start is scanned, as the reference does."""
+    total = len(prefix) - 1
+    inf = math.inf
+    current = [inf] * (total + 1)
+    choice = [-1] * (total + 1)
+    lo = next((i for i, v in enumerate(previous) if v < inf), total + 1)
+    finite = previous[lo:]
+    if rising_prefix and all(a <= b for a, b in pairwise(finite)):
+        k = lo  # the first start where the previous stages weigh at least this one
+        for end in range(total + 1):
+            top = end if middle else end + 1  # a middle stage holds at least one layer
+            if top <= lo:
+                continue
+            at_end = prefix[end]
+            k = max(k, lo)
+            while k < top and previous[k] < base + (at_end - prefix[k]):
+                k += 1
+            if k < top:
+                best, where = max(previous[k], base + (at_end - prefix[k])), k
+            else:
+                best, where = inf, -1
+            if k > lo:
+                before = max(previous[k - 1], base + (at_end - prefix[k - 1]))
+                if before <= best:
+                    best, where = before, k - 1
+                    while where > lo and (
+                        max(previous[where - 1], base + (at_end - prefix[where - 1])) == best
+                    ):
+                        where -= 1
+            if best < inf:
+                current[end] = best
+                choice[end] = where
+        return current, choice
+    for end in range(total + 1):
+        top = end if middle else end + 1
+        if top <= 0:
+            continue
+        at_end = prefix[end]
+        candidates = [
+            max(prev, base + (at_end - p))
+            for prev, p in zip(previous[:top], prefix[:top], strict=True)
+        ]
+        best = min(candidates)
+        if best < inf:
+            current[end] = best
+            choice[end] = candidates.index(best)
+    return current, choice
 
 
 def even_split(
