@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationValidationError
@@ -227,10 +228,12 @@ def _imbalance_term(
     dense and MoE layers each at their own :func:`layer_flops`) plus, on rank pp − 1, the
     output layer's; the embedding's lookup counts none (megatron-core's count)."""
     arch, pp = step.arch, split.pp
-    per_rank = []
-    for rank in range(pp):
-        moe = split.moe_layers_of(rank, arch.first_dense_layers, arch.is_moe)
-        per_rank.append(flops.of(split.layers_of(rank) - moe, moe, output=rank == pp - 1))
+    per_rank = [
+        flops.of(dense, moe, output=rank == pp - 1)
+        for rank, (dense, moe) in enumerate(
+            _rank_layers(split, arch.first_dense_layers, arch.is_moe)
+        )
+    ]
     mean = sum(per_rank) / pp
     slowest = per_rank.index(max(per_rank))  # the lowest of equals
     excess = per_rank[slowest] / mean - 1 if mean > 0 else 0.0
@@ -242,6 +245,19 @@ def _imbalance_term(
         f" layers + output layer over p{pp}) − 1 = {excess:.3g} × (compute + element-wise) "
         f"{busy:.3g} s, waited for on every micro-batch",
     )
+
+
+@lru_cache(maxsize=4096)
+def _rank_layers(
+    split: PipelineSplit, first_dense_layers: int, moe: bool
+) -> tuple[tuple[int, int], ...]:
+    """Each pipeline rank's (dense, MoE) decoder layers (:meth:`PipelineSplit.layer_ids`),
+    kept: a search asks for the same few splits thousands of times."""
+    counts = []
+    for rank in range(split.pp):
+        moe_layers = split.moe_layers_of(rank, first_dense_layers, moe)
+        counts.append((split.layers_of(rank) - moe_layers, moe_layers))
+    return tuple(counts)
 
 
 def _bubble_term(step: _TrainingShape, virtual_pipeline: int, slowest: float) -> StepTerm:
