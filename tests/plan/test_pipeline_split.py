@@ -79,7 +79,9 @@ def test_every_catalogue_model_splits_as_the_reference_does(name: str) -> None:
 @settings(max_examples=150, deadline=None)
 @given(
     weights=st.lists(
-        st.sampled_from([1.0, 2.0, 3.0, 0.5, 7.25]) | st.floats(0.01, 9.0), min_size=1, max_size=24
+        st.sampled_from([0.0, 1.0, 2.0, 3.0, 0.5, 7.25]) | st.floats(0.0, 9.0),
+        min_size=1,
+        max_size=24,
     ),
     embedding=st.sampled_from([0.0, 1.0, 4.0]) | st.floats(0.0, 12.0),
     output=st.sampled_from([0.0, 1.0, 4.0]) | st.floats(0.0, 12.0),
@@ -91,6 +93,20 @@ def test_the_split_equals_the_references_programme(
     stages = max(1, len(weights) + extra)
     ours = split_lengths(tuple(weights), embedding, output, stages)
     assert list(ours) == _reference_lengths(weights, embedding, output, stages)
+
+
+def test_a_row_after_a_falling_one_is_scanned_in_full() -> None:
+    """The one-sweep search needs the previous stage's row to rise; where it does not
+    (weights could never make it so, but the rule is kept), every start is scanned."""
+    from areal_alloc.estimate.pipeline_split import _stage_row
+
+    prefix = [0.0, 1.0, 3.0, 6.0, 10.0]
+    falling = [0.0, 5.0, 2.0, 9.0, math.inf]
+    current, choice = _stage_row(falling, prefix, 1.0, False, True)
+    for end in range(5):  # the reference's scan, by hand
+        options = [max(falling[p], 1.0 + (prefix[end] - prefix[p])) for p in range(end + 1)]
+        assert current[end] == min(options)
+        assert choice[end] == options.index(min(options))
 
 
 # (model, pp, vpp, ep, layers per virtual stage) as the reference places them: the embedding
