@@ -13,18 +13,22 @@ way each of the reference's backends shards them, one function per quantity:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from areal_alloc.architecture import Architecture, ParameterCount
 from areal_alloc.estimate.execution import TrainingSettings
 from areal_alloc.estimate.memory import Term, _b, dtype_bytes
+from areal_alloc.estimate.pipeline_split import PipelineSplit, engine_split
 from areal_alloc.strategy import ParallelStrategy
 
 __all__ = [
     "Adapters",
     "Engine",
+    "LayerAdapters",
     "Stage",
     "fsdp_load_peak",
     "megatron_state_bytes",
+    "pipeline_ranks",
     "stage",
     "states",
 ]
@@ -32,11 +36,29 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Adapters:
-    """LoRA adapter parameters on one pipeline stage, before any sharding."""
+    """LoRA adapter parameters on one pipeline rank, before any sharding."""
 
     tensor: float  # split by t (attention, dense and shared MLPs, routers)
     experts: float  # routed experts' adapters, split by etp·ep
     text: str
+
+
+@dataclass(frozen=True, slots=True)
+class LayerAdapters:
+    """LoRA adapter parameters of one layer of each kind, before any sharding."""
+
+    dense: float  # one dense layer's, split by t
+    moe: float  # one MoE layer's split by t (attention, shared experts, router)
+    experts: float  # one MoE layer's routed experts', split by etp·ep
+    text: str
+
+    def on(self, dense_layers: int, moe_layers: int) -> Adapters:
+        """The adapters of ``dense_layers`` dense and ``moe_layers`` MoE layers."""
+        return Adapters(
+            self.dense * dense_layers + self.moe * moe_layers,
+            self.experts * moe_layers,
+            self.text,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +76,11 @@ class Engine:
     #: activation bytes per token of a dense (False) and a MoE (True) layer, and how
     per_token: dict[bool, tuple[float, str]]
     forward_layer: float  # bytes per token of one layer's working set without gradients
-    lora: Adapters | None  # None: every parameter trains (or none: forward only)
+    lora: LayerAdapters | None  # None: every parameter trains (or none: forward only)
+    #: the pipeline split (:func:`pipeline_ranks`; None: pp == 1) and each pipeline
+    #: rank's (dense, MoE) decoder layers
+    split: PipelineSplit | None
+    rank_layers: tuple[tuple[int, int], ...]
 
     @property
     def megatron(self) -> bool:
@@ -68,39 +94,75 @@ class Engine:
 
 @dataclass(frozen=True, slots=True)
 class Stage:
-    """The first or last pipeline stage's parameters, before and after the tensor and
-    expert splits."""
+    """One pipeline rank's parameters, before and after the tensor and expert splits."""
 
-    first: bool
+    rank: int
+    pp: int
+    dense_layers: int
+    moe_layers: int
     tensor: float  # split by t
     replicated: float  # norms, routers, the final norm
     experts: float  # routed experts
+    ends: float  # of ``tensor``: the embedding and the output layer on this rank
+    lora: Adapters | None  # the rank's LoRA adapters
     where: str
     on_gpu: float  # after the tensor (and, but for FSDP, the expert) split
     shard_text: str
 
+    @property
+    def first(self) -> bool:
+        """Holds the embedding."""
+        return self.rank == 0
 
-def stage(e: Engine, first: bool) -> Stage:
-    """The first (or last) pipeline stage's parameters; Megatron and archon split the
-    experts over etp·ep, FSDP splits them by t like the rest."""
+    @property
+    def last(self) -> bool:
+        """Holds the output layer, the final norm, the logits and the loss."""
+        return self.rank == self.pp - 1
+
+
+@lru_cache(maxsize=1024)
+def pipeline_ranks(
+    backend: str, arch: Architecture, pp: int, vpp: int, ep: int, rule: str
+) -> tuple[PipelineSplit | None, tuple[tuple[int, int], ...]]:
+    """The engine's pipeline split (``pipeline_split.engine_split``: the reference's
+    parameter-balanced split for its Megatron engine, megatron-core's even split
+    otherwise; None for pp == 1) and each rank's (dense, MoE) decoder layers, MoE ones
+    being those from ``first_dense_layers`` on in a model with experts."""
+    split = engine_split(backend, arch, pp, vpp, ep, rule=rule)
+    if split is None:
+        return None, ((arch.dense_layer_count, arch.moe_layer_count),)
+    layers = []
+    for rank in range(pp):
+        moe = split.moe_layers_of(rank, arch.first_dense_layers, arch.is_moe)
+        layers.append((split.layers_of(rank) - moe, moe))
+    return split, tuple(layers)
+
+
+def stage(e: Engine, rank: int = 0) -> Stage:
+    """Pipeline rank ``rank``'s parameters: its decoder layers (:func:`pipeline_ranks`),
+    the embedding on rank 0, the output layer and the final norm on rank pp − 1; Megatron
+    and archon split the experts over etp·ep, FSDP splits them by t like the rest."""
     p, pp, tp = e.p, e.parallel.pp_size, e.parallel.tp_size
     ep, etp = e.parallel.ep_size, e.parallel.etp_size
-    layers_tp = (p.attention + p.dense_mlp) * p.dense_layers + (
-        p.attention + p.shared_experts
-    ) * p.moe_layers
-    layers_rep = p.norms * (p.dense_layers + p.moe_layers) + p.router * p.moe_layers
-    tp_part, rep, exp = layers_tp / pp, layers_rep / pp, p.routed_experts * p.moe_layers / pp
-    if pp == 1:
-        tp_part += p.embedding + p.output
+    dense_l, moe_l = e.rank_layers[rank]
+    tp_part = float(
+        (p.attention + p.dense_mlp) * dense_l + (p.attention + p.shared_experts) * moe_l
+    )
+    rep = float(p.norms * (dense_l + moe_l) + p.router * moe_l)
+    exp = float(p.routed_experts * moe_l)
+    ends = 0.0
+    if e.split is None:
+        ends = float(p.embedding + p.output)
         rep += p.final_norm
         where = "all layers, embedding" + (", output layer" if p.output else " (tied output)")
-    elif first:
-        tp_part += p.embedding
-        where = f"1/{pp} of the layers + embedding (first stage)"
     else:
-        tp_part += p.output or p.embedding  # a tied output keeps a copy on the last stage
-        rep += p.final_norm
-        where = f"1/{pp} of the layers + output layer (last stage)"
+        if rank == 0:
+            ends += p.embedding
+        if rank == pp - 1:
+            ends += p.output or p.embedding  # a tied output keeps a copy on the last stage
+            rep += p.final_norm
+        where = f"pipeline rank {rank} of {pp}: {e.split.describe(rank)}, {e.split.rule}"
+    tp_part += ends
     if e.backend != "fsdp":  # megatron and archon split experts over etp·ep
         on_gpu = tp_part / tp + rep + exp / (etp * ep)
         shard_text = (
@@ -111,7 +173,8 @@ def stage(e: Engine, first: bool) -> Stage:
     else:
         on_gpu = (tp_part + exp) / tp + rep
         shard_text = f"({_b(tp_part + exp)}/t{tp} + {_b(rep)} replicated)"
-    return Stage(first, tp_part, rep, exp, where, on_gpu, shard_text)
+    lora = None if e.lora is None else e.lora.on(dense_l, moe_l)
+    return Stage(rank, pp, dense_l, moe_l, tp_part, rep, exp, ends, lora, where, on_gpu, shard_text)
 
 
 def states(e: Engine, s: Stage) -> list[Term]:
@@ -135,29 +198,29 @@ def _megatron_weights(e: Engine, s: Stage) -> Term:
     optimizer) keeps its weights in ``dtype``: tensor-parallel blocks split by t, routed
     experts by etp·ep; with LoRA a frozen base and the adapters beside it."""
     compute, dtype, tp = e.compute, e.settings.dtype, e.parallel.tp_size
-    if e.lora is None:
+    if s.lora is None:
         return Term(
             "weights",
             int(s.on_gpu * compute),
             f"{s.shard_text} params on this GPU [{s.where}] × {compute} B ({dtype})",
         )
-    dense, experts = _megatron_adapters(e, e.lora)
+    dense, experts = _megatron_adapters(e, s.lora)
     adapters = dense + experts
     return Term(
         "weights",
         int((s.on_gpu + adapters) * compute),
         f"frozen {s.shard_text} params on this GPU [{s.where}] + {_b(adapters)} LoRA adapter "
-        f"params ({e.lora.text}, /t{tp}) × {compute} B ({dtype})",
+        f"params ({s.lora.text}, /t{tp}) × {compute} B ({dtype})",
     )
 
 
 def _megatron_gradients(e: Engine, s: Stage) -> Term:
     """float32 main gradients (``main_grads_dtype``) of what trains."""
-    if e.lora is None:
+    if s.lora is None:
         return Term(
             "gradients", int(s.on_gpu * 4), f"{_b(s.on_gpu)} params × 4 B (float32 main gradients)"
         )
-    dense, experts = _megatron_adapters(e, e.lora)
+    dense, experts = _megatron_adapters(e, s.lora)
     adapters = dense + experts
     return Term(
         "gradients",
@@ -179,8 +242,8 @@ def _megatron_optimizer(e: Engine, s: Stage) -> Term:
     per_param, states = megatron_state_bytes(e.settings)
     edp = world // (etp * ep * pp) if (ep > 1 or etp > 1) else dp * cp
     over = f"dp{dp}·cp{cp}" if cp > 1 else f"dp{dp}"
-    if e.lora is not None:
-        dense, experts = _megatron_adapters(e, e.lora)
+    if s.lora is not None:
+        dense, experts = _megatron_adapters(e, s.lora)
         adapters = dense + experts
         opt = dense * per_param / (dp * cp) + experts * per_param / edp
         text = f"{_b(adapters)} adapter params × {per_param} B ({states})"
@@ -236,6 +299,7 @@ class _Shard:
     adapters: float  # LoRA's adapters on this GPU, stored like the base (0: no LoRA)
     lora: bool
     where: str
+    root: float  # the rank's embedding and output layer, gathered whole (after the t split)
 
     @property
     def trained(self) -> float:
@@ -248,10 +312,12 @@ def _fsdp_shard(e: Engine, s: Stage) -> _Shard:
     tp, dp, cp = e.parallel.tp_size, e.parallel.dp_size, e.parallel.cp_size
     storage = dtype_bytes(e.settings.optimizer_dtype, f"{e.key}.optimizer_dtype")
     sharded = ((s.tensor + s.experts) / tp + s.replicated) / (dp * cp)
-    lora = e.lora
+    lora = s.lora
     adapters = 0.0 if lora is None else (lora.tensor + lora.experts) / tp / (dp * cp)
-    where = f"{s.shard_text}/(dp{dp}·cp{cp})"
-    return _Shard(e.settings.optimizer_dtype, storage, sharded, adapters, lora is not None, where)
+    where = f"{s.shard_text}/(dp{dp}·cp{cp})" + _on_rank(e, s)
+    return _Shard(
+        e.settings.optimizer_dtype, storage, sharded, adapters, lora is not None, where, s.ends / tp
+    )
 
 
 def _archon_shard(e: Engine, s: Stage) -> _Shard:
@@ -262,22 +328,30 @@ def _archon_shard(e: Engine, s: Stage) -> _Shard:
     ep, etp = e.parallel.ep_size, e.parallel.etp_size
     edp = e.parallel.world_size // (etp * ep * pp)
     sharded = (s.tensor / tp + s.replicated) / (dp * cp) + s.experts / (etp * ep) / edp
-    lora = e.lora
+    lora = s.lora
     adapters = (
         0.0 if lora is None else lora.tensor / tp / (dp * cp) + lora.experts / (etp * ep) / edp
     )
-    where = f"{s.shard_text} sharded over dp{dp}·cp{cp}" + (
-        f" (experts over expert-dp{edp})" if s.experts else ""
+    where = (
+        f"{s.shard_text} sharded over dp{dp}·cp{cp}"
+        + (f" (experts over expert-dp{edp})" if s.experts else "")
+        + _on_rank(e, s)
     )
-    return _Shard(e.settings.dtype, e.compute, sharded, adapters, lora is not None, where)
+    return _Shard(
+        e.settings.dtype, e.compute, sharded, adapters, lora is not None, where, s.ends / tp
+    )
+
+
+def _on_rank(e: Engine, s: Stage) -> str:
+    """`` [pipeline rank r of p: its share]`` with pipeline parallelism."""
+    return f" [{s.where}]" if e.split is not None else ""
 
 
 def _sharded_weights(e: Engine, shard: _Shard) -> Term:
-    """The stored shard, and the gathered root module and two decoder layers (the
-    current one and the prefetched next) in ``dtype``."""
-    p, tp, pp, compute = e.p, e.parallel.tp_size, e.parallel.pp_size, e.compute
-    root = (p.embedding + p.output) / tp if pp == 1 else max(p.embedding, p.output) / tp
-    gathered = root + 2 * p.largest_layer / tp
+    """The stored shard, and the gathered root module (the rank's embedding and output
+    layer) and two decoder layers (the current one and the prefetched next) in ``dtype``."""
+    p, tp, compute = e.p, e.parallel.tp_size, e.compute
+    gathered = shard.root + 2 * p.largest_layer / tp
     if e.settings.offload_params:
         return Term(
             "weights",
@@ -351,7 +425,8 @@ def fsdp_load_peak(e: Engine) -> Term:
     """
     key, settings, lora = e.key, e.settings, e.lora
     storage = dtype_bytes(settings.optimizer_dtype, f"{key}.optimizer_dtype")
-    params = e.p.total + (0 if lora is None else lora.tensor + lora.experts)
+    whole = None if lora is None else lora.on(e.p.dense_layers, e.p.moe_layers)
+    params = e.p.total + (0 if whole is None else whole.tensor + whole.experts)
     return Term(
         "load",
         int(params * storage),

@@ -4,7 +4,9 @@ most-loaded GPU, phase by phase (``memory.PHASES``), one function per quantity:
 - weights, gradients and optimizer states, sharded the way the reference's
   engines shard them (``memory_sharding``: Megatron's, FSDP's, archon's);
 - activations (:func:`_activations`, per layer from ``areal_alloc.estimate.activations``);
-- the logits of the whole vocabulary on the last pipeline stage, as the loss holds them
+- the pipeline ranks to weigh (:func:`_candidate_ranks`: each rank's layers from the
+  engine's pipeline split, ``pipeline_split.engine_split``);
+- the logits of the whole vocabulary on the last pipeline rank, as the loss holds them
   (:func:`_logits`, ``execution.LOGITS``);
 - a reserve for the CUDA context, NCCL buffers and fragmentation (:func:`_reserve`, a
   stated number the user can override);
@@ -31,11 +33,12 @@ from areal_alloc.estimate.memory import (
     readable_bytes,
 )
 from areal_alloc.estimate.memory_sharding import (
-    Adapters,
     Engine,
+    LayerAdapters,
     Stage,
     fsdp_load_peak,
     megatron_state_bytes,
+    pipeline_ranks,
     stage,
     states,
 )
@@ -57,8 +60,9 @@ def training_memory(
     settings: TrainingSettings,
     capacity: int | None,
 ) -> MemoryEstimate:
-    """The most-loaded GPU of a training engine: each pipeline stage's terms
-    (:func:`_stage_terms`), the larger stage's, over its phases.
+    """The most-loaded GPU of a training engine: the terms of each pipeline rank that
+    may be the most loaded (:func:`_candidate_ranks`, :func:`_stage_terms`), the
+    heaviest rank's (the lowest of equals), over its phases.
 
     How each backend shards its weights, gradients and optimizer states:
     ``memory_sharding`` (Megatron's distributed optimizer, FSDP, archon).
@@ -76,10 +80,13 @@ def training_memory(
     """
     engine, assumptions = _engine(key, backend, arch, parallel, settings)
     pp = parallel.pp_size
-    stages = [_stage_terms(engine, first) for first in ((True, False) if pp > 1 else (True,))]
-    first, terms, by_phase = max(stages, key=lambda s: sum(t.bytes for t in s[1]))
-    if pp > 1:
-        assumptions.append(f"most-loaded GPU: the {'first' if first else 'last'} pipeline stage")
+    stages = [_stage_terms(engine, rank) for rank in _candidate_ranks(engine)]
+    rank, terms, by_phase = max(stages, key=lambda s: sum(t.bytes for t in s[1]))
+    if engine.split is not None:
+        assumptions.append(
+            f"most-loaded GPU: pipeline rank {rank} of {pp}, {engine.split.describe(rank)}; "
+            f"{engine.split.rule}"
+        )
     if settings.flash_attention and settings.recompute == "none":
         assumptions.append("FlashAttention: the a·s² attention scores are never stored")
     if settings.critic:
@@ -124,9 +131,29 @@ def _engine(
     no_grad = _per_token(arch, backend, parallel.tp_size, settings, tokens, "none")
     kinds = (False, True) if p.moe_layers and p.dense_layers else (bool(p.moe_layers),)
     forward_layer = max(no_grad[moe][0] for moe in kinds)
-    lora, assumptions = _adapters(key, backend, arch, p, parallel.pp_size, settings)
+    lora, assumptions = _adapters(key, backend, arch, p, settings)
+    split, rank_layers = pipeline_ranks(
+        backend,
+        arch,
+        parallel.pp_size,
+        settings.virtual_pipeline,
+        parallel.ep_size,
+        settings.layer_split,
+    )
     engine = Engine(
-        key, backend, arch, p, parallel, settings, compute, tokens, per_token, forward_layer, lora
+        key,
+        backend,
+        arch,
+        p,
+        parallel,
+        settings,
+        compute,
+        tokens,
+        per_token,
+        forward_layer,
+        lora,
+        split,
+        rank_layers,
     )
     return engine, assumptions
 
@@ -164,11 +191,10 @@ def _adapters(
     backend: str,
     arch: Architecture,
     p: ParameterCount,
-    pp: int,
     settings: TrainingSettings,
-) -> tuple[Adapters | None, list[str]]:
-    """LoRA's adapters on one pipeline stage (None: every parameter trains, or none
-    does), and what the estimate assumes of them."""
+) -> tuple[LayerAdapters | None, list[str]]:
+    """LoRA's adapters of one layer of each kind (None: every parameter trains, or none
+    does; ``memory_sharding.stage`` counts a rank's), and what the estimate assumes of them."""
     if settings.lora_rank is not None and backend == "archon":
         # the archon engine reads no LoRA setting (areal/experimental/engine/, reference
         # commit cbff54d6: only fsdp_engine.py and megatron_engine.py apply use_lora)
@@ -178,11 +204,7 @@ def _adapters(
     dense_a, moe_a, exp_a, lora_text = lora_parameters(
         arch, backend == "megatron", settings.lora_rank, settings.lora_targets
     )
-    lora = Adapters(
-        (dense_a * p.dense_layers + moe_a * p.moe_layers) / pp,
-        exp_a * p.moe_layers / pp,
-        lora_text,
-    )
+    lora = LayerAdapters(dense_a, moe_a, exp_a, lora_text)
     return lora, [
         f"LoRA rank {settings.lora_rank}: the base model is frozen; "
         f"{_b(dense_a * p.dense_layers + (moe_a + exp_a) * p.moe_layers)} adapter "
@@ -190,9 +212,38 @@ def _adapters(
     ]
 
 
-def _stage_terms(e: Engine, first: bool) -> tuple[bool, list[Term], dict[str, tuple[Term, ...]]]:
-    """The first or last pipeline stage's terms at its peak, and its phases."""
-    s = stage(e, first)
+def _candidate_ranks(e: Engine) -> tuple[int, ...]:
+    """The pipeline ranks that may be the most loaded, in rank order: rank 0 (the
+    embedding) and rank pp − 1 (the output layer, the logits), and every other rank whose
+    (dense layers, MoE layers, dense layers × in flight, MoE layers × in flight) no other
+    rank matches or exceeds in every one (each term grows with each of them; of equals the
+    lowest rank, with the most in flight, stays)."""
+    pp = e.parallel.pp_size
+    if pp == 1:
+        return (0,)
+    flight = _flight(e)
+    lowest: dict[tuple[int, int], int] = {}  # a middle rank of each layer count, the lowest
+    for rank in range(1, pp - 1):
+        lowest.setdefault(e.rank_layers[rank], rank)
+    points = {
+        r: (d, m, d * flight[r], m * flight[r])
+        for r in (0, *lowest.values(), pp - 1)
+        for d, m in (e.rank_layers[r],)
+    }
+    kept = [0, pp - 1]
+    for rank in lowest.values():
+        mine = points[rank]
+        if not any(
+            other != rank and all(a >= b for a, b in zip(points[other], mine, strict=True))
+            for other in points
+        ):
+            kept.append(rank)
+    return tuple(sorted(kept))
+
+
+def _stage_terms(e: Engine, rank: int) -> tuple[int, list[Term], dict[str, tuple[Term, ...]]]:
+    """Pipeline rank ``rank``'s terms at its peak, and its phases."""
+    s = stage(e, rank)
     logits = _logits(e, s, e.forward_only)
     terms = [
         *states(e, s),
@@ -205,7 +256,7 @@ def _stage_terms(e: Engine, first: bool) -> tuple[bool, list[Term], dict[str, tu
         if e.settings.recompute_logprob or e.settings.critic:
             by_phase["forward"] = _forward_phase(e, s, terms)
         by_phase["optimizer_step"] = _optimizer_step_phase(terms)
-    return first, terms, by_phase
+    return rank, terms, by_phase
 
 
 def _activations(e: Engine, s: Stage) -> Term:
@@ -215,9 +266,9 @@ def _activations(e: Engine, s: Stage) -> Term:
     if e.forward_only:
         return _forward_activations(e)
     settings, tokens, per_token = e.settings, e.tokens, e.per_token
-    pp, cp = e.parallel.pp_size, e.parallel.cp_size
+    cp = e.parallel.cp_size
     stage_flight, interleave = _in_flight(e, s)
-    dense_l, moe_l = e.p.dense_layers / pp, e.p.moe_layers / pp
+    dense_l, moe_l = s.dense_layers, s.moe_layers
     recomputes = settings.recompute in ("full", "op")
     one_layer = e.forward_layer if recomputes else 0.0
     # offloaded checkpoints: the one layer brought back for its recomputation
@@ -250,18 +301,27 @@ def _activations(e: Engine, s: Stage) -> Term:
 
 
 def _in_flight(e: Engine, s: Stage) -> tuple[float, float]:
-    """The micro-batches whose activations this stage holds at once (1F1B holds up to p
-    on the first stage, one on the last), and the interleaved schedule's factor."""
-    pp, micro_batches, vpp = (
-        e.parallel.pp_size,
-        e.settings.micro_batches,
-        e.settings.virtual_pipeline,
-    )
-    in_flight = float(pp if micro_batches is None else min(pp, micro_batches))
+    """The micro-batches whose activations pipeline rank ``s.rank`` holds at once
+    (:func:`_flight`), and the interleaved schedule's factor 1 + (p − 1)/(p·vpp), the
+    same on every rank."""
+    pp, vpp = e.parallel.pp_size, e.settings.virtual_pipeline
     interleave = 1.0
     if pp > 1 and vpp > 1:
         interleave = 1 + (pp - 1) / (pp * vpp)
-    return (in_flight if s.first else 1.0), interleave
+    return float(_flight(e)[s.rank]), interleave
+
+
+def _flight(e: Engine) -> tuple[int, ...]:
+    """The micro-batches in flight on each pipeline rank under 1F1B: rank r runs
+    pp − r − 1 warm-up forwards and one more before its first backward, min(pp − r, m)
+    of m micro-batches (None: enough to fill the pipeline, pp − r).
+    megatron-core's forward_backward_pipelining_without_interleaving:
+    ``num_warmup_microbatches = total_stages - current_stage - 1``, then
+    ``min(num_warmup_microbatches, num_microbatches)``
+    (megatron/core/pipeline_parallel/schedules.py l.2277,
+    NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553)."""
+    pp, micro_batches = e.parallel.pp_size, e.settings.micro_batches
+    return tuple(pp - r if micro_batches is None else min(pp - r, micro_batches) for r in range(pp))
 
 
 def _forward_activations(e: Engine) -> Term:
@@ -284,10 +344,10 @@ def _layers_text(dense: float, moe: float, per_token: dict[bool, tuple[float, st
 
 
 def _logits(e: Engine, s: Stage, forward_only: bool) -> Term | None:
-    """The whole vocabulary's logits on the last stage (a critic has none), by
+    """The whole vocabulary's logits on the last pipeline rank (a critic has none), by
     :func:`_logit_bytes`; None where there are none."""
     tokens, tp, vocab = e.tokens, e.parallel.tp_size, e.arch.vocab_size
-    if (s.first and e.parallel.pp_size > 1) or e.settings.critic:
+    if not s.last or e.settings.critic:
         return None
     per_logit, logits_text = _logit_bytes(e.settings.logits, e.megatron, tp, forward_only)
     logits = tokens * (vocab / tp) * per_logit
