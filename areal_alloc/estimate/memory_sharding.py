@@ -138,6 +138,12 @@ def pipeline_ranks(
     return split, tuple(layers)
 
 
+@lru_cache(maxsize=4096)
+def _share(split: PipelineSplit, rank: int) -> str:
+    """``pipeline rank r of p: its share, the rule``."""
+    return f"pipeline rank {rank} of {split.pp}: {split.describe(rank)}, {split.rule}"
+
+
 def stage(e: Engine, rank: int = 0) -> Stage:
     """Pipeline rank ``rank``'s parameters: its decoder layers (:func:`pipeline_ranks`),
     the embedding on rank 0, the output layer and the final norm on rank pp − 1; Megatron
@@ -161,7 +167,7 @@ def stage(e: Engine, rank: int = 0) -> Stage:
         if rank == pp - 1:
             ends += p.output or p.embedding  # a tied output keeps a copy on the last stage
             rep += p.final_norm
-        where = f"pipeline rank {rank} of {pp}: {e.split.describe(rank)}, {e.split.rule}"
+        where = _share(e.split, rank)
     tp_part += ends
     if e.backend != "fsdp":  # megatron and archon split experts over etp·ep
         on_gpu = tp_part / tp + rep + exp / (etp * ep)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from functools import lru_cache
 
 from areal_alloc.architecture import Architecture, ParameterCount
 from areal_alloc.errors import AllocationValidationError
@@ -213,29 +214,34 @@ def _adapters(
 
 
 def _candidate_ranks(e: Engine) -> tuple[int, ...]:
-    """The pipeline ranks that may be the most loaded, in rank order: rank 0 (the
-    embedding) and rank pp − 1 (the output layer, the logits), and every other rank whose
-    (dense layers, MoE layers, dense layers × in flight, MoE layers × in flight) no other
-    rank matches or exceeds in every one (each term grows with each of them; of equals the
-    lowest rank, with the most in flight, stays)."""
+    """The pipeline ranks that may be the most loaded (:func:`_undominated`)."""
     pp = e.parallel.pp_size
     if pp == 1:
         return (0,)
-    flight = _flight(e)
-    lowest: dict[tuple[int, int], int] = {}  # a middle rank of each layer count, the lowest
-    for rank in range(1, pp - 1):
-        lowest.setdefault(e.rank_layers[rank], rank)
+    return _undominated(e.rank_layers, _flight(pp, e.settings.micro_batches))
+
+
+@lru_cache(maxsize=4096)
+def _undominated(layers: tuple[tuple[int, int], ...], flight: tuple[int, ...]) -> tuple[int, ...]:
+    """Of ranks with these (dense, MoE) ``layers`` and micro-batches in ``flight``, in
+    rank order: rank 0 (the embedding), the last rank (the output layer, the logits), and
+    every other rank whose (dense layers, MoE layers, dense layers × in flight, MoE layers
+    × in flight) no other rank matches or exceeds in every one (each term grows with each
+    of them; of a layer count the lowest rank, with the most in flight, stands for all)."""
+    last = len(layers) - 1
+    lowest: dict[tuple[int, int], int] = {}
+    for rank in range(1, last):
+        lowest.setdefault(layers[rank], rank)
     points = {
-        r: (d, m, d * flight[r], m * flight[r])
-        for r in (0, *lowest.values(), pp - 1)
-        for d, m in (e.rank_layers[r],)
+        r: (layers[r][0], layers[r][1], layers[r][0] * flight[r], layers[r][1] * flight[r])
+        for r in (0, *lowest.values(), last)
     }
-    kept = [0, pp - 1]
+    kept = [0, last]
     for rank in lowest.values():
         mine = points[rank]
         if not any(
-            other != rank and all(a >= b for a, b in zip(points[other], mine, strict=True))
-            for other in points
+            other != rank and all(a >= b for a, b in zip(point, mine, strict=True))
+            for other, point in points.items()
         ):
             kept.append(rank)
     return tuple(sorted(kept))
@@ -308,10 +314,11 @@ def _in_flight(e: Engine, s: Stage) -> tuple[float, float]:
     interleave = 1.0
     if pp > 1 and vpp > 1:
         interleave = 1 + (pp - 1) / (pp * vpp)
-    return float(_flight(e)[s.rank]), interleave
+    return float(_flight(pp, e.settings.micro_batches)[s.rank]), interleave
 
 
-def _flight(e: Engine) -> tuple[int, ...]:
+@lru_cache(maxsize=1024)
+def _flight(pp: int, micro_batches: int | None) -> tuple[int, ...]:
     """The micro-batches in flight on each pipeline rank under 1F1B: rank r runs
     pp − r − 1 warm-up forwards and one more before its first backward, min(pp − r, m)
     of m micro-batches (None: enough to fill the pipeline, pp − r).
@@ -320,7 +327,6 @@ def _flight(e: Engine) -> tuple[int, ...]:
     ``min(num_warmup_microbatches, num_microbatches)``
     (megatron/core/pipeline_parallel/schedules.py l.2277,
     NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553)."""
-    pp, micro_batches = e.parallel.pp_size, e.settings.micro_batches
     return tuple(pp - r if micro_batches is None else min(pp - r, micro_batches) for r in range(pp))
 
 

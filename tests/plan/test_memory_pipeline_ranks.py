@@ -1,0 +1,199 @@
+"""The training-memory estimate per pipeline rank: each rank's layers from the engine's
+pipeline split (the reference's parameter-balanced split for its Megatron engine,
+megatron-core's even split otherwise), the embedding on rank 0, the output layer on the
+last rank, 1F1B's min(pp − r, m) micro-batches in flight on rank r, the most loaded
+rank named."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from areal_alloc.catalogue import find_model
+from areal_alloc.estimate.activations import activation_bytes_per_token
+from areal_alloc.estimate.execution import TrainingSettings
+from areal_alloc.estimate.memory_training import _engine, _stage_terms, training_memory
+from areal_alloc.model import ModelAllocation
+
+QWEN3_8B = find_model("qwen/qwen3-8b")
+P = QWEN3_8B.parameters
+TOKENS = 8192
+AREAL = "the reference's parameter-balanced split"
+EVEN = "megatron-core's even split"
+
+
+def _rank_params(layers: int, t: int, *, embedding: bool = False, output: bool = False) -> int:
+    """One GPU's parameters of a pipeline rank of Qwen3-8B (no experts), by hand from the
+    ParameterCount: the tensor-parallel blocks and the ends over t, the norms whole."""
+    tensor = layers * (P.attention + P.dense_mlp)
+    tensor += P.embedding if embedding else 0
+    tensor += P.output if output else 0
+    replicated = layers * P.norms + (P.final_norm if output else 0)
+    return tensor // t + replicated
+
+
+def _per_token(t: int) -> float:
+    """One dense layer's activation bytes per token, Megatron's default settings."""
+    return activation_bytes_per_token(
+        QWEN3_8B,
+        moe=False,
+        tp=t,
+        sequence_parallel=t > 1,
+        recompute="none",
+        flash_attention=True,
+        dropout=False,
+        sequence_length=TOKENS,
+    )[0]
+
+
+# Qwen3-8B: a layer 41,943,040 + 150,994,944 + 8,448 = 192,946,432 parameters, the
+# embedding and the untied output 622,329,856 each. The reference's split of pp4 is 7, 11,
+# 11, 7 layers; of pp8 vpp4 ranks hold 3, 4, 4, 4, 6, 6, 6, 3 (tests/plan/test_pipeline_split).
+@pytest.mark.parametrize(
+    ("backend", "allocation", "vpp", "micro_batches", "split", "rank", "share", "params", "flight"),
+    [
+        # t2 d2: 12 B of states per parameter (2 + 4 + 12/2), a layer 96,477,440 on a GPU
+        # and 63,488 B/token of activations: rank 0 (7 layers + embedding 311,164,928,
+        # 4 in flight) 986.5M × 12 + 7·4·8192·63,488 = 11.84 + 14.56 = 26.40 GB; rank 1
+        # (11 layers, 3 in flight) 1,061.3M × 12 + 11·3·8192·63,488 = 12.74 + 17.16 =
+        # 29.90 GB; rank 2 (11, 2 in flight) less; rank 3 (7 + output, 1, + logits
+        # 8192·75,968·8 B = 4.98 GB) 11.84 + 3.64 + 4.98 = 20.46 GB
+        ("megatron", "d2p4t2", 1, None, AREAL, 1, "11 of 36 layers", _rank_params(11, 2), 3),
+        # two micro-batches: min(4 − r, 2) = 2 on ranks 0 to 2; ranks 1 and 2 are equal,
+        # the lowest is named
+        ("megatron", "d2p4t2", 1, 2, AREAL, 1, "11 of 36 layers", _rank_params(11, 2), 2),
+        # t1 d1, vpp 4 (× 1 + 7/32 = 1.21875 on every rank), 18 B of states per parameter,
+        # 1.2677 GB of activations per layer and micro-batch: rank 0 (3 layers + embedding,
+        # 8 in flight) 1,201.2M × 18 + 24 × 1.2677 = 21.62 + 30.43 = 52.05 GB; rank 1
+        # (4, 7) 13.89 + 35.50 = 49.39 GB; rank 4 (6, 4) 20.84 + 30.43 = 51.26 GB;
+        # rank 7 (3 + output, 1) 21.62 + 3.80 + logits 7.47 = 32.89 GB
+        (
+            "megatron",
+            "d1p8",
+            4,
+            None,
+            AREAL,
+            0,
+            "3 of 36 layers (virtual stages 0, 8, 16, 24: 0+1+1+1) + embedding",
+            _rank_params(3, 1, embedding=True),
+            8,
+        ),
+    ],
+)
+def test_the_most_loaded_rank_of_the_reference_split(
+    backend: str,
+    allocation: str,
+    vpp: int,
+    micro_batches: int | None,
+    split: str,
+    rank: int,
+    share: str,
+    params: int,
+    flight: int,
+) -> None:
+    parallel = ModelAllocation.from_str(f"{backend}:{allocation}").parallel
+    training = TrainingSettings(
+        tokens_per_micro_batch=TOKENS, virtual_pipeline=vpp, micro_batches=micro_batches
+    )
+    estimate = training_memory("actor", backend, QWEN3_8B, parallel, training, None)
+    pp, t = parallel.pp_size, parallel.tp_size
+    assert estimate.term("weights") == params * 2
+    assert f"most-loaded GPU: pipeline rank {rank} of {pp}, {share}; {split}" in (
+        estimate.assumptions
+    )
+    layers = int(share.split()[0])
+    interleave = 1 + (pp - 1) / (pp * vpp) if vpp > 1 else 1.0
+    assert estimate.term("activations") == int(
+        TOKENS * layers * _per_token(t) * flight * interleave
+    )
+    assert estimate.term("logits") == 0  # only the last rank holds them
+
+
+@pytest.mark.parametrize(
+    ("backend", "allocation", "layer_split", "weights"),
+    [
+        # megatron-core's even split, 9 layers a rank: rank 0 (9 + embedding, 4 in flight)
+        # is the heaviest, 2 B a parameter over t2
+        ("megatron", "d2p4t2", "even", _rank_params(9, 2, embedding=True) * 2),
+        # archon (torchtitan) splits evenly whatever layer_split says: rank 0's 9 layers and
+        # embedding (2,358,847,744) sharded over d2 in bfloat16, and the gathered root (the
+        # embedding) and two layers (622,329,856 + 2 × 192,946,432) in bfloat16
+        (
+            "archon",
+            "d2p4",
+            "areal",
+            _rank_params(9, 1, embedding=True) // 2 * 2
+            + (P.embedding + 2 * (P.attention + P.dense_mlp + P.norms)) * 2,
+        ),
+    ],
+)
+def test_other_engines_and_the_even_rule_split_evenly(
+    backend: str, allocation: str, layer_split: str, weights: int
+) -> None:
+    parallel = ModelAllocation.from_str(f"{backend}:{allocation}").parallel
+    training = TrainingSettings(tokens_per_micro_batch=TOKENS, layer_split=layer_split)
+    estimate = training_memory("actor", backend, QWEN3_8B, parallel, training, None)
+    assert estimate.term("weights") == weights
+    assert (
+        f"most-loaded GPU: pipeline rank 0 of 4, 9 of 36 layers + embedding; {EVEN}"
+        in estimate.assumptions
+    )
+
+
+def test_without_pipeline_parallelism_one_rank_holds_everything() -> None:
+    parallel = ModelAllocation.from_str("megatron:d8t2").parallel
+    training = TrainingSettings(tokens_per_micro_batch=TOKENS)
+    estimate = training_memory("actor", "megatron", QWEN3_8B, parallel, training, None)
+    # (2 × 622,329,856 + 36 × 192,937,984) / 2 + 36 × 8,448 + 4,096 = 4,095,521,792
+    assert estimate.term("weights") == _rank_params(36, 2, embedding=True, output=True) * 2
+    assert estimate.term("weights") == 4_095_521_792 * 2
+    assert estimate.term("activations") == int(TOKENS * 36 * _per_token(2))
+    assert estimate.term("logits") > 0
+    assert not any(a.startswith("most-loaded GPU") for a in estimate.assumptions)
+
+
+_MODELS = ("qwen/qwen3-8b", "qwen/qwen3-0.6b", "qwen/qwen3-30b-a3b", "deepseek-ai/deepseek-v3")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    name=st.sampled_from(_MODELS),
+    backend=st.sampled_from(("megatron", "archon")),
+    pp=st.integers(2, 12),
+    vpp=st.sampled_from((1, 2)),
+    ep=st.sampled_from((1, 8)),
+    micro_batches=st.one_of(st.none(), st.integers(1, 16)),
+    recompute=st.sampled_from(("none", "full")),
+    lora=st.sampled_from((None, 16)),
+)
+def test_the_weighed_ranks_find_the_heaviest_of_all(
+    name: str,
+    backend: str,
+    pp: int,
+    vpp: int,
+    ep: int,
+    micro_batches: int | None,
+    recompute: str,
+    lora: int | None,
+) -> None:
+    """The ranks left out (dominated by another) are never heavier than the one named."""
+    arch = find_model(name)
+    ep = ep if arch.is_moe else 1
+    if pp * vpp > arch.num_layers:
+        return
+    parallel = ModelAllocation.from_str(f"{backend}:d8p{pp}e{ep}").parallel
+    training = TrainingSettings(
+        tokens_per_micro_batch=4096,
+        virtual_pipeline=vpp,
+        micro_batches=micro_batches,
+        recompute=recompute,
+        lora_rank=lora,
+    )
+    estimate = training_memory("actor", backend, arch, parallel, training, None)
+    engine, _ = _engine("actor", backend, arch, parallel, training)
+    totals = [sum(t.bytes for t in _stage_terms(engine, r)[1]) for r in range(pp)]
+    heaviest = totals.index(max(totals))
+    assert sum(t.bytes for t in estimate.terms) == max(totals)
+    named = next(a for a in estimate.assumptions if a.startswith("most-loaded GPU"))
+    assert named.startswith(f"most-loaded GPU: pipeline rank {heaviest} of {pp}, ")
