@@ -392,6 +392,8 @@ def _training_speed(
         recompute=training.recompute,
         virtual_pipeline=training.virtual_pipeline,
         layer_split=training.layer_split,
+        token_dispatcher=training.token_dispatcher,
+        recompute_modules=training.recompute_modules,
     )
 
 
@@ -494,7 +496,7 @@ class FastestLayouts:
 
 
 #: Speed terms that only expert parallelism adds (and that grow with it).
-_EXPERT_TERMS = ("expert all-to-all",)
+_EXPERT_TERMS = ("expert all-to-all", "expert all-gather")
 
 
 def fastest_layouts(

@@ -101,6 +101,8 @@ class MegatronConfig:
     """The Megatron settings that change memory."""
 
     recompute_granularity: str | None = None
+    #: what selective recomputation recomputes (megatron-core's names; TrainingSettings)
+    recompute_modules: list[str] | None = None
     virtual_pipeline_parallel_size: int | None = None
     use_precision_aware_optimizer: bool | None = None
     #: mbridge (the reference's default) or megatron-bridge (needed with use_lora)

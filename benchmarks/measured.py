@@ -35,6 +35,7 @@ from areal_alloc.catalogue import GPU, find_gpu, find_model, reported_bytes
 from areal_alloc.errors import AllocationError
 from areal_alloc.estimate.engines import estimate_allocation
 from areal_alloc.estimate.execution import (
+    DEFAULT_RECOMPUTE_MODULES,
     TRAINING_RESERVE_BYTES,
     InferenceSettings,
     TrainingSettings,
@@ -310,8 +311,15 @@ _RECOMPUTE = {
     # torchtitan's per-op policy (activations.op_sac_bytes_per_token, speed_training.training_step)
     "selective (op)": "op",
     "selective": "selective",
+    # Megatron-MoE-ModelZoo's "norm, act": ``--recompute-granularity selective
+    # --recompute-modules moe_act layernorm`` (yanring/Megatron-MoE-ModelZoo
+    # best_practice/Qwen3/run_235b.sh l.27, the H100 baseline TP=2 PP=8 VPP=4 EP=32, at
+    # c1ad0b5c89f425d60febddc38e7f741a16f08bd1)
+    "selective (norm, act)": "selective",
     "full": "full",
 }
+#: megatron-core's recompute_modules of each selective row (unlisted: its default)
+_RECOMPUTE_MODULES = {"selective (norm, act)": ("moe_act", "layernorm")}
 
 
 def _recompute(inputs: Mapping[str, Any]) -> str:
@@ -319,6 +327,25 @@ def _recompute(inputs: Mapping[str, Any]) -> str:
     if given not in _RECOMPUTE:
         raise NotCompared(f"activation checkpointing {given!r} is not modelled")
     return _RECOMPUTE[given]
+
+
+def _recompute_modules(inputs: Mapping[str, Any]) -> tuple[str, ...]:
+    given = inputs.get("activation_checkpointing") or "none"
+    return _RECOMPUTE_MODULES.get(given, DEFAULT_RECOMPUTE_MODULES)
+
+
+#: The published dispatcher names (Megatron-MoE-ModelZoo's "Dispatcher" column) as
+#: TrainingSettings.token_dispatcher: "DeepEP" the flex dispatcher on DeepEP, "A2A" alltoall
+_DISPATCHERS = {"DeepEP": "deepep", "A2A": "alltoall"}
+
+
+def _token_dispatcher(inputs: Mapping[str, Any]) -> str:
+    given = inputs.get("dispatcher")
+    if given is None:
+        return "alltoall"
+    if given not in _DISPATCHERS:
+        raise NotCompared(f"token dispatcher {given!r} is not modelled")
+    return _DISPATCHERS[given]
 
 
 def backend_string(engine: str, layout: Mapping[str, int]) -> str:
@@ -387,6 +414,8 @@ def _training_settings(inputs: Mapping[str, Any]) -> TrainingSettings:
     precision = str(inputs.get("precision") or "")
     return TrainingSettings(
         recompute=_recompute(inputs),
+        recompute_modules=_recompute_modules(inputs),
+        token_dispatcher=_token_dispatcher(inputs),
         logits=_logits_mode(inputs),
         tokens_per_micro_batch=int(inputs["micro_batch"]) * int(inputs["seq_len"]),
         # torchtune's single-device bf16 recipe keeps no float32 copy
@@ -493,6 +522,8 @@ def _train_tps(data: Mapping[str, Any], row: Mapping[str, Any]) -> Answer:
         virtual_pipeline=int(inputs.get("virtual_pipeline") or 1),
         attention_kernel=_ATTENTION_KERNELS[str(inputs.get("attn_impl") or "flash")],
         layer_split=str(inputs.get("layer_split", "areal")),
+        token_dispatcher=_token_dispatcher(inputs),
+        recompute_modules=_recompute_modules(inputs),
     )
     if inputs.get("attn_impl") == "triton":
         note = ", ".join(filter(None, (note, "attn_impl triton: FlashAttention-1's Triton kernel")))

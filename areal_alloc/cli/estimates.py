@@ -621,6 +621,8 @@ def calibrate(args: list[str]) -> int:
             recompute=training.recompute,
             virtual_pipeline=training.virtual_pipeline,
             layer_split=training.layer_split,
+            token_dispatcher=training.token_dispatcher,
+            recompute_modules=training.recompute_modules,
         )
         efficiency = fit_training(ns.step_seconds, estimate, hardware)
         source = (
@@ -1155,6 +1157,8 @@ def explain_speed(alloc: ModelAllocation, ns: argparse.Namespace) -> dict[str, o
         recompute=training.recompute,
         virtual_pipeline=training.virtual_pipeline,
         layer_split=training.layer_split,
+        token_dispatcher=training.token_dispatcher,
+        recompute_modules=training.recompute_modules,
     )
     return {
         "training": {

@@ -19,7 +19,8 @@ The engines' settings (:func:`training_settings`, :func:`inference_settings`), f
 the keys each engine writes:
 
 - training: ``dtype``, ``optimizer.type``, ``optimizer_dtype``,
-  ``gradient_checkpointing`` with ``megatron.recompute_granularity``,
+  ``gradient_checkpointing`` with ``megatron.recompute_granularity`` and
+  ``megatron.recompute_modules``,
   ``megatron.ddp.use_distributed_optimizer``,
   ``megatron.use_precision_aware_optimizer``,
   ``megatron.virtual_pipeline_parallel_size``, ``mb_spec.max_tokens_per_mb``
@@ -42,7 +43,15 @@ from dataclasses import dataclass
 
 from areal_alloc import defaults
 from areal_alloc.errors import AllocationError, AllocationValidationError
-from areal_alloc.experiment.read import Engine, Experiment, InferenceConfig, RunConfig, TrainConfig
+from areal_alloc.experiment.read import (
+    DEFAULT_RECOMPUTE_MODULES,
+    RECOMPUTE_MODULES,
+    Engine,
+    Experiment,
+    InferenceConfig,
+    RunConfig,
+    TrainConfig,
+)
 from areal_alloc.limits import MAX_COUNT
 from areal_alloc.numbers import read_float, read_int
 from areal_alloc.settings import Resolved
@@ -50,11 +59,13 @@ from areal_alloc.settings import Resolved
 __all__ = [
     "DEFAULT_OFFPOLICYNESS",
     "DEFAULT_RECOMPUTE_LOGPROB",
+    "DEFAULT_RECOMPUTE_MODULES",
     "GIB",
     "LOGITS",
     "LORA_TARGETS",
     "OPTIMIZERS",
     "RECOMPUTE",
+    "RECOMPUTE_MODULES",
     "SERVER_DEFAULTS",
     "SGLANG_REQUEST_POOL",
     "TOKEN_DISPATCHERS",
@@ -270,8 +281,17 @@ class TrainingSettings:
     #: areal/api/cli_args.py l.981 at cbff54d6, ``defaults.TOKEN_DISPATCHER``); "deepep" is
     #: the flex dispatcher (on DeepEP); megatron-bridge always dispatches with alltoall
     token_dispatcher: str = defaults.TOKEN_DISPATCHER
+    #: what ``recompute="selective"`` recomputes (:data:`RECOMPUTE_MODULES`, Megatron's
+    #: ``megatron.recompute_modules``; megatron-core's default: the core attention)
+    recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES
 
     def __post_init__(self) -> None:
+        unknown = [m for m in self.recompute_modules if m not in RECOMPUTE_MODULES]
+        if unknown:
+            raise AllocationValidationError(
+                f"recompute_modules: {', '.join(map(repr, unknown))} not among "
+                f"{', '.join(RECOMPUTE_MODULES)}"
+            )
         if self.token_dispatcher not in TOKEN_DISPATCHERS:
             raise AllocationValidationError(
                 f"token_dispatcher={self.token_dispatcher!r}: must be one of "
@@ -430,6 +450,7 @@ def training_settings(
             # the actor's forward phase before its update (memory.PHASES)
             recompute_logprob=engine.key == "actor" and bool(run.recompute_logprob),
             token_dispatcher=token_dispatcher(engine),
+            recompute_modules=read.recompute_modules,
         )
     except AllocationError as error:
         raise AllocationValidationError(f"{path}: {error.message}") from None

@@ -613,6 +613,8 @@ def training_pace(
         recompute="none" if forward_only else ts.recompute,  # nothing to recompute
         virtual_pipeline=ts.virtual_pipeline,
         layer_split=ts.layer_split,
+        token_dispatcher=ts.token_dispatcher,
+        recompute_modules=ts.recompute_modules,
     )
     seconds = step.seconds / 3 if forward_only else step.seconds
     what = (

@@ -31,7 +31,12 @@ from functools import lru_cache
 
 from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationValidationError
-from areal_alloc.estimate.execution import RECOMPUTE
+from areal_alloc.estimate.execution import (
+    DEFAULT_RECOMPUTE_MODULES,
+    RECOMPUTE,
+    RECOMPUTE_MODULES,
+    TOKEN_DISPATCHERS,
+)
 from areal_alloc.estimate.pipeline_split import PipelineSplit, engine_split
 from areal_alloc.estimate.speed import (
     ATTENTION_KERNELS,
@@ -51,6 +56,7 @@ from areal_alloc.strategy import ParallelStrategy
 
 __all__ = [
     "RECOMPUTATIONS",
+    "expected_groups_reached",
     "training_step",
 ]
 
@@ -74,12 +80,17 @@ def training_step(
     virtual_pipeline: int = 1,
     attention_kernel: str = DEFAULT_ATTENTION_KERNEL,
     layer_split: str = "areal",
+    token_dispatcher: str = "alltoall",
+    recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES,
 ) -> StepEstimate:
     """One optimizer step of a training engine over ``tokens_per_step`` tokens;
     ``attention_kernel`` names the kernel that runs the attention core
     (:data:`ATTENTION_KERNELS`), ``layer_split`` the rule that splits the layers over the
-    pipeline stages (``TrainingSettings.layer_split``, :func:`engine_split`). Each term is
-    one function below, written from the step's :class:`_TrainingShape`."""
+    pipeline stages (``TrainingSettings.layer_split``, :func:`engine_split`),
+    ``token_dispatcher`` how the MoE layers move tokens (``TrainingSettings.
+    token_dispatcher``) and ``recompute_modules`` what ``recompute="selective"`` recomputes
+    (``TrainingSettings.recompute_modules``, megatron-core's names). Each term is one
+    function below, written from the step's :class:`_TrainingShape`."""
     if tokens_per_step < 1 or tokens_per_micro_batch < 1 or sequence_length < 1:
         raise AllocationValidationError(
             "tokens per step, per micro-batch and sequence length must be ≥ 1"
@@ -87,6 +98,16 @@ def training_step(
     if recompute not in RECOMPUTATIONS:
         raise AllocationValidationError(
             f"recompute {recompute!r}: must be one of {', '.join(RECOMPUTATIONS)}"
+        )
+    if token_dispatcher not in TOKEN_DISPATCHERS:
+        raise AllocationValidationError(
+            f"token dispatcher {token_dispatcher!r}: must be one of {', '.join(TOKEN_DISPATCHERS)}"
+        )
+    unknown = [m for m in recompute_modules if m not in RECOMPUTE_MODULES]
+    if unknown:
+        raise AllocationValidationError(
+            f"recompute modules {', '.join(map(repr, unknown))}: must be among "
+            f"{', '.join(RECOMPUTE_MODULES)}"
         )
     dp = parallel.dp_size
     micro_batches = max(1, math.ceil(tokens_per_step / (dp * tokens_per_micro_batch)))
@@ -101,6 +122,8 @@ def training_step(
         tokens_mb,
         min(sequence_length, tokens_mb),
         recompute,
+        token_dispatcher,
+        tuple(recompute_modules) if recompute == "selective" else (),
     )
     flops = model_flops(arch, tokens_per_step, step.seq)
     attn_eff = attention_efficiency(backend, hardware, attention_kernel)
@@ -143,6 +166,14 @@ class _TrainingShape:
     tokens_mb: int  # tokens of one micro-batch
     seq: int  # sequence length inside a micro-batch
     recompute: str
+    token_dispatcher: str  # TOKEN_DISPATCHERS
+    #: what selective recomputation recomputes (megatron-core's recompute_modules); ()
+    #: unless ``recompute`` is "selective"
+    modules: tuple[str, ...]
+
+    def recomputes(self, module: str) -> bool:
+        """Selective recomputation runs ``module``'s forward again in the backward."""
+        return module in self.modules
 
     @property
     def world(self) -> int:
@@ -170,18 +201,28 @@ def _compute_term(step: _TrainingShape, flops: float, attn_eff: float) -> StepTe
     # 2.5, as they compute QKᵀ again in the backward (Dao-AILab/flash-attention
     # benchmarks/benchmark_flash_attention.py@c082294e0f6c01d46318694a6f3e0274225a9683,
     # flops(): "return f if mode == "fwd" else (2.5 * f if mode == "bwd" else 3.5 * f)");
-    # recomputation adds one forward: full to both, selective (Megatron's core attention)
-    # to the attention only, "op" (torchtitan's per-op policy: "Saves output of all compute
-    # ops, except every second mm", pytorch/torchtitan torchtitan/distributed/
-    # activation_checkpoint.py; the attention kernel's output is saved) half the GEMMs'
+    # recomputation adds one forward: full to both, selective to each module it names
+    # (:func:`_recomputed_gemms`; core_attn: the attention core), "op" (torchtitan's per-op
+    # policy: "Saves output of all compute ops, except every second mm", pytorch/torchtitan
+    # torchtitan/distributed/activation_checkpoint.py; the attention kernel's output is
+    # saved) half the GEMMs'
     model_attention = attention_flops(arch, step.tokens, step.seq)
     gemm_again = {"full": 1.0, "op": 0.5}.get(recompute, 0.0)
-    attn_again = 1.0 if recompute in ("full", "selective") else 0.0
-    gemms = (flops - model_attention) * (3 + gemm_again) / 3
+    attn_again = 1.0 if recompute == "full" or step.recomputes("core_attn") else 0.0
+    again, named = _recomputed_gemms(step)
+    gemms = (flops - model_attention) * (3 + gemm_again) / 3 + again
     attention = model_attention * (3.5 + attn_again) / 3
     peak = hardware.peak_tflops * 1e12
     compute = gemms / (world * peak * hardware.compute_efficiency) + attention / (
         world * peak * attn_eff
+    )
+    selective = (
+        " (selective recomputation: "
+        + (
+            ", ".join([*(["the attention core's forward again"] if attn_again else []), *named])
+            or "no GEMM or attention again"
+        )
+        + ")"
     )
     return StepTerm(
         "compute",
@@ -191,10 +232,45 @@ def _compute_term(step: _TrainingShape, flops: float, attn_eff: float) -> StepTe
         f"{attn_eff:g} efficiency) / ({world} GPUs × {hardware.peak_tflops:g} TFLOP/s)"
         + {
             "full": " (full recomputation: every forward again)",
-            "selective": " (selective recomputation: the attention's forward again)",
+            "selective": selective,
             "op": " (per-op recomputation: every second matmul's forward again)",
         }.get(recompute, ""),
     )
+
+
+def _recomputed_gemms(step: _TrainingShape) -> tuple[float, list[str]]:
+    """The forward GEMM FLOPs selective recomputation runs again in the backward, all
+    GPUs together, and what they are: 2 FLOPs per token and weight of each recomputed
+    module (megatron-core 0.17.0's recompute_modules, transformer_config.py l.483-495:
+    "mlp": the dense MLP, "moe": the MoE layer, router, routed and shared experts,
+    "shared_experts", "mla_up_proj": MLA's up projections; moe_layer.py l.599-612 wraps
+    the whole MoE forward in one checkpoint, dispatch and combine included)."""
+    arch, p, tokens = step.arch, step.arch.parameters, float(step.tokens)
+    parts: list[tuple[str, float]] = []
+    if step.recomputes("mlp") and arch.dense_layer_count:
+        parts.append(("dense MLPs", p.dense_mlp * arch.dense_layer_count))
+    if arch.is_moe and step.recomputes("moe"):
+        moe = p.router + p.active_routed_experts + p.shared_experts
+        parts.append(("MoE layers", moe * arch.moe_layer_count))
+    elif arch.is_moe and step.recomputes("shared_experts") and p.shared_experts:
+        parts.append(("shared experts", p.shared_experts * arch.moe_layer_count))
+    if arch.is_mla and step.recomputes("mla_up_proj"):
+        a, nope, rope = arch.num_attention_heads, arch.qk_nope_head_dim, arch.qk_rope_head_dim
+        up = arch.kv_lora_rank * a * (nope + arch.v_head_dim)  # kv_b_proj
+        if arch.q_lora_rank:
+            up += arch.q_lora_rank * a * (nope + rope)  # q_b_proj
+        parts.append(("MLA up projections", up * arch.num_layers))
+    flops = sum(2 * tokens * weights for _, weights in parts)
+    return flops, [f"the {name}' forward GEMMs again" for name, _ in parts]
+
+
+#: Of the 34·h bytes a layer's element-wise kernels write per token (Korthikanti et al.
+#: 2022, arXiv:2205.05198 §4.1): the two layer norms' 4h and the MLP activation's 8h
+#: (its input, 4h wide in GPT's MLP), the passes selective recomputation's "layernorm"
+#: and "moe_act" repeat (output-discarding checkpoints: megatron-core 0.17.0
+#: transformer_config.py l.494, "moe_act", "layernorm", and "mla_up_proj" use
+#: output-discarding checkpointing).
+_ELEMENTWISE_SHARE = {"layernorm": 4, "moe_act": 8}
 
 
 def _elementwise_term(step: _TrainingShape) -> StepTerm:
@@ -202,18 +278,30 @@ def _elementwise_term(step: _TrainingShape) -> StepTerm:
     residual adds, rotary): each layer writes the 34·s·b·h bytes of activations it keeps
     for the backward (Korthikanti et al. 2022, arXiv:2205.05198 §4.1, eq. 1 without the
     5as/h of a materialised attention matrix, which flash attention never stores) and the
-    backward reads them; full recomputation writes them once more. Their time grows with
-    h while the GEMMs' grows with h²: why small models reach less of peak."""
+    backward reads them; full recomputation writes them once more, selective recomputation
+    of the layer norms (4h of them, every layer) or the MoE activation (8h, every MoE
+    layer) their share. Their time grows with h while the GEMMs' grows with h²: why
+    small models reach less of peak."""
     arch, hardware, full = step.arch, step.hardware, step.recompute == "full"
     passes = 3 if full else 2
-    moved = passes * 34 * arch.hidden_size * arch.num_layers * step.tokens
+    h, layers = arch.hidden_size, arch.num_layers
+    moved = passes * 34 * h * layers * step.tokens
+    again = []
+    if step.recomputes("layernorm"):
+        again.append((_ELEMENTWISE_SHARE["layernorm"], layers, "the layer norms"))
+    if step.recomputes("moe_act") and arch.is_moe:
+        again.append((_ELEMENTWISE_SHARE["moe_act"], arch.moe_layer_count, "the MoE activation"))
+    moved += sum(share * h * count * step.tokens for share, count, _ in again)
     hbm = hardware.hbm_tbps * 1e12 * hardware.hbm_efficiency
+    recomputed = "".join(
+        f" + {share}h × {count} layers ({what} again)" for share, count, what in again
+    )
     return StepTerm(
         "element-wise",
         moved / (step.world * hbm),
-        f"{passes} passes (forward writes, backward reads"
+        f"({passes} passes (forward writes, backward reads"
         + (", recomputation writes again" if full else "")
-        + f") × 34 × h {arch.hidden_size} × {arch.num_layers} layers × "
+        + f") × 34h × {layers} layers{recomputed}) × h {h} × "
         f"{step.tokens:,} tokens × 1 B / ({step.world} GPUs × {hardware.hbm_tbps:g} TB/s × "
         f"{hardware.hbm_efficiency:g})",
     )
@@ -309,7 +397,10 @@ def _context_parallel_term(step: _TrainingShape) -> StepTerm | None:
 
 
 def _expert_term(step: _TrainingShape) -> StepTerm | None:
-    """Expert parallelism: dispatch and combine all-to-alls, forward and backward.
+    """Expert parallelism: dispatch and combine, forward and backward (and once more in
+    the backward when selective recomputation recomputes the MoE layer: megatron-core
+    0.17.0 moe_layer.py l.599-612 checkpoints its whole forward, dispatch and combine
+    included), as the engine's token dispatcher moves the tokens.
 
     Megatron-Core lays the expert groups out with their own rank generator,
     ``RankGenerator(tp=expert_tensor_parallel_size, ep=expert_model_parallel_size, ...,
@@ -319,24 +410,110 @@ def _expert_term(step: _TrainingShape) -> StepTerm | None:
     spans etp × ep GPUs (the attention's cp folds into the experts' ep × edp). Training
     MoE with t > 1 needs sequence parallelism (moe_layer.py raises without it), so each
     GPU dispatches its 1/t of the micro-batch's tokens, gathered over the etp ranks that
-    share an expert's weights."""
+    share an expert's weights.
+
+    - alltoall: one copy of a token per selected expert (megatron/core/transformer/moe/
+      token_dispatcher.py l.526 ``self.num_out_tokens = routing_map.size(0) *
+      self.config.moe_router_topk`` and l.533-535 ``input_splits`` summed per EP rank,
+      NVIDIA/Megatron-LM core_v0.17.0): top-k × (e − 1)/e of them leave the GPU, over the
+      link the expert group crosses;
+    - allgather: every token of the etp × ep group gathered to each GPU and reduce-scattered
+      back (the same file l.211 "this allgather spans the communication domain of TP*EP",
+      l.274 and l.340);
+    - deepep: a token once per destination GPU (``is_token_in_rank``, counted
+      ``is_in_rank[j] > 0``) and, across nodes, once per destination node over RDMA
+      (``num_tokens_per_rdma_rank``, ``is_in_rdma_rank[...] > 0``), forwarded inside that
+      node over NVLink (deepseek-ai/DeepEP csrc/kernels/legacy/layout.cu
+      get_dispatch_layout l.80-99, and docs/legacy.md "asymmetric-domain bandwidth
+      forwarding, such as forwarding data from NVLink domain to RDMA domain", at
+      dd758caf451848bd150e1046af3d0a73e5fff38d). Under balanced routing
+      (:func:`expected_groups_reached`) each GPU sends (e − 1)·P(a GPU is reached) copies
+      over NVLink and (nodes − 1)·P(a node is reached) over its own network port; the two
+      are pipelined, so the slower link sets the time.
+    """
     parallel, arch, hardware = step.parallel, step.arch, step.hardware
     ep, pp, etp = parallel.ep_size, parallel.pp_size, parallel.etp_size
     if ep <= 1 or not arch.is_moe:
         return None
     # the expert group lies within a stage: never wider than its world // pp GPUs
-    inside = _inside(min(etp * ep, step.world // pp), step.node)
+    span = min(etp * ep, step.world // pp)
+    inside = _inside(span, step.node)
     moe_here = arch.moe_layer_count / pp
     tokens = step.act * etp / parallel.tp_size  # bf16 hidden states one GPU dispatches
-    volume = 4 * moe_here * step.micro_batches * tokens * arch.experts_per_token * (ep - 1) / ep
+    passes = 6 if step.recomputes("moe") else 4
+    count = (
+        f"{passes} all-to-alls (dispatch, combine; forward, backward"
+        + ("; the MoE layer's recomputation" if passes == 6 else "")
+        + f") × {moe_here:g} MoE layers × {step.micro_batches} micro-batches"
+    )
+    top_k, experts = arch.experts_per_token, arch.num_experts
+    if step.token_dispatcher == "allgather":
+        share = step.act / parallel.tp_size
+        volume = passes * moe_here * step.micro_batches * share * (span - 1)
+        members = _members_per_node(span, 1, step.node)
+        return StepTerm(
+            "expert all-gather",
+            volume / hardware.link_bytes_per_second(inside, members),
+            f"{count} × {share / 2**20:.1f} MiB (/ t{parallel.tp_size}) × (etp{etp} × "
+            f"e{ep} − 1) gathered/reduce-scattered over {hardware.link_name(inside, members)}"
+            f" (the allgather dispatcher: every token of the group)",
+        )
+    if step.token_dispatcher == "deepep":
+        per_node = _members_per_node(ep, etp, step.node) if not inside else ep
+        nodes = math.ceil(ep / per_node)
+        sizes = [experts // ep * min(per_node, ep - n * per_node) for n in range(nodes)]
+        gpus = (ep - 1) * expected_groups_reached(experts, top_k, (experts // ep,))
+        # the sender's own node holds its share of the ranks: the other nodes it reaches
+        remote = (
+            sum(
+                (1 - size / experts) * expected_groups_reached(experts, top_k, (size,))
+                for size in sizes
+            )
+            if nodes > 1
+            else 0.0
+        )
+        unit = passes * moe_here * step.micro_batches * tokens
+        nvlink = unit * gpus / hardware.link_bytes_per_second(True)
+        network = unit * remote / hardware.link_bytes_per_second(False) if remote else 0.0
+        formula = (
+            f"{count} × {tokens / 2**20:.1f} MiB (× etp{etp} / t{parallel.tp_size}) × "
+            f"(the GPUs a token reaches but its own: (e{ep} − 1) × "
+            f"{gpus / (ep - 1):.3g} = {gpus:.3g} of top-{top_k} over "
+            f"{hardware.link_name(True)} = {nvlink:.3g} s"
+        )
+        if nodes > 1:
+            formula += (
+                f"; the other nodes: {remote:.3g} of {nodes} over "
+                f"{hardware.link_name(False)} = {network:.3g} s"
+            )
+        formula += ") (DeepEP: once per GPU and node reached, under balanced routing" + (
+            "; NVLink and RDMA pipelined: the slower sets the time)" if nodes > 1 else ")"
+        )
+        return StepTerm("expert all-to-all", max(nvlink, network), formula)
+    volume = passes * moe_here * step.micro_batches * tokens * top_k * (ep - 1) / ep
     return StepTerm(
         "expert all-to-all",
         volume / hardware.link_bytes_per_second(inside),
-        f"4 all-to-alls (dispatch, combine; forward, backward) × {moe_here:g} MoE "
-        f"layers × {step.micro_batches} micro-batches × {tokens / 2**20:.1f} MiB "
-        f"(× etp{etp} / t{parallel.tp_size}) × top-{arch.experts_per_token} × "
-        f"(e{ep} − 1)/e{ep} over {hardware.link_name(inside)} (etp{etp} × e{ep} GPUs)",
+        f"{count} × {tokens / 2**20:.1f} MiB (× etp{etp} / t{parallel.tp_size}) × "
+        f"top-{top_k} × (e{ep} − 1)/e{ep} over {hardware.link_name(inside)} "
+        f"(etp{etp} × e{ep} GPUs)",
     )
+
+
+def expected_groups_reached(experts: int, top_k: int, group_sizes: tuple[int, ...]) -> float:
+    """The expected number of the groups (of ``group_sizes`` experts each, distinct experts
+    among the ``experts``) that a token's ``top_k`` distinct experts reach, under balanced
+    routing: the top-k uniformly among all k-subsets, the balance the auxiliary loss and
+    forced balancing aim at (an assumption: real routing is less even). By linearity, a
+    group of g experts is missed with probability C(E − g, k) / C(E, k); for R equal
+    groups of E/R: R·(1 − C(E − E/R, k)/C(E, k))."""
+    if not 1 <= top_k <= experts or any(g < 0 for g in group_sizes) or sum(group_sizes) > experts:
+        raise AllocationValidationError(
+            f"top-{top_k} of {experts} experts in groups {list(group_sizes)}: need 1 ≤ k ≤ E "
+            f"and groups of ≥ 0 experts totalling ≤ E (sum {sum(group_sizes)})"
+        )
+    total = math.comb(experts, top_k)
+    return sum(1 - math.comb(experts - g, top_k) / total for g in group_sizes)
 
 
 def _pipeline_p2p_term(step: _TrainingShape) -> StepTerm | None:

@@ -68,8 +68,10 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_GPUS_PER_NODE",
     "DEFAULT_N_NODES",
+    "DEFAULT_RECOMPUTE_MODULES",
     "MAX_KL_CTL",
     "MAX_VPP",
+    "RECOMPUTE_MODULES",
     "Cluster",
     "Engine",
     "Experiment",
@@ -117,6 +119,27 @@ class Cluster:
         return self.machine.gpu if self.machine is not None else None
 
 
+#: What Megatron's selective recomputation can recompute (``megatron.recompute_modules``):
+#: megatron-core's choices, which it asserts for ``recompute_granularity="selective"``
+#: ("Invalid choices for recompute_modules"), and its default ["core_attn"] when unset
+#: (megatron/core/transformer/transformer_config.py l.483-495 and l.1360-1378,
+#: NVIDIA/Megatron-LM core_v0.17.0; the reference passes the key to mbridge's
+#: ``set_extra_args`` when ``gradient_checkpointing``, areal/engine/megatron_engine.py
+#: l.722-729, MegatronEngineConfig ``recompute_modules: list[str] | None = None``,
+#: areal/api/cli_args.py l.969, AReaL cbff54d6). "moe_act", "layernorm" and "mla_up_proj"
+#: discard their outputs and recompute them; the others checkpoint the module.
+RECOMPUTE_MODULES = (
+    "core_attn",
+    "moe_act",
+    "layernorm",
+    "mla_up_proj",
+    "mlp",
+    "moe",
+    "shared_experts",
+)
+DEFAULT_RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn",)
+
+
 @dataclass(frozen=True, slots=True)
 class TrainConfig:
     """A training engine's settings that change its memory and speed, with the defaults.
@@ -156,6 +179,9 @@ class TrainConfig:
     #: TOKEN_DISPATCHER``): any text, as the reference's ``str`` field takes it (the start-up
     #: rules say which values its Megatron engine refuses)
     token_dispatcher: str = defaults.TOKEN_DISPATCHER
+    #: ``megatron.recompute_modules`` when ``recompute`` is selective (:data:`RECOMPUTE_
+    #: MODULES`; unset: megatron-core's default, the core attention)
+    recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES
 
 
 @dataclass(frozen=True, slots=True)
@@ -717,6 +743,29 @@ def _text(node: object, key: str, default: str) -> str:
 TOKEN_DISPATCHERS = ("allgather", "alltoall", "flex")
 
 
+def _recompute_modules(megatron: object, path: str) -> tuple[str, ...]:
+    """``<engine>.megatron.recompute_modules`` under selective recomputation (unset or null:
+    megatron-core's default, :data:`DEFAULT_RECOMPUTE_MODULES`; an empty list: nothing).
+    A name megatron-core does not know is refused, as its assertion refuses it."""
+    key = f"{path}.megatron.recompute_modules"
+    raw = child(megatron, "recompute_modules") if megatron is not None else None
+    if raw is None:
+        return DEFAULT_RECOMPUTE_MODULES
+    if isinstance(raw, str) or is_mapping(raw) or not hasattr(raw, "__iter__"):
+        raise AllocationValidationError(
+            f"{key}={shown(raw)}: must be a list of module names among "
+            f"{', '.join(RECOMPUTE_MODULES)}, e.g. [core_attn, layernorm]"
+        )
+    names = tuple(str(item) for item in raw)
+    unknown = [name for name in names if name not in RECOMPUTE_MODULES]
+    if unknown:
+        raise AllocationValidationError(
+            f"{key}: {', '.join(map(repr, unknown))} not among megatron-core's "
+            f"{', '.join(RECOMPUTE_MODULES)} (its TransformerConfig refuses it at start-up)"
+        )
+    return tuple(dict.fromkeys(names))  # a name given twice recomputes once
+
+
 def _token_dispatcher(megatron: object, path: str) -> str:
     """``<engine>.megatron.moe_token_dispatcher_type`` (``defaults.TOKEN_DISPATCHER`` unset).
 
@@ -754,6 +803,9 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
     elif checkpointing:
         granularity = _text(megatron, "recompute_granularity", "full")
         recompute = "selective" if granularity == "selective" else "full"
+    modules = DEFAULT_RECOMPUTE_MODULES
+    if recompute == "selective":
+        modules = _recompute_modules(megatron, path)
     mb_spec = section(node, "mb_spec", f"{path}.mb_spec")
     tokens = whole_number(mb_spec, "max_tokens_per_mb", f"{path}.mb_spec.max_tokens_per_mb")
     count = whole_number(mb_spec, "n_mbs", f"{path}.mb_spec.n_mbs")
@@ -810,6 +862,7 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
         bridge_type=bridge,
         moe_enable_deepep=deepep,
         token_dispatcher=dispatcher,
+        recompute_modules=modules,
     )
 
 

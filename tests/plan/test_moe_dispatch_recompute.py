@@ -1,0 +1,361 @@
+"""Two pieces of MoE training physics in ``speed_training.training_step``: how the token
+dispatcher moves tokens (alltoall: a copy per selected expert; DeepEP: a copy per GPU
+and per node reached, under balanced routing, :func:`expected_groups_reached`), and what
+Megatron's selective recomputation modules (``megatron.recompute_modules``) run again;
+and the reading of ``recompute_modules``."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from areal_alloc.architecture import Architecture
+from areal_alloc.catalogue import find_gpu, find_model
+from areal_alloc.errors import AllocationValidationError
+from areal_alloc.estimate.execution import TrainingSettings, training_settings
+from areal_alloc.estimate.speed import StepEstimate
+from areal_alloc.estimate.speed_training import expected_groups_reached, training_step
+from areal_alloc.estimate.system import Hardware
+from areal_alloc.experiment import read_experiment
+from areal_alloc.experiment.read import RunConfig
+from areal_alloc.model import ModelAllocation
+
+H100 = Hardware.from_gpu(find_gpu("H100-80GB"), 8)  # 989 TFLOP/s, 3.35 TB/s, 8 per node
+GEMM = 989e12 * 0.5  # the GEMMs' (and Megatron's attention's) efficiency
+HBM = 3.35e12 * 0.7
+QWEN_MOE = find_model("Qwen3-30B-A3B")  # 48 MoE layers, 128 experts, top-8, h 2048
+LLAMA = find_model("meta-llama/Llama-3.1-8B")  # 32 dense layers, h 4096, f 14336
+DEEPSEEK = find_model("DeepSeek-V3")  # MLA, 3 dense + 58 MoE layers, 1 shared expert
+TOKENS = 1 << 20
+
+
+def _missed(experts: int, group: int, k: int) -> float:
+    """P(a group of ``group`` experts holds none of a token's k distinct experts), as the
+    product of the k draws without replacement (not the binomials the code uses)."""
+    return math.prod((experts - group - i) / (experts - i) for i in range(k))
+
+
+def _brute_force(experts: int, k: int, sizes: tuple[int, ...]) -> float:
+    """The mean number of groups reached over every k-subset of the experts."""
+    owner = [g for g, size in enumerate(sizes) for _ in range(size)]
+    owner += [-1] * (experts - len(owner))  # experts in no group
+    subsets = list(itertools.combinations(range(experts), k))
+    reached = sum(len({owner[e] for e in subset} - {-1}) for subset in subsets)
+    return reached / len(subsets)
+
+
+# --- the expected count -------------------------------------------------------------------
+
+EXPECTED_COUNTS = [
+    # (E, k, groups, expected): R·(1 − C(E − E/R, k)/C(E, k)) written out
+    (4, 2, (2, 2), 2 * (1 - 1 / 6)),  # 6 pairs, 2 inside one group: (2·1 + 4·2)/6
+    (4, 1, (1, 1, 1, 1), 1.0),  # top-1 reaches exactly one group
+    (8, 8, (2, 2, 2, 2), 4.0),  # every expert: every group
+    (6, 2, (3, 3), 2 * (1 - 3 / 15)),  # C(3, 2)/C(6, 2)
+    (8, 3, (4, 4), 2 * (1 - 4 / 56)),  # C(4, 3)/C(8, 3)
+    (9, 2, (3, 3, 3), 3 * (1 - 15 / 36)),  # C(6, 2)/C(9, 2)
+    # one group of a GPU's 4 of 128 experts at top-8 (the ep32 ModelZoo run)
+    (128, 8, (4,), 1 - _missed(128, 4, 8)),
+]
+
+
+@pytest.mark.parametrize(("experts", "k", "sizes", "expected"), EXPECTED_COUNTS)
+def test_the_expected_groups_a_token_reaches(
+    experts: int, k: int, sizes: tuple[int, ...], expected: float
+) -> None:
+    assert expected_groups_reached(experts, k, sizes) == pytest.approx(expected)
+    if math.comb(experts, k) <= 5000:
+        assert _brute_force(experts, k, sizes) == pytest.approx(expected)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_the_expected_count_is_the_mean_over_every_routing(data: st.DataObject) -> None:
+    experts = data.draw(st.integers(1, 10))
+    k = data.draw(st.integers(1, experts))
+    sizes = tuple(data.draw(st.lists(st.integers(0, experts), max_size=4)))
+    if sum(sizes) > experts:
+        sizes = ()
+    assert expected_groups_reached(experts, k, sizes) == pytest.approx(
+        _brute_force(experts, k, sizes)
+    )
+
+
+@pytest.mark.parametrize(
+    ("experts", "k", "sizes", "message"),
+    [
+        (
+            8,
+            0,
+            (4, 4),
+            "top-0 of 8 experts in groups [4, 4]: need 1 ≤ k ≤ E and groups of ≥ 0 experts "
+            "totalling ≤ E (sum 8)",
+        ),
+        (
+            8,
+            2,
+            (8, 4),
+            "top-2 of 8 experts in groups [8, 4]: need 1 ≤ k ≤ E and groups of ≥ 0 experts "
+            "totalling ≤ E (sum 12)",
+        ),
+    ],
+)
+def test_an_impossible_grouping_is_one_line(
+    experts: int, k: int, sizes: tuple[int, ...], message: str
+) -> None:
+    with pytest.raises(AllocationValidationError) as info:
+        expected_groups_reached(experts, k, sizes)
+    assert info.value.message == message
+
+
+# --- the dispatcher's traffic ---------------------------------------------------------------
+
+
+def _step(spec: str, arch: Architecture = QWEN_MOE, **kwargs: Any) -> StepEstimate:
+    alloc = ModelAllocation.from_str(spec)
+    return training_step(
+        alloc.backend,
+        arch,
+        alloc.parallel,
+        H100,
+        tokens_per_step=TOKENS,
+        tokens_per_micro_batch=16384,
+        sequence_length=8192,
+        **kwargs,
+    )
+
+
+def _seconds(step: StepEstimate, name: str) -> float:
+    return sum(t.seconds for t in step.terms if t.name == name)
+
+
+NVLINK = H100.link_bytes_per_second(True)
+PORT = H100.link_bytes_per_second(False)  # one GPU's network port
+HIDDEN = 16384 * 2048 * 2  # one micro-batch's bf16 hidden states, t 1
+P_GPU_8 = 1 - _missed(128, 16, 8)  # a GPU of e8 holds 16 of the 128 experts
+P_GPU_16 = 1 - _missed(128, 8, 8)  # of e16: 8
+P_NODE_2 = 1 - _missed(128, 64, 8)  # a node of e16's two: 64
+
+EXPERT_TRAFFIC = [
+    # d8e8: 8 micro-batches of 16,384 tokens; the group inside one node, over NVLink
+    ("megatron:d8e8", "alltoall", 4 * 48 * 8 * HIDDEN * 8 * 7 / 8 / NVLINK),
+    # DeepEP: a copy per other GPU reached, 7 × P(16 of 128 experts among the top-8)
+    ("megatron:d8e8", "deepep", 4 * 48 * 8 * HIDDEN * 7 * P_GPU_8 / NVLINK),
+    # d16e16: 4 micro-batches; the group spans two nodes. alltoall: every copy over the port
+    ("megatron:d16e16", "alltoall", 4 * 48 * 4 * HIDDEN * 8 * 15 / 16 / PORT),
+    # DeepEP: 15 × P_GPU over NVLink, pipelined with the other node's one copy over RDMA
+    (
+        "megatron:d16e16",
+        "deepep",
+        max(
+            4 * 48 * 4 * HIDDEN * 15 * P_GPU_16 / NVLINK,
+            4 * 48 * 4 * HIDDEN * 1 * P_NODE_2 / PORT,
+        ),
+    ),
+    # allgather: every token of the group's other 7 GPUs, gathered and reduce-scattered
+    ("megatron:d8e8", "allgather", 4 * 48 * 8 * HIDDEN * 7 / NVLINK),
+]
+
+
+@pytest.mark.parametrize(("spec", "dispatcher", "seconds"), EXPERT_TRAFFIC)
+def test_the_dispatcher_sets_the_expert_traffic(spec: str, dispatcher: str, seconds: float) -> None:
+    step = _step(spec, token_dispatcher=dispatcher)
+    name = "expert all-gather" if dispatcher == "allgather" else "expert all-to-all"
+    assert _seconds(step, name) == pytest.approx(seconds)
+
+
+def test_deepep_says_which_link_sets_the_time() -> None:
+    (term,) = (
+        t
+        for t in _step("megatron:d16e16", token_dispatcher="deepep").terms
+        if t.name == "expert all-to-all"
+    )
+    assert "under balanced routing" in term.formula
+    assert "NVLink and RDMA pipelined: the slower sets the time" in term.formula
+    # by hand: P(a node of 64 of 128 experts is reached by top-8) = 1 − 0.00344 = 0.997
+    assert "the other nodes: 0.997 of 2" in term.formula
+
+
+# --- selective recomputation's modules --------------------------------------------------------
+
+T = float(TOKENS)
+RECOMPUTED = [
+    # (model, module, term, the extra seconds the module adds over recomputing nothing)
+    # the dense MLP's GEMMs: 2 FLOPs × 3·4096·14336 weights × 32 layers per token
+    (LLAMA, "mlp", "compute", 2 * T * 176_160_768 * 32 / (8 * GEMM)),
+    # the attention core's forward: 2 matmuls × 2 FLOPs × q 4096 × s 8192 per token and
+    # layer, halved by the causal mask (megatron-core's count, speed.attention_flops)
+    (LLAMA, "core_attn", "compute", T * 2 * 2 * 4096 * 8192 / 2 * 32 / (8 * GEMM)),
+    # the two norms' 4h bytes, every layer
+    (LLAMA, "layernorm", "element-wise", 4 * 4096 * 32 * T / (8 * HBM)),
+    (LLAMA, "moe_act", "element-wise", 0.0),  # a dense model has no MoE activation
+    (LLAMA, "moe", "compute", 0.0),
+    # router 2048·128 + top-8 × 3·2048·768, 48 MoE layers
+    (QWEN_MOE, "moe", "compute", 2 * T * (262_144 + 37_748_736) * 48 / (8 * GEMM)),
+    # the activation's 8h bytes, every MoE layer
+    (QWEN_MOE, "moe_act", "element-wise", 8 * 2048 * 48 * T / (8 * HBM)),
+    (QWEN_MOE, "shared_experts", "compute", 0.0),  # none
+    (QWEN_MOE, "mla_up_proj", "compute", 0.0),  # not MLA
+    # one shared expert 3·7168·2048, 58 MoE layers
+    (DEEPSEEK, "shared_experts", "compute", 2 * T * 44_040_192 * 58 / (8 * GEMM)),
+    # kv_b 512 → 128 × (128 + 128), q_b 1536 → 128 × (128 + 64), 61 layers
+    (
+        DEEPSEEK,
+        "mla_up_proj",
+        "compute",
+        2 * T * (512 * 128 * 256 + 1536 * 128 * 192) * 61 / (8 * GEMM),
+    ),
+    # router 7168·256 + top-8 × 3·7168·2048 + the shared expert, 58 MoE layers
+    (
+        DEEPSEEK,
+        "moe",
+        "compute",
+        2 * T * (1_835_008 + 352_321_536 + 44_040_192) * 58 / (8 * GEMM),
+    ),
+    (DEEPSEEK, "mlp", "compute", 2 * T * 396_361_728 * 3 / (8 * GEMM)),  # 3 dense layers
+]
+
+
+@pytest.mark.parametrize(("arch", "module", "term", "extra"), RECOMPUTED)
+def test_each_recomputed_module_adds_its_forward(
+    arch: Architecture, module: str, term: str, extra: float
+) -> None:
+    nothing = _step("megatron:d8", arch, recompute="selective", recompute_modules=())
+    step = _step("megatron:d8", arch, recompute="selective", recompute_modules=(module,))
+    assert _seconds(step, term) - _seconds(nothing, term) == pytest.approx(extra, abs=1e-12)
+    others = {t.name for t in step.terms} - {term, "pipeline imbalance", "pipeline bubble"}
+    for name in others:  # no other term moves
+        assert _seconds(step, name) == pytest.approx(_seconds(nothing, name))
+
+
+def test_recomputing_the_moe_layer_repeats_its_all_to_alls() -> None:
+    # moe_layer.py l.599-612 checkpoints the MoE forward, dispatch and combine included
+    plain = _step("megatron:d8e8", recompute="selective", recompute_modules=("core_attn",))
+    again = _step("megatron:d8e8", recompute="selective", recompute_modules=("moe",))
+    assert _seconds(again, "expert all-to-all") == pytest.approx(
+        _seconds(plain, "expert all-to-all") * 6 / 4
+    )
+
+
+def test_the_modules_count_only_under_selective_recomputation() -> None:
+    assert _step("megatron:d8", recompute="selective", recompute_modules=()).seconds == (
+        pytest.approx(_step("megatron:d8", recompute="none").seconds)
+    )
+    assert _step("megatron:d8", recompute="full", recompute_modules=("moe",)).seconds == (
+        pytest.approx(_step("megatron:d8", recompute="full").seconds)
+    )
+    # megatron-core's default: the core attention
+    assert _step("megatron:d8", recompute="selective").seconds == pytest.approx(
+        _step("megatron:d8", recompute="selective", recompute_modules=("core_attn",)).seconds
+    )
+
+
+def test_an_unknown_module_or_dispatcher_is_refused() -> None:
+    with pytest.raises(AllocationValidationError) as info:
+        _step("megatron:d8", recompute="selective", recompute_modules=("attn",))
+    assert info.value.message == (
+        "recompute modules 'attn': must be among core_attn, moe_act, layernorm, mla_up_proj, "
+        "mlp, moe, shared_experts"
+    )
+    with pytest.raises(AllocationValidationError) as info:
+        _step("megatron:d8", token_dispatcher="flex")
+    assert info.value.message == (
+        "token dispatcher 'flex': must be one of alltoall, allgather, deepep"
+    )
+    with pytest.raises(AllocationValidationError) as info:
+        TrainingSettings(recompute_modules=("norm",))
+    assert info.value.message == (
+        "recompute_modules: 'norm' not among core_attn, moe_act, layernorm, mla_up_proj, mlp, "
+        "moe, shared_experts"
+    )
+
+
+# --- reading megatron.recompute_modules ---------------------------------------------------
+
+MODULE_READINGS: list[tuple[bool, dict[str, Any], str, tuple[str, ...]]] = [
+    # selective: the list as written; unset or null: megatron-core's ["core_attn"]
+    (
+        True,
+        {"recompute_granularity": "selective", "recompute_modules": ["moe_act", "layernorm"]},
+        "selective",
+        ("moe_act", "layernorm"),
+    ),
+    (True, {"recompute_granularity": "selective"}, "selective", ("core_attn",)),
+    (
+        True,
+        {"recompute_granularity": "selective", "recompute_modules": None},
+        "selective",
+        ("core_attn",),
+    ),
+    # an empty list: nothing recomputed (megatron-core checks only a non-empty list)
+    (True, {"recompute_granularity": "selective", "recompute_modules": []}, "selective", ()),
+    (
+        True,
+        {"recompute_granularity": "selective", "recompute_modules": ["moe", "moe"]},
+        "selective",
+        ("moe",),
+    ),
+    # full recomputation, or none: megatron-core does not look at the list
+    (True, {"recompute_modules": ["bogus"]}, "full", ("core_attn",)),
+    (
+        False,
+        {"recompute_granularity": "selective", "recompute_modules": ["bogus"]},
+        "none",
+        ("core_attn",),
+    ),
+]
+
+
+@pytest.mark.parametrize(("checkpointing", "megatron", "recompute", "modules"), MODULE_READINGS)
+def test_the_recompute_modules_are_read_and_carried(
+    checkpointing: bool, megatron: dict[str, Any], recompute: str, modules: tuple[str, ...]
+) -> None:
+    actor = {
+        "backend": "megatron:d8",
+        "gradient_checkpointing": checkpointing,
+        "megatron": megatron,
+    }
+    engine = read_experiment({"actor": actor})["actor"]
+    assert engine.training is not None
+    assert (engine.training.recompute, engine.training.recompute_modules) == (recompute, modules)
+    carried = training_settings(engine, RunConfig(), None, [])
+    assert (carried.recompute, carried.recompute_modules) == (recompute, modules)
+
+
+@pytest.mark.parametrize(
+    ("modules", "message"),
+    [
+        (
+            ["core_attn", "attn"],
+            "actor.megatron.recompute_modules: 'attn' not among megatron-core's core_attn, "
+            "moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts (its TransformerConfig "
+            "refuses it at start-up)",
+        ),
+        (
+            "layernorm",
+            "actor.megatron.recompute_modules='layernorm': must be a list of module names among "
+            "core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts, e.g. "
+            "[core_attn, layernorm]",
+        ),
+        (
+            {"layernorm": True},
+            "actor.megatron.recompute_modules={'layernorm': True}: must be a list of module "
+            "names among core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts, "
+            "e.g. [core_attn, layernorm]",
+        ),
+    ],
+)
+def test_an_unknown_recompute_module_is_one_line(modules: object, message: str) -> None:
+    actor = {
+        "backend": "megatron:d8",
+        "gradient_checkpointing": True,
+        "megatron": {"recompute_granularity": "selective", "recompute_modules": modules},
+    }
+    with pytest.raises(AllocationValidationError) as info:
+        read_experiment({"actor": actor})
+    assert info.value.message == message
