@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 
 from areal_alloc.architecture import Architecture
-from areal_alloc.estimate.execution import LORA_TARGETS
+from areal_alloc.estimate.execution import DEFAULT_RECOMPUTE_MODULES, LORA_TARGETS
 
 __all__ = [
     "activation_bytes_per_token",
@@ -34,8 +34,14 @@ def activation_bytes_per_token(
     dropout: bool,
     sequence_length: int,
     gathered_inputs: bool = False,
+    recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES,
 ) -> tuple[float, str]:
     """Bytes one token leaves stored in one layer, per GPU, and how they were counted.
+
+    ``recompute_modules``: what ``recompute="selective"`` recomputes (Megatron's names,
+    :data:`RECOMPUTE_MODULES`); each drops what the module stores and keeps its input
+    (:func:`_recomputed_bytes`). The one layer a backward re-materialises at a time is not
+    counted.
 
     ``gathered_inputs``: tensor parallelism by DTensor (torch.distributed.tensor.parallel,
     as the reference's FSDP engine and torchtitan apply it): the norms are sequence
@@ -92,8 +98,16 @@ def activation_bytes_per_token(
         split += per_f * arch.intermediate_size
         mlp = f"{kind} {per_f}·{arch.intermediate_size}"
     scores = 0
-    if recompute == "none" and not flash_attention:
+    modules = recompute_modules if recompute == "selective" else ()
+    attention_kept = recompute == "none" or (
+        recompute == "selective" and "core_attn" not in modules
+    )
+    if attention_kept and not flash_attention:
         scores = (5 if dropout else 2) * arch.num_attention_heads * sequence_length
+    dropped_replicated, dropped_split, dropped = _recomputed_bytes(arch, moe, modules, q, k, v)
+    stored = replicated  # before the recomputed modules, for the text
+    replicated -= dropped_replicated
+    split -= dropped_split
     if recompute == "full":
         return 2 * h / (tp if sequence_parallel else 1), f"2h = {2 * h} (full recomputation)"
     if recompute == "op":
@@ -112,8 +126,54 @@ def activation_bytes_per_token(
     else:
         per_token = replicated + (split + scores) / tp
         how = f"{replicated} + ({split} + {scores})/t{tp}"
-    text = f"2·(q{q} + k{k} + v{v} + o{proj}) + {mlp} + norms/inputs {replicated}: {how}"
-    return per_token, text
+    text = f"2·(q{q} + k{k} + v{v} + o{proj}) + {mlp} + norms/inputs {stored}" + (
+        f" − {dropped_replicated + dropped_split} recomputed ({dropped})" if dropped else ""
+    )
+    return per_token, f"{text}: {how}"
+
+
+def _recomputed_bytes(
+    arch: Architecture, moe: bool, modules: tuple[str, ...], q: int, k: int, v: int
+) -> tuple[int, int, str]:
+    """What selective recomputation's ``modules`` drop from a layer's stored bytes per token:
+    (of the replicated norms/inputs, of the tensor-split rest, what).
+
+    Megatron-core 0.17.0 (NVIDIA/Megatron-LM core_v0.17.0), Transformer Engine's layer spec
+    as the reference's mbridge and Megatron-LM build it:
+    - "layernorm" discards a norm's output, the next linear's saved input (2h), where the
+      norm is its own module (transformer_layer.py l.404-461: not an ``IdentityOp``): the
+      pre-MLP norm of a MoE layer, and an MLA layer's input norm; TE fuses the others into
+      the following linear (gpt_layer_specs.py l.305-328: ``linear_qkv=
+      column_parallel_layer_norm_linear()``, ``pre_mlp_layernorm=... if num_experts else
+      IdentityOp``);
+    - "moe_act" discards the routed experts' activation output, fc2's input (2f per copy;
+      moe/experts.py l.379-389 ``CheckpointWithoutOutput``);
+    - "mla_up_proj" discards MLA's up-projected q, k, v (2(q + k + v));
+    - "mlp" (a dense layer), "moe" and "shared_experts" checkpoint the module: all it
+      stores inside, its input kept (moe_layer.py l.599-612, l.450-460);
+    - "core_attn" drops the attention scores (counted where they are stored)."""
+    h = arch.hidden_size
+    per_f = 6 if arch.gated_mlp else 4
+    parts: list[tuple[str, int, int]] = []  # (module, replicated, split)
+    if "layernorm" in modules:
+        norms = (1 if moe else 0) + (1 if arch.is_mla else 0)
+        if norms:
+            parts.append(("layernorm", 2 * h * norms, 0))
+    if moe and "moe" in modules:
+        experts = arch.experts_per_token * (2 * h + per_f * arch.moe_intermediate_size)
+        inside = experts + per_f * arch.shared_expert_intermediate_size + 4 * arch.num_experts
+        parts.append(("moe", 0, inside))
+    else:
+        if moe and "moe_act" in modules:
+            parts.append(("moe_act", 0, arch.experts_per_token * 2 * arch.moe_intermediate_size))
+        if moe and "shared_experts" in modules and arch.shared_expert_intermediate_size:
+            parts.append(("shared_experts", 0, per_f * arch.shared_expert_intermediate_size))
+    if not moe and "mlp" in modules:
+        parts.append(("mlp", 0, per_f * arch.intermediate_size))
+    if arch.is_mla and "mla_up_proj" in modules:
+        parts.append(("mla_up_proj", 0, 2 * (q + k + v)))
+    what = ", ".join(f"{name} {rep + sp}" for name, rep, sp in parts)
+    return sum(p[1] for p in parts), sum(p[2] for p in parts), what
 
 
 def op_sac_bytes_per_token(

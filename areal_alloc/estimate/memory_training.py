@@ -23,7 +23,7 @@ from functools import lru_cache
 from areal_alloc.architecture import Architecture, ParameterCount
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.estimate.activations import activation_bytes_per_token, lora_parameters
-from areal_alloc.estimate.execution import TrainingSettings
+from areal_alloc.estimate.execution import DEFAULT_RECOMPUTE_MODULES, TrainingSettings
 from areal_alloc.estimate.memory import (
     PHASES,
     MemoryEstimate,
@@ -182,6 +182,10 @@ def _per_token(
             # FSDP and archon apply tensor parallelism by DTensor: the linears save
             # gathered inputs
             gathered_inputs=backend != "megatron",
+            # selective recomputation's modules (Megatron's recompute_modules)
+            recompute_modules=(
+                settings.recompute_modules if backend == "megatron" else DEFAULT_RECOMPUTE_MODULES
+            ),
         )
         for moe in (False, True)
     }

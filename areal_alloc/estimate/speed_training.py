@@ -265,12 +265,17 @@ def _recomputed_gemms(step: _TrainingShape) -> tuple[float, list[str]]:
 
 
 #: Of the 34·h bytes a layer's element-wise kernels write per token (Korthikanti et al.
-#: 2022, arXiv:2205.05198 §4.1): the two layer norms' 4h and the MLP activation's 8h
-#: (its input, 4h wide in GPT's MLP), the passes selective recomputation's "layernorm"
-#: and "moe_act" repeat (output-discarding checkpoints: megatron-core 0.17.0
+#: 2022, arXiv:2205.05198 §4.1): a layer norm's 2h (two of them, 4h) and the MLP
+#: activation's 8h (its input, 4h wide in GPT's MLP), the passes selective recomputation's
+#: "layernorm" and "moe_act" repeat (output-discarding checkpoints: megatron-core 0.17.0
 #: transformer_config.py l.494, "moe_act", "layernorm", and "mla_up_proj" use
-#: output-discarding checkpointing).
-_ELEMENTWISE_SHARE = {"layernorm": 4, "moe_act": 8}
+#: output-discarding checkpointing). "layernorm" recomputes only a norm that is its own
+#: module (transformer_layer.py l.404-461: not an ``IdentityOp``): in Transformer Engine's
+#: layer spec a MoE layer's pre-MLP norm and an MLA layer's input norm; the others are
+#: fused into the next linear (gpt_layer_specs.py l.305-328, ``linear_qkv=
+#: column_parallel_layer_norm_linear()``, ``pre_mlp_layernorm=... if num_experts else
+#: IdentityOp``; NVIDIA/Megatron-LM core_v0.17.0).
+_ELEMENTWISE_SHARE = {"layernorm": 2, "moe_act": 8}
 
 
 def _elementwise_term(step: _TrainingShape) -> StepTerm:
@@ -279,16 +284,17 @@ def _elementwise_term(step: _TrainingShape) -> StepTerm:
     for the backward (Korthikanti et al. 2022, arXiv:2205.05198 §4.1, eq. 1 without the
     5as/h of a materialised attention matrix, which flash attention never stores) and the
     backward reads them; full recomputation writes them once more, selective recomputation
-    of the layer norms (4h of them, every layer) or the MoE activation (8h, every MoE
-    layer) their share. Their time grows with h while the GEMMs' grows with h²: why
-    small models reach less of peak."""
+    of the layer norms (2h a norm, where it is its own module) or the MoE activation (8h,
+    every MoE layer) their share (:data:`_ELEMENTWISE_SHARE`). Their time grows with h
+    while the GEMMs' grows with h²: why small models reach less of peak."""
     arch, hardware, full = step.arch, step.hardware, step.recompute == "full"
     passes = 3 if full else 2
     h, layers = arch.hidden_size, arch.num_layers
     moved = passes * 34 * h * layers * step.tokens
     again = []
-    if step.recomputes("layernorm"):
-        again.append((_ELEMENTWISE_SHARE["layernorm"], layers, "the layer norms"))
+    norms = (arch.moe_layer_count if arch.is_moe else 0) + (layers if arch.is_mla else 0)
+    if step.recomputes("layernorm") and norms:
+        again.append((_ELEMENTWISE_SHARE["layernorm"], norms, "the unfused layer norms"))
     if step.recomputes("moe_act") and arch.is_moe:
         again.append((_ELEMENTWISE_SHARE["moe_act"], arch.moe_layer_count, "the MoE activation"))
     moved += sum(share * h * count * step.tokens for share, count, _ in again)

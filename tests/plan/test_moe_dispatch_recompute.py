@@ -191,8 +191,12 @@ RECOMPUTED = [
     # the attention core's forward: 2 matmuls × 2 FLOPs × q 4096 × s 8192 per token and
     # layer, halved by the causal mask (megatron-core's count, speed.attention_flops)
     (LLAMA, "core_attn", "compute", T * 2 * 2 * 4096 * 8192 / 2 * 32 / (8 * GEMM)),
-    # the two norms' 4h bytes, every layer
-    (LLAMA, "layernorm", "element-wise", 4 * 4096 * 32 * T / (8 * HBM)),
+    # Transformer Engine fuses a dense layer's two norms into the next linears: none again
+    (LLAMA, "layernorm", "element-wise", 0.0),
+    # a MoE layer's pre-MLP norm is its own module: 2h bytes, 48 MoE layers
+    (QWEN_MOE, "layernorm", "element-wise", 2 * 2048 * 48 * T / (8 * HBM)),
+    # MLA's input norm too: 2h × (61 layers + 58 MoE layers)
+    (DEEPSEEK, "layernorm", "element-wise", 2 * 7168 * (61 + 58) * T / (8 * HBM)),
     (LLAMA, "moe_act", "element-wise", 0.0),  # a dense model has no MoE activation
     (LLAMA, "moe", "compute", 0.0),
     # router 2048·128 + top-8 × 3·2048·768, 48 MoE layers
@@ -359,3 +363,71 @@ def test_an_unknown_recompute_module_is_one_line(modules: object, message: str) 
     with pytest.raises(AllocationValidationError) as info:
         read_experiment({"actor": actor})
     assert info.value.message == message
+
+
+# --- what the recomputed modules no longer store --------------------------------------------
+
+# one layer's bytes per token at t 1, flash attention, no dropout (activations.py: norm
+# inputs 4h + attention and MLP inputs 2h + 2h, 2·(q + k + v + o), the MLP's)
+QWEN_MOE_LAYER = 8 * 2048 + 2 * (4096 + 512 + 512 + 4096) + 8 * (2 * 2048 + 6 * 768) + 4 * 128
+LLAMA_LAYER = 8 * 4096 + 2 * (4096 + 1024 + 1024 + 4096) + 6 * 14336
+DEEPSEEK_MOE_LAYER = (
+    8 * 7168
+    + 2 * (24576 + 24576 + 16384 + 16384)  # MLA: q, k 128 × 192; v, o 128 × 128
+    + 8 * (2 * 7168 + 6 * 2048)
+    + 6 * 2048  # the shared expert
+    + 4 * 256
+)
+STORED = [
+    (QWEN_MOE, True, ("core_attn",), QWEN_MOE_LAYER),  # flash: no scores to drop (104,960)
+    (QWEN_MOE, True, ("moe_act",), QWEN_MOE_LAYER - 8 * 2 * 768),  # fc2's input, 8 copies
+    (QWEN_MOE, True, ("layernorm",), QWEN_MOE_LAYER - 2 * 2048),  # the pre-MLP norm's output
+    # the MoE layer's copies, their SwiGLU and the router logits; its input kept
+    (QWEN_MOE, True, ("moe",), QWEN_MOE_LAYER - 8 * (2 * 2048 + 6 * 768) - 4 * 128),
+    (QWEN_MOE, True, ("moe_act", "layernorm"), 104_960 - 12_288 - 4_096),  # ModelZoo's
+    (LLAMA, False, ("mlp",), LLAMA_LAYER - 6 * 14336),
+    (LLAMA, False, ("layernorm",), LLAMA_LAYER),  # fused into the linears: nothing
+    (LLAMA, False, ("moe", "moe_act", "shared_experts"), LLAMA_LAYER),  # a dense layer
+    (DEEPSEEK, True, ("mla_up_proj",), DEEPSEEK_MOE_LAYER - 2 * (24576 + 24576 + 16384)),
+    (DEEPSEEK, True, ("shared_experts",), DEEPSEEK_MOE_LAYER - 6 * 2048),
+    # MLA's input norm and the pre-MLP norm
+    (DEEPSEEK, True, ("layernorm",), DEEPSEEK_MOE_LAYER - 2 * 2 * 7168),
+]
+
+
+@pytest.mark.parametrize(("arch", "moe", "modules", "stored"), STORED)
+def test_a_recomputed_module_keeps_only_its_input(
+    arch: Architecture, moe: bool, modules: tuple[str, ...], stored: int
+) -> None:
+    from areal_alloc.estimate.activations import activation_bytes_per_token
+
+    per_token, _ = activation_bytes_per_token(
+        arch,
+        moe=moe,
+        tp=1,
+        sequence_parallel=False,
+        recompute="selective",
+        flash_attention=True,
+        dropout=False,
+        sequence_length=4096,
+        recompute_modules=modules,
+    )
+    assert per_token == stored
+
+
+def test_the_memory_estimate_drops_the_recomputed_modules() -> None:
+    from areal_alloc.estimate.memory_training import training_memory
+
+    alloc = ModelAllocation.from_str("megatron:d8")
+
+    def activations(modules: tuple[str, ...]) -> float:
+        settings = TrainingSettings(
+            recompute="selective", recompute_modules=modules, tokens_per_micro_batch=4096
+        )
+        estimate = training_memory("actor", "megatron", QWEN_MOE, alloc.parallel, settings, None)
+        return sum(t.bytes for t in estimate.terms if t.name == "activations")
+
+    # 48 MoE layers × 4,096 tokens × (12,288 + 4,096) bytes fewer
+    assert activations(()) - activations(("moe_act", "layernorm")) == pytest.approx(
+        48 * 4096 * 16_384
+    )
