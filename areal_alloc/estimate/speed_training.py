@@ -148,6 +148,12 @@ def training_step(
         if term is not None:
             terms.append(term)
     assumptions = _training_assumptions(backend, hardware, attention_kernel, attn_eff)
+    if token_dispatcher == "deepep" and arch.is_moe and parallel.ep_size > 1:
+        assumptions += (
+            f"DeepEP's traffic under balanced routing: each token's top-{arch.experts_per_token} "
+            f"distinct experts uniformly among the {arch.num_experts} (the balance the "
+            f"auxiliary loss and forced balancing aim at; skewed routing sends more)",
+        )
     return StepEstimate(
         tuple(terms), tokens_per_step, flops, step.world, hardware.peak_tflops, assumptions
     )

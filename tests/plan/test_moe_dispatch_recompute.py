@@ -431,3 +431,14 @@ def test_the_memory_estimate_drops_the_recomputed_modules() -> None:
     assert activations(()) - activations(("moe_act", "layernorm")) == pytest.approx(
         48 * 4096 * 16_384
     )
+
+
+def test_deepep_states_its_routing_assumption() -> None:
+    line = (
+        "DeepEP's traffic under balanced routing: each token's top-8 distinct experts uniformly "
+        "among the 128 (the balance the auxiliary loss and forced balancing aim at; skewed "
+        "routing sends more)"
+    )
+    assert line in _step("megatron:d8e8", token_dispatcher="deepep").assumptions
+    assert line not in _step("megatron:d8e8").assumptions
+    assert line not in _step("megatron:d8", token_dispatcher="deepep").assumptions  # e1
