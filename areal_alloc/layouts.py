@@ -497,6 +497,24 @@ class FastestLayouts:
 
 #: Speed terms that only expert parallelism adds (and that grow with it).
 _EXPERT_TERMS = ("expert all-to-all", "expert all-gather")
+#: The terms that change with e·etp inside a family besides the expert ones: the pipeline
+#: split weighs an MoE layer by its local experts (pipeline_split.reference_weights), so the
+#: slowest rank, and the bubble taken on its time, move with e.
+_PIPELINE_TERMS = ("pipeline imbalance", "pipeline bubble")
+
+
+def _family_bound(speed: StepEstimate) -> float:
+    """A lower bound on the step of every layout of a family (same d, c, p, t), from its
+    widest e·etp member: its terms but the expert and pipeline ones (the data-parallel term
+    only shrinks as e·etp grows), plus the bubble of the compute alone (the imbalance,
+    which depends on e, is never below 0)."""
+    seconds = {t.name: t.seconds for t in speed.terms if not t.hidden}
+    busy = seconds.get("compute", 0.0) + seconds.get("element-wise", 0.0)
+    imbalance = seconds.get("pipeline imbalance", 0.0)
+    bubble = seconds.get("pipeline bubble", 0.0)
+    bubble_floor = bubble * busy / (busy + imbalance) if busy + imbalance > 0 else 0.0
+    rest = sum(v for n, v in seconds.items() if n not in _EXPERT_TERMS + _PIPELINE_TERMS)
+    return rest + bubble_floor
 
 
 def fastest_layouts(
@@ -524,9 +542,11 @@ def fastest_layouts(
     training backend: the layouts of one family share d, c, p and t and differ in
     e and etp; every term of a step but the expert all-to-all is the same across
     the family except the data-parallel one, which only shrinks as e·etp grows
-    (fewer parameters per GPU). So the step of the family's largest e·etp without
-    its all-to-all is a lower bound for all of them, and a family whose bound is
-    no faster than the ``top``-th found so far is passed over unestimated; within
+    (fewer parameters per GPU), and the pipeline's imbalance and bubble (the split
+    weighs an MoE layer by its local experts). So the step of the family's largest
+    e·etp without those (:func:`_family_bound`) is a lower bound for all of them,
+    and a family whose bound is no faster than the ``top``-th found so far is passed
+    over unestimated; within
     a family, memory is estimated only for a layout fast enough to enter. An
     inference backend's few layouts are all estimated. At most ``limit`` valid
     layouts are searched, in the listing order; ``cut`` says the limit was hit.
@@ -597,9 +617,7 @@ def fastest_layouts(
         else:
             widest = max(built, key=lambda p: p.ep_size * p.etp_size)
         widest_speed = speed_of(widest)
-        bound = sum(
-            t.seconds for t in widest_speed.terms if t.name not in _EXPERT_TERMS and not t.hidden
-        )
+        bound = _family_bound(widest_speed)
         if beaten(bound):
             continue
         for offset, parallel in enumerate(members(family, built)):

@@ -66,8 +66,12 @@ def _problems(model: str, proposal: Proposal, shape: RunShape, unpadded: bool) -
             ),
         )
     )
-    if unpadded and sequence % (2 * p.cp_size) and p.cp_size > 1:
-        found.append(f"c{p.cp_size}: {sequence} is no multiple of 2·c = {2 * p.cp_size}")
+    # the reference pads each sequence to a multiple of 2·t·c (context_parallel_fits): a
+    # layout that pads more than 1 % of the sequence wastes that much of its compute
+    align = 2 * p.tp_size * p.cp_size
+    padded = -(-sequence // align) * align
+    if unpadded and p.cp_size > 1 and padded - sequence > sequence / 100:
+        found.append(f"c{p.cp_size}: {sequence} padded to {padded}, over 1 %")
     if shape.batch % p.dp_size:
         found.append(f"d{p.dp_size}: {shape.batch} sequences do not split evenly")
     return found
