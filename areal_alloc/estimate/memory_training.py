@@ -82,7 +82,13 @@ def training_memory(
     engine, assumptions = _engine(key, backend, arch, parallel, settings)
     pp = parallel.pp_size
     stages = [_stage_terms(engine, rank) for rank in _candidate_ranks(engine)]
-    rank, terms, by_phase = max(stages, key=lambda s: sum(t.bytes for t in s[1]))
+
+    def peak(stage: tuple[int, list[Term], dict[str, tuple[Term, ...]]]) -> int:
+        """A rank's peak over its phases (load included): what its GPU must hold at once."""
+        loading, _ = _load_phase(engine, stage[1])
+        return max(sum(t.bytes for t in ts) for ts in (loading, *stage[2].values()))
+
+    rank, terms, by_phase = max(stages, key=peak)  # the lowest rank of equal peaks
     if engine.split is not None:
         assumptions.append(
             f"most-loaded GPU: pipeline rank {rank} of {pp}, {engine.split.describe(rank)}; "

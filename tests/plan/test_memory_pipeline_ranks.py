@@ -7,13 +7,18 @@ rank named."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from areal_alloc.catalogue import find_model
 from areal_alloc.estimate.activations import activation_bytes_per_token
 from areal_alloc.estimate.execution import TrainingSettings
-from areal_alloc.estimate.memory_training import _engine, _stage_terms, training_memory
+from areal_alloc.estimate.memory_training import (
+    _engine,
+    _load_phase,
+    _stage_terms,
+    training_memory,
+)
 from areal_alloc.model import ModelAllocation
 
 QWEN3_8B = find_model("qwen/qwen3-8b")
@@ -156,6 +161,18 @@ def test_without_pipeline_parallelism_one_rank_holds_everything() -> None:
 _MODELS = ("qwen/qwen3-8b", "qwen/qwen3-0.6b", "qwen/qwen3-30b-a3b", "deepseek-ai/deepseek-v3")
 
 
+# found by Hypothesis: rank 1's terms summed (23.5 GB) count its gradients with its logits,
+# which never coexist; its peak, the backward phase, is 22.5 GB
+@example(
+    name="qwen/qwen3-8b",
+    backend="archon",
+    pp=2,
+    vpp=1,
+    ep=1,
+    micro_batches=1,
+    recompute="none",
+    lora=None,
+)
 @settings(max_examples=60, deadline=None)
 @given(
     name=st.sampled_from(_MODELS),
@@ -192,7 +209,13 @@ def test_the_weighed_ranks_find_the_heaviest_of_all(
     )
     estimate = training_memory("actor", backend, arch, parallel, training, None)
     engine, _ = _engine("actor", backend, arch, parallel, training)
-    totals = [sum(t.bytes for t in _stage_terms(engine, r)[1]) for r in range(pp)]
+
+    def peak(rank: int) -> int:  # the rank's largest phase, load included
+        _, terms, by_phase = _stage_terms(engine, rank)
+        loading, _ = _load_phase(engine, terms)
+        return max(sum(t.bytes for t in ts) for ts in (loading, *by_phase.values()))
+
+    totals = [peak(r) for r in range(pp)]
     heaviest = totals.index(max(totals))
     assert sum(t.bytes for t in estimate.terms) == max(totals)
     named = next(a for a in estimate.assumptions if a.startswith("most-loaded GPU"))
