@@ -23,7 +23,7 @@ holds the embedding and rank ``pp − 1`` the output layer and the loss.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from itertools import pairwise
 
@@ -86,23 +86,26 @@ class PipelineSplit:
         """The decoder layers on pipeline rank ``rank``."""
         return sum(self.stage_layers[s] for s in self.stages_of(rank))
 
-    def layer_ids(self, rank: int) -> tuple[int, ...]:
-        """The decoder layers (0-based, in model order) on pipeline rank ``rank``."""
+    def layer_ranges(self, rank: int) -> tuple[range, ...]:
+        """The decoder layers (0-based, in model order) on pipeline rank ``rank``, one range
+        per virtual stage."""
         starts = [0]
         for n in self.stage_layers:
             starts.append(starts[-1] + n)
-        return tuple(
-            i
-            for s in self.stages_of(rank)
-            for i in range(starts[s], starts[s] + self.stage_layers[s])
-        )
+        return tuple(range(starts[s], starts[s + 1]) for s in self.stages_of(rank))
+
+    def layer_ids(self, rank: int) -> tuple[int, ...]:
+        """The decoder layers (0-based, in model order) on pipeline rank ``rank``."""
+        return tuple(i for r in self.layer_ranges(rank) for i in r)
 
     def moe_layers_of(self, rank: int, first_dense_layers: int, moe: bool) -> int:
         """The mixture-of-experts layers on ``rank`` (layers from ``first_dense_layers`` on,
         for a model with experts)."""
         if not moe:
             return 0
-        return sum(1 for i in self.layer_ids(rank) if i >= first_dense_layers)
+        return sum(
+            max(0, r.stop - max(r.start, first_dense_layers)) for r in self.layer_ranges(rank)
+        )
 
     @property
     def heaviest_rank(self) -> int:
@@ -126,8 +129,21 @@ class PipelineSplit:
         return what
 
 
+#: The reference's programme takes stages × layers² steps (the sweep here stages × layers):
+#: beyond this many layers or stages (no published model has more than 126 layers) the
+#: split is megatron-core's even one, and its rule says so.
+MAX_SPLIT = 512
+
+
 def reference_split(arch: Architecture, pp: int, vpp: int = 1, ep: int = 1) -> PipelineSplit:
     """The layers per virtual stage as the reference's Megatron engine places them."""
+    if arch.num_layers > MAX_SPLIT or pp * vpp > MAX_SPLIT:
+        split = even_split(arch.num_layers, pp, vpp)
+        return replace(
+            split,
+            rule=f"{split.rule} (the reference's split is not computed beyond "
+            f"{MAX_SPLIT} layers or stages: {arch.num_layers:,} layers, {pp * vpp:,} stages)",
+        )
     weights, embedding, output = reference_weights(arch, ep)
     lengths = split_lengths(weights, embedding, output, pp * vpp)
     if not lengths:  # the reference falls back to megatron-core's default then

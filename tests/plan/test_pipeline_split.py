@@ -4,6 +4,7 @@ against a transcription of its own dynamic programme, and megatron-core's even s
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -172,3 +173,17 @@ def test_the_engine_rule() -> None:
         AllocationValidationError, match="layer split 'odd': must be one of areal, even"
     ):
         engine_split("megatron", arch, 4, rule="odd")
+
+
+def test_beyond_the_bound_the_split_is_even_and_says_so() -> None:
+    """The reference's programme is not run on absurd sizes (stages × layers² steps): a
+    config of four billion layers gets an answer, not a MemoryError."""
+    arch = replace(MODELS["qwen/qwen3-8b"].architecture, num_layers=4_040_796_000)
+    split = reference_split(arch, 4)
+    assert split.stage_layers == (1_010_199_000,) * 4
+    assert split.rule == (
+        "megatron-core's even split (the reference's split is not computed beyond 512 layers "
+        "or stages: 4,040,796,000 layers, 4 stages)"
+    )
+    assert split.moe_layers_of(3, 0, True) == 1_010_199_000
+    assert split.moe_layers_of(0, 1_010_199_001, True) == 0
