@@ -25,6 +25,7 @@ from areal_alloc.vocab import ENGINE_ORDER
 
 if TYPE_CHECKING:
     from areal_alloc.estimate.memory import MemoryEstimate
+    from areal_alloc.estimate.pipeline_split import PipelineSplit
     from areal_alloc.estimate.rl_step import Pace
 
 __all__ = [
@@ -50,6 +51,9 @@ class EnginePlan:
     memory: MemoryEstimate | None = None
     #: why there is no estimate: the key read and the model it names was not found
     not_estimated: str | None = None
+    #: a training engine's layers per pipeline rank (p > 1, its model known): the split
+    #: its memory estimate takes (``estimate.pipeline_split.engine_split``)
+    pipeline_split: PipelineSplit | None = None
 
     @property
     def gpus(self) -> int:
@@ -141,6 +145,7 @@ class Plan:
                     "note": e.note,
                     "not_estimated": e.not_estimated,
                     **_memory_dict(e.memory),
+                    "pipeline_split": e.pipeline_split.to_dict() if e.pipeline_split else None,
                 }
                 for e in self.engines
             ],
@@ -188,6 +193,7 @@ def _with_memory(
     """
     # loaded only for configs that name a model: a plain layout check stays light
     from areal_alloc.estimate.engines import estimate_memory, memory_problems
+    from areal_alloc.estimate.pipeline_split import engine_split
     from areal_alloc.estimate.rl_step import estimate_pace
 
     fit = estimate_memory(experiment, machine)
@@ -210,9 +216,25 @@ def _with_memory(
         f"{e.key} not estimated: {why}" for e, why in zip(engines, missing, strict=True) if why
     ]
     warnings = [*errors, *warnings, *not_estimated]
+    models = fit.models or (None,) * len(engines)
+    trainings = fit.training or (None,) * len(engines)
+    # each training engine's layers per pipeline rank, as its memory estimate splits them
+    splits = [
+        engine_split(
+            e.allocation.backend,
+            arch,
+            e.allocation.parallel.pp_size,
+            ts.virtual_pipeline,
+            e.allocation.parallel.ep_size,
+            ts.layer_split,
+        )
+        if arch is not None and ts is not None
+        else None
+        for e, arch, ts in zip(engines, models, trainings, strict=True)
+    ]
     engines = [
-        replace(e, memory=m, not_estimated=why)
-        for e, m, why in zip(engines, fit.estimates, missing, strict=True)
+        replace(e, memory=m, not_estimated=why, pipeline_split=split)
+        for e, m, why, split in zip(engines, fit.estimates, missing, splits, strict=True)
     ]
     gpu = fit.gpu
     pace = estimate_pace(experiment, fit.estimates, fit.models, fit.training, machine)

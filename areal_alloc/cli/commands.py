@@ -31,13 +31,20 @@ from areal_alloc.cli.estimates import (
     mean_gen_len_flag,
     memory_estimate,
     memory_flags,
+    pipeline_split_of,
     rank_flags,
     ranking,
     settings_of,
     speed_flags,
     suggest_command,
 )
-from areal_alloc.cli.render import not_estimated_lines, render_memory, render_plan, table
+from areal_alloc.cli.render import (
+    not_estimated_lines,
+    pipeline_lines,
+    render_memory,
+    render_plan,
+    table,
+)
 from areal_alloc.compose import compose_file, read_launch_args, script_args
 from areal_alloc.errors import AllocationError, AllocationValidationError, shown
 from areal_alloc.experiment.read import has_engines
@@ -165,6 +172,7 @@ def explain(args: list[str]) -> int:
         check_model_layout(ModelAllocation.from_str(ns.spec), ns.model)
     memory = memory_estimate(ModelAllocation.from_str(ns.spec), ns)
     speed = explain_speed(ModelAllocation.from_str(ns.spec), ns)
+    split = pipeline_split_of(ModelAllocation.from_str(ns.spec), ns)
     if ns.json:
         alloc = ModelAllocation.from_str(ns.spec)
         p = alloc.parallel
@@ -189,6 +197,7 @@ def explain(args: list[str]) -> int:
                     ],
                     "rank_groups": groups,
                     "rank_group_counts": counts,
+                    "pipeline_split": split.to_dict() if split else None,
                     "memory": memory.to_dict() if memory else None,
                     **(
                         {"kv_cache": memory.kv_cache.to_dict()}
@@ -203,6 +212,9 @@ def explain(args: list[str]) -> int:
         return 0
     text, refused = _explain_text(ns.spec, ns.order, ns.groups or 3)
     print(text)
+    if split is not None:  # the layers per pipeline rank, after the rank groups
+        print()
+        print("\n".join(pipeline_lines(split)))
     if memory is not None:
         print()
         print(render_memory(memory, f"memory per GPU ({ns.model}{gpu_named(ns)}; an estimate):"))

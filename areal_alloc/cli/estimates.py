@@ -41,6 +41,7 @@ from areal_alloc.estimate.execution import (
     training_settings,
 )
 from areal_alloc.estimate.memory import KVCache, MemoryEstimate, readable_bytes
+from areal_alloc.estimate.pipeline_split import PipelineSplit, engine_split
 from areal_alloc.estimate.rl_step import Pace
 from areal_alloc.estimate.speed import fit_decode, fit_training
 from areal_alloc.estimate.speed_inference import decode_step, generation
@@ -76,6 +77,7 @@ __all__ = [
     "mean_gen_len_flag",
     "memory_estimate",
     "memory_flags",
+    "pipeline_split_of",
     "rank_flags",
     "ranking",
     "settings_of",
@@ -256,6 +258,24 @@ def memory_estimate(alloc: ModelAllocation, ns: argparse.Namespace) -> MemoryEst
     training, inference = settings_from_flags(ns)
     return estimate_allocation(
         alloc, find_model(ns.model), gpu.capacity if gpu else None, training, inference
+    )
+
+
+def pipeline_split_of(alloc: ModelAllocation, ns: argparse.Namespace) -> PipelineSplit | None:
+    """The layers per pipeline rank of a training layout with p > 1 of ``--model``
+    (:func:`engine_split` with the settings' ``virtual_pipeline`` and ``layer_split``, as
+    the memory estimate splits them); None without a model, for p = 1 or inference."""
+    if not ns.model or alloc.is_inference or alloc.parallel.pp_size <= 1:
+        return None
+    training, _ = settings_from_flags(ns)
+    p = alloc.parallel
+    return engine_split(
+        alloc.backend,
+        find_model(ns.model),
+        p.pp_size,
+        training.virtual_pipeline,
+        p.ep_size,
+        training.layer_split,
     )
 
 

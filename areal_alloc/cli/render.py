@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from areal_alloc.estimate.memory import MemoryEstimate, readable_bytes
+from areal_alloc.estimate.pipeline_split import LISTED_RANK_STAGES, PipelineSplit
 from areal_alloc.format import describe_dims
 from areal_alloc.plan import Plan
 from areal_alloc.report._grid import MAX_ROWS, Cell, Gap, map_rows
@@ -10,6 +11,7 @@ from areal_alloc.report._grid import MAX_ROWS, Cell, Gap, map_rows
 __all__ = [
     "describe_dims",
     "not_estimated_lines",
+    "pipeline_lines",
     "render_memory",
     "render_plan",
     "symbols",
@@ -148,6 +150,20 @@ def _pace_lines(plan: Plan) -> list[str]:
     lines.append(f"  {pace.advice}")
     if pace.calibration:
         lines.append(f"  calibrated: {pace.calibration}")
+    return lines
+
+
+def pipeline_lines(split: PipelineSplit) -> list[str]:
+    """``explain``'s layers per pipeline rank: each listed rank's share
+    (:meth:`PipelineSplit.describe`), the ranks left out counted as the rank-group table
+    counts its groups (``… (N more)``)."""
+    where = "; virtual stage i runs on rank i mod p" if split.vpp > 1 else ""
+    lines = [f"pipeline stages ({split.rule}{where}):"]
+    listed = split.listed_ranks()
+    for n, rank in enumerate(listed):
+        if n and rank != listed[n - 1] + 1:
+            lines.append(f"  … ({rank - listed[n - 1] - 1:,} more)")
+        lines.append(f"  rank {rank}: {split.describe(rank, LISTED_RANK_STAGES)}")
     return lines
 
 

@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from itertools import pairwise
+from typing import Any
 
 from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationValidationError
@@ -33,6 +34,9 @@ from areal_alloc.errors import AllocationValidationError
 __all__ = [
     "AREAL_RULE",
     "EVEN_RULE",
+    "LISTED_RANKS",
+    "LISTED_RANK_STAGES",
+    "LISTED_STAGES",
     "SPLITS",
     "PipelineSplit",
     "engine_split",
@@ -50,6 +54,14 @@ EVEN_RULE = "megatron-core's even split"
 #: megatron-core's with ``account_for_embedding_in_pipeline_split`` and
 #: ``account_for_loss_in_pipeline_split`` (published runs of other launchers).
 SPLITS = ("areal", "even", "even-embedding-loss")
+
+#: Pipeline ranks ``explain`` (text and ``--json``) and the report list at most: past it,
+#: the first LISTED_RANKS − 1 and the last (the output layer's), the others counted.
+LISTED_RANKS = 32
+#: Virtual stages ``explain --json``'s ``stage_layers`` lists at most (the first ones).
+LISTED_STAGES = 256
+#: Virtual stages listed per rank at most (the first ones), in its text and its JSON.
+LISTED_RANK_STAGES = 16
 
 
 def engine_split(
@@ -113,20 +125,62 @@ class PipelineSplit:
         counts = [self.layers_of(r) for r in range(self.pp)]
         return counts.index(max(counts))
 
-    def describe(self, rank: int) -> str:
+    def describe(self, rank: int, limit: int | None = None) -> str:
         """One rank's share, e.g. ``11 of 94 layers (stages 7, 15, 23, 31: 3+3+3+2) + output
-        layer``."""
+        layer``; with ``limit``, its first ``limit`` virtual stages and how many more."""
         stages = self.stages_of(rank)
         total = sum(self.stage_layers)
-        parts = "+".join(str(self.stage_layers[s]) for s in stages)
+        listed = stages if limit is None else stages[:limit]
+        more = f", … ({len(stages) - len(listed):,} more)" if len(listed) < len(stages) else ""
+        parts = "+".join(str(self.stage_layers[s]) for s in listed) + ("+…" if more else "")
         what = f"{self.layers_of(rank)} of {total} layers"
         if len(stages) > 1:
-            what += f" (virtual stages {', '.join(map(str, stages))}: {parts})"
+            what += f" (virtual stages {', '.join(map(str, listed))}{more}: {parts})"
         if rank == 0:
             what += " + embedding"
         if rank == self.pp - 1:
             what += " + output layer"
         return what
+
+    def listed_ranks(self) -> tuple[int, ...]:
+        """The ranks listed (:data:`LISTED_RANKS`): every one, or the first ones and the
+        last."""
+        if self.pp <= LISTED_RANKS:
+            return tuple(range(self.pp))
+        return (*range(LISTED_RANKS - 1), self.pp - 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The split as ``explain --json`` prints it (``pipeline_split``) and the plan's JSON
+        holds it per engine: the layers of the first :data:`LISTED_STAGES` virtual stages,
+        and each listed rank (:meth:`listed_ranks`) with its layers, its first
+        :data:`LISTED_RANK_STAGES` virtual stages and whether it holds the embedding (rank
+        0) and the output layer (rank pp − 1); what is left out is counted."""
+        stages = self.pp * self.vpp
+        ranks = []
+        for rank in self.listed_ranks():
+            own = self.stages_of(rank)
+            listed = own[:LISTED_RANK_STAGES]
+            ranks.append(
+                {
+                    "rank": rank,
+                    "layers": self.layers_of(rank),
+                    "stages": list(listed),
+                    "stage_layers": [self.stage_layers[s] for s in listed],
+                    "stages_omitted": len(own) - len(listed),
+                    "embedding": rank == 0,
+                    "output": rank == self.pp - 1,
+                }
+            )
+        return {
+            "rule": self.rule,
+            "pp": self.pp,
+            "vpp": self.vpp,
+            "layers": sum(self.stage_layers),
+            "stage_layers": list(self.stage_layers[:LISTED_STAGES]),
+            "stage_layers_omitted": max(0, stages - LISTED_STAGES),
+            "ranks": ranks,
+            "ranks_omitted": self.pp - len(ranks),
+        }
 
 
 #: The reference's programme takes stages × layers² steps (the sweep here stages × layers):

@@ -6,7 +6,8 @@ lists ``explain --json`` prints, in Megatron's default order. The report draws a
 engine's first :data:`MAX_DRAWN_RANKS` ranks and embeds the first DRAWN groups of each
 kind (every group that holds a drawn rank starts below DRAWN) cut to the drawn ranks:
 for an engine of at most that many GPUs, exactly what ``explain SPEC --json`` lists
-(which stops at 16,384 ranks a kind; the page, at the drawn ranks).
+(which stops at 16,384 ranks a kind; the page, at the drawn ranks). An engine's layers per
+pipeline rank are the plan's ``pipeline_split``, ``explain SPEC --model M --json``'s.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ class EngineGroups:
     hybrid: bool
     #: why no groups are drawn (megatron-core refuses the order), or None
     refused: str | None = None
+    #: the layers per pipeline rank as the plan's JSON holds them (``explain --json``'s
+    #: ``pipeline_split``), or None (p = 1, or no model)
+    pipeline_split: dict[str, Any] | None = None
 
     @property
     def drawn(self) -> int:
@@ -59,6 +63,7 @@ class EngineGroups:
             "drawn": self.drawn,
             "kinds": self.kinds,
             "refused": self.refused,
+            "pipeline_split": self.pipeline_split,
         }
 
 
@@ -104,6 +109,7 @@ def engine_groups(plan: Mapping[str, Any]) -> list[EngineGroups]:
         drawn = min(parallel.world_size, MAX_DRAWN_RANKS)
         gpus = _gpus_of(plan, engine, drawn)
         hybrid = parallel.ep_size > 1 or parallel.etp_size > 1
+        split = engine.get("pipeline_split")
         try:
             # the first DRAWN groups of each kind (explain --json --groups DRAWN's): every
             # group that holds a drawn rank starts below DRAWN; each is read lazily, up to
@@ -119,6 +125,7 @@ def engine_groups(plan: Mapping[str, Any]) -> list[EngineGroups]:
                     {},
                     hybrid,
                     error.message,
+                    split,
                 )
             )
             continue
@@ -137,6 +144,14 @@ def engine_groups(plan: Mapping[str, Any]) -> list[EngineGroups]:
                 "complete": not summary.omitted and parallel.world_size <= drawn,
             }
         out.append(
-            EngineGroups(engine["key"], allocation.spec, parallel.world_size, gpus, kinds, hybrid)
+            EngineGroups(
+                engine["key"],
+                allocation.spec,
+                parallel.world_size,
+                gpus,
+                kinds,
+                hybrid,
+                pipeline_split=split,
+            )
         )
     return out

@@ -60,6 +60,7 @@ rect.gpu,rect.rank{stroke:#fff;stroke-width:1}rect.inst{fill:none;stroke:#111;st
 rect.rank{fill:#eee}rect.rank.hl{stroke:#000;stroke-width:2.5}
 fieldset{border:0;padding:0;margin:.3em 0}fieldset label{margin-right:1em;white-space:nowrap}
 .note{color:#555}.bad{color:#b00;font-weight:600}
+table.split{margin:.4em 0}table.split caption{text-align:left;color:#555;padding-bottom:2px}
 pre{overflow:auto;max-height:30em;background:#f6f6f6}
 """
 
@@ -393,6 +394,41 @@ def _rank_cells(engine: EngineGroups, per_node: int) -> tuple[list[str], int, in
     return parts, _LABEL + columns * _PITCH, _TOP + len(rows) * _PITCH
 
 
+def _split_table(split: Mapping[str, Any] | None) -> str:
+    """An engine's layers per pipeline rank (the plan's ``pipeline_split``, as
+    ``explain SPEC --model M --json`` prints it): a row per listed rank, the ranks left out
+    counted; "" without one (p = 1, or no model)."""
+    if not split:
+        return ""
+    where = "; virtual stage i runs on rank i mod p" if split["vpp"] > 1 else ""
+    rows: list[str] = []
+    previous = -1
+    for r in split["ranks"]:
+        if r["rank"] != previous + 1:
+            rows.append(f'<tr><td colspan="4">… ({r["rank"] - previous - 1:,} more)</td></tr>')
+        previous = r["rank"]
+        stages = ", ".join(f"{s}: {n}" for s, n in zip(r["stages"], r["stage_layers"], strict=True))
+        if r["stages_omitted"]:
+            stages += f", … ({r['stages_omitted']:,} more)"
+        holds = " + ".join(
+            name
+            for name, on in (("embedding", r["embedding"]), ("output layer", r["output"]))
+            if on
+        )
+        layers = f"{r['layers']:,} of {split['layers']:,}"
+        rows.append(
+            f'<tr class="stage" data-rank="{h(r["rank"])}" data-layers="{h(r["layers"])}">'
+            f"<td>{h(r['rank'])}</td><td>{h(layers)}</td><td>{h(stages)}</td>"
+            f"<td>{h(holds)}</td></tr>"
+        )
+    return (
+        f'<table class="split"><caption>Layers per pipeline rank ({h(split["rule"])}{where}); '
+        "pipeline rank r is the r-th rank of each pp group</caption>"
+        "<tr><th>pipeline rank</th><th>layers</th><th>virtual stage: layers</th>"
+        "<th>also holds</th></tr>" + "".join(rows) + "</table>"
+    )
+
+
 def _groups_section(plan: Mapping[str, Any], groups: Sequence[EngineGroups]) -> str:
     per_node = plan["cluster"]["n_gpus_per_node"]
     if not groups:
@@ -415,7 +451,9 @@ def _groups_section(plan: Mapping[str, Any], groups: Sequence[EngineGroups]) -> 
             f"({engine.world:,} ranks{cut})</h3>"
         )
         if engine.refused:
-            out.append(f'<p class="bad">{h(engine.refused)}</p></div>')
+            out.append(
+                f'<p class="bad">{h(engine.refused)}</p>{_split_table(engine.pipeline_split)}</div>'
+            )
             continue
         if not engine.kinds:
             out.append("<p>Every group has one rank (a single GPU).</p></div>")
@@ -444,7 +482,7 @@ def _groups_section(plan: Mapping[str, Any], groups: Sequence[EngineGroups]) -> 
                 f"group is kept here; every group: "
                 f"<code>areal-alloc explain {h(engine.spec)} --json</code>.</p>"
             )
-        out.append("</div>")
+        out.append(_split_table(engine.pipeline_split) + "</div>")
     return "".join(out)
 
 

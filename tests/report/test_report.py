@@ -494,3 +494,58 @@ def test_a_placement_of_many_runs_is_embedded_cut_and_counted(main_cli: MainCli)
         k: v for k, v in plan.items() if k != "placements"
     }
     assert "(49,000 left out, counted in <code>gpu_ranges_omitted</code>)" in html
+
+
+#: A Megatron actor of 4 pipeline ranks with 2 virtual stages each, its reference model
+#: (megatron:d2p4 too, vpp 1) colocated: Qwen2.5-7B's 28 layers.
+PIPELINED = (
+    "experiment=grpo_2x8",
+    "actor.backend=megatron:d2p4",
+    "++actor.megatron.virtual_pipeline_parallel_size=2",
+)
+
+
+def test_the_layers_per_pipeline_rank_are_explain_jsons(main_cli: MainCli) -> None:
+    plan = plan_of(main_cli, *PIPELINED)
+    page = Page(html_of(main_cli, *PIPELINED))
+    groups = {g["key"]: g for g in json.loads(page.by_id("rank-groups").text)}
+    splits = {e["key"]: e["pipeline_split"] for e in plan["engines"] if e["pipeline_split"]}
+    assert set(splits) == {"actor", "ref"}
+    # the ref's split (vpp 1) is explain --json's: Qwen2.5-7B p4 is 6, 8, 8, 6 (the table of
+    # tests/plan/test_pipeline_split.py)
+    explained = json.loads(
+        run(
+            main_cli, "explain", "megatron:d2p4", "--model", "Qwen/Qwen2.5-7B-Instruct", "--json"
+        ).stdout
+    )["pipeline_split"]
+    assert splits["ref"] == explained
+    assert explained["stage_layers"] == [6, 8, 8, 6]
+    # the actor's 8 virtual stages: the embedding (152,064 × 3,584 ≈ 545M) weighs about 2.3
+    # layers (≈ 233M each), so the middle stages hold 4 (932M; 5 would be 1,165M) and the
+    # first and last 2 (2 × 233M + 545M ≈ 1,011M, the heaviest); rank r runs stages r and
+    # r + 4: 2 + 4, 4 + 4, 4 + 4, 4 + 2
+    actor = splits["actor"]
+    assert (actor["vpp"], actor["stage_layers"]) == (2, [2, 4, 4, 4, 4, 4, 4, 2])
+    assert [r["layers"] for r in actor["ranks"]] == [6, 8, 8, 6]
+    assert [r["stages"] for r in actor["ranks"]] == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    # the embedded groups and the table of each engine show the plan's split
+    current = None
+    rows: dict[str, list[tuple[int, int]]] = {}
+    for element in page.elements:
+        if element.tag == "div" and "groups" in element.attrs.get("class", "").split():
+            current = element.attrs["data-engine"]
+        elif current and element.tag == "tr" and "stage" in element.attrs.get("class", ""):
+            rows.setdefault(current, []).append(
+                (int(element.attrs["data-rank"]), int(element.attrs["data-layers"]))
+            )
+    for key, split in splits.items():
+        assert groups[key]["pipeline_split"] == split
+        assert rows[key] == [(r["rank"], r["layers"]) for r in split["ranks"]]
+    assert "rollout" not in rows
+
+
+def test_no_split_table_for_p_1(main_cli: MainCli) -> None:
+    overrides = ("experiment=grpo_2x8", "actor.backend=megatron:d4t2")
+    plan = plan_of(main_cli, *overrides)
+    assert all(e["pipeline_split"] is None for e in plan["engines"])
+    assert not Page(html_of(main_cli, *overrides)).select("table", "split")

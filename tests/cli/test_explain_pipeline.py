@@ -1,0 +1,185 @@
+"""``explain SPEC --model M``'s layers per pipeline rank (text and ``--json``): the
+reference's parameter-balanced split for its Megatron engine, megatron-core's even split
+for archon, nothing for p = 1 or without a model, a huge p cut and counted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from areal_alloc.catalogue import MODELS
+from areal_alloc.cli.render import pipeline_lines
+from areal_alloc.estimate.pipeline_split import (
+    LISTED_RANK_STAGES,
+    LISTED_RANKS,
+    LISTED_STAGES,
+    even_split,
+    reference_split,
+)
+from tests.conftest import MainCli
+
+QWEN3_8B = MODELS["qwen/qwen3-8b"]
+
+#: The section's lines. Qwen3-8B p4: the reference's split is 7, 11, 11, 7 (the table of
+#: tests/plan/test_pipeline_split.py, checked there against the reference's own programme;
+#: 7 + 11 + 11 + 7 = 36 layers); archon takes megatron-core's even split, 36 / 4 = 9 each.
+SECTIONS = [
+    (
+        ["megatron:d2p4t2"],
+        [
+            "pipeline stages (the reference's parameter-balanced split):",
+            "  rank 0: 7 of 36 layers + embedding",
+            "  rank 1: 11 of 36 layers",
+            "  rank 2: 11 of 36 layers",
+            "  rank 3: 7 of 36 layers + output layer",
+        ],
+    ),
+    (
+        ["archon:d2p4t2"],
+        [
+            "pipeline stages (megatron-core's even split):",
+            "  rank 0: 9 of 36 layers + embedding",
+            "  rank 1: 9 of 36 layers",
+            "  rank 2: 9 of 36 layers",
+            "  rank 3: 9 of 36 layers + output layer",
+        ],
+    ),
+]
+
+
+def _section(out: str) -> list[str]:
+    """The pipeline section of explain's text: its header to the next blank line."""
+    lines = out.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("pipeline stages (")]
+    if not starts:
+        return []
+    (start,) = starts
+    end = lines.index("", start) if "" in lines[start:] else len(lines)
+    return lines[start:end]
+
+
+@pytest.mark.parametrize(("args", "expected"), SECTIONS)
+def test_the_section_after_the_rank_groups(
+    args: list[str], expected: list[str], main_cli: MainCli
+) -> None:
+    ran = main_cli("explain", *args, "--model", "Qwen3-8B", "--gpu", "H100-80GB")
+    assert ran.returncode == 0, ran.stderr
+    assert _section(ran.stdout) == expected
+    lines = ran.stdout.splitlines()
+    # after the rank-group table, before the memory estimate
+    assert lines.index("  tp-cp     2     8      [0, 1] [2, 3] [4, 5] … (5 more)") < lines.index(
+        expected[0]
+    )
+    assert lines.index(expected[0]) < next(
+        i for i, line in enumerate(lines) if line.startswith("memory per GPU")
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["megatron:d2p4t2"],  # no model: no architecture, no split (as no memory)
+        ["megatron:d8t2", "--model", "Qwen3-8B"],  # p = 1
+        ["fsdp:d8", "--model", "Qwen3-8B"],
+        ["sglang:d2t4", "--model", "Qwen3-8B"],  # inference
+    ],
+)
+def test_no_section_without_a_split(args: list[str], main_cli: MainCli) -> None:
+    ran = main_cli("explain", *args)
+    assert ran.returncode == 0, ran.stderr
+    assert _section(ran.stdout) == []
+    explained = json.loads(main_cli("explain", *args, "--json").stdout)
+    assert explained["pipeline_split"] is None
+
+
+def test_the_json_split(main_cli: MainCli) -> None:
+    ran = main_cli("explain", "megatron:d2p4t2", "--model", "Qwen3-8B", "--json")
+    assert ran.returncode == 0, ran.stderr
+    split = json.loads(ran.stdout)["pipeline_split"]
+
+    def rank(r: int, layers: int) -> dict[str, Any]:
+        return {
+            "rank": r,
+            "layers": layers,
+            "stages": [r],
+            "stage_layers": [layers],
+            "stages_omitted": 0,
+            "embedding": r == 0,
+            "output": r == 3,
+        }
+
+    assert split == {
+        "rule": "the reference's parameter-balanced split",
+        "pp": 4,
+        "vpp": 1,
+        "layers": 36,
+        "stage_layers": [7, 11, 11, 7],
+        "stage_layers_omitted": 0,
+        "ranks": [rank(0, 7), rank(1, 11), rank(2, 11), rank(3, 7)],
+        "ranks_omitted": 0,
+    }
+
+
+def test_virtual_stages_per_rank() -> None:
+    # Qwen3-8B p8 vpp4 (tests/plan/test_pipeline_split.py: stage 0 holds none, stages 1–27
+    # one layer each, 28–30 three, 31 none): rank r runs stages r, r+8, r+16, r+24, so
+    # rank 0 holds 0+1+1+1 = 3, rank 4 holds 1+1+1+3 = 6 and rank 7 holds 1+1+1+0 = 3
+    split = reference_split(QWEN3_8B.architecture, 8, 4)
+    lines = pipeline_lines(split)
+    assert lines[0] == (
+        "pipeline stages (the reference's parameter-balanced split; "
+        "virtual stage i runs on rank i mod p):"
+    )
+    assert lines[1] == "  rank 0: 3 of 36 layers (virtual stages 0, 8, 16, 24: 0+1+1+1) + embedding"
+    assert lines[5] == "  rank 4: 6 of 36 layers (virtual stages 4, 12, 20, 28: 1+1+1+3)"
+    assert lines[8] == (
+        "  rank 7: 3 of 36 layers (virtual stages 7, 15, 23, 31: 1+1+1+0) + output layer"
+    )
+    assert [r["layers"] for r in split.to_dict()["ranks"]] == [3, 4, 4, 4, 6, 6, 6, 3]
+    assert split.to_dict()["ranks"][4]["stage_layers"] == [1, 1, 1, 3]
+
+
+def test_many_virtual_stages_per_rank_are_cut() -> None:
+    # 2 ranks of 40 virtual stages of one layer each (80 layers, megatron-core's even split)
+    split = even_split(80, 2, 40)
+    line = pipeline_lines(split)[1]
+    shown = ", ".join(str(2 * i) for i in range(LISTED_RANK_STAGES))
+    plus = "+".join(["1"] * LISTED_RANK_STAGES)
+    assert line == (
+        f"  rank 0: 40 of 80 layers (virtual stages {shown}, … (24 more): {plus}+…) + embedding"
+    )
+    rank = split.to_dict()["ranks"][0]
+    assert (len(rank["stages"]), rank["stages_omitted"]) == (LISTED_RANK_STAGES, 40 - 16)
+
+
+@pytest.fixture
+def deep_model(tmp_path: Path) -> Path:
+    """Qwen3-8B's config.json with 4,096 layers: 2,048 pipeline ranks of 2 layers."""
+    path = tmp_path / "deep" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({**QWEN3_8B.config, "num_hidden_layers": 4096}))
+    return path
+
+
+def test_a_huge_p_is_cut_and_counted(deep_model: Path, main_cli: MainCli) -> None:
+    ran = main_cli("explain", "megatron:p2048", "--model", str(deep_model))
+    assert ran.returncode == 0, ran.stderr
+    section = _section(ran.stdout)
+    # beyond 512 stages megatron-core's even split: 4,096 / 2,048 = 2 layers a rank; the
+    # first 31 ranks, the 2,048 − 32 = 2,016 left out, and the last
+    assert section[0].startswith("pipeline stages (megatron-core's even split (")
+    assert section[1] == "  rank 0: 2 of 4096 layers + embedding"
+    assert section[2:31] == [f"  rank {r}: 2 of 4096 layers" for r in range(1, 30)]
+    assert section[-2:] == ["  … (2,016 more)", "  rank 2047: 2 of 4096 layers + output layer"]
+    assert len(section) == 1 + LISTED_RANKS + 1
+    out = main_cli("explain", "megatron:p2048", "--model", str(deep_model), "--json").stdout
+    split = json.loads(out)["pipeline_split"]
+    assert [r["rank"] for r in split["ranks"]] == [*range(31), 2047]
+    assert split["ranks_omitted"] == 2048 - 32
+    assert split["stage_layers"] == [2] * LISTED_STAGES
+    assert split["stage_layers_omitted"] == 2048 - 256
+    assert [r["output"] for r in split["ranks"][-2:]] == [False, True]
+    assert len(json.dumps(split, indent=1)) < 8_000
