@@ -23,11 +23,13 @@ __all__ = [
     "MICRO_BATCHES",
     "MICRO_BATCH_TOKENS",
     "MOE_ENABLE_DEEPEP",
+    "MOE_SHARED_EXPERT_OVERLAP",
     "NEW_TOKENS",
     "OPTIMIZER_DTYPE",
     "PPO_MINIBATCHES",
     "PROMPT_TOKENS",
     "RECOMPUTE",
+    "RECOMPUTE_NUM_LAYERS",
     "REFERENCE_COMMIT",
     "REFERENCE_DEFAULTS",
     "SAMPLES",
@@ -111,6 +113,11 @@ MOE_ENABLE_DEEPEP = False
 #: MegatronEngineConfig.moe_token_dispatcher_type (981; "Options: 'allgather','alltoall'
 #: and 'flex'.")
 TOKEN_DISPATCHER = "alltoall"
+#: MegatronEngineConfig.moe_shared_expert_overlap (973)
+MOE_SHARED_EXPERT_OVERLAP = False
+#: MegatronEngineConfig.recompute_num_layers (967; passed to megatron-core with
+#: gradient_checkpointing, which refuses a number under selective granularity)
+RECOMPUTE_NUM_LAYERS: int | None = 1
 #: AgentConfig.mode (2359)
 AGENT_MODE = "inline"
 
@@ -223,6 +230,16 @@ REFERENCE_DEFAULTS: tuple[ReferenceDefault, ...] = (
         "<engine>.megatron.moe_token_dispatcher_type",
         TOKEN_DISPATCHER,
         f"{_CLI_ARGS} MegatronEngineConfig.moe_token_dispatcher_type (981)",
+    ),
+    ReferenceDefault(
+        "<engine>.megatron.moe_shared_expert_overlap",
+        MOE_SHARED_EXPERT_OVERLAP,
+        f"{_CLI_ARGS} MegatronEngineConfig.moe_shared_expert_overlap (973)",
+    ),
+    ReferenceDefault(
+        "<engine>.megatron.recompute_num_layers",
+        RECOMPUTE_NUM_LAYERS,
+        f"{_CLI_ARGS} MegatronEngineConfig.recompute_num_layers (967)",
     ),
     ReferenceDefault("rollout.agent.mode", AGENT_MODE, f"{_CLI_ARGS} AgentConfig.mode (2359)"),
 )

@@ -110,6 +110,9 @@ class MegatronConfig:
     #: the MoE token dispatcher and DeepEP (the start-up rules; TrainingSettings)
     moe_enable_deepep: bool | None = None
     moe_token_dispatcher_type: str | None = None
+    #: the recompute_modules start-up rules (megatron-core's TransformerConfig)
+    recompute_num_layers: int | None = None
+    moe_shared_expert_overlap: bool | None = None
     ddp: DistributedDataParallelConfig = field(default_factory=DistributedDataParallelConfig)
 
 

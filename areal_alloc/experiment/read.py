@@ -182,6 +182,12 @@ class TrainConfig:
     #: ``megatron.recompute_modules`` when ``recompute`` is selective (:data:`RECOMPUTE_
     #: MODULES`; unset: megatron-core's default, the core attention)
     recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES
+    #: ``megatron.recompute_num_layers`` (``defaults.RECOMPUTE_NUM_LAYERS``; None: null), read
+    #: when ``recompute`` is selective, where megatron-core refuses a number (the start-up rules)
+    recompute_num_layers: int | None = defaults.RECOMPUTE_NUM_LAYERS
+    #: ``megatron.moe_shared_expert_overlap`` (MegatronEngineConfig, ``defaults.
+    #: MOE_SHARED_EXPERT_OVERLAP``)
+    moe_shared_expert_overlap: bool = defaults.MOE_SHARED_EXPERT_OVERLAP
 
 
 @dataclass(frozen=True, slots=True)
@@ -766,6 +772,27 @@ def _recompute_modules(megatron: object, path: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))  # a name given twice recomputes once
 
 
+def _recompute_num_layers(megatron: object, path: str) -> int | None:
+    """``<engine>.megatron.recompute_num_layers`` (``defaults.RECOMPUTE_NUM_LAYERS`` unset,
+    None when null): MegatronEngineConfig's ``int | None`` (areal/api/cli_args.py l.967 at
+    cbff54d6). Under selective granularity megatron-core takes only None (a start-up rule)."""
+    if megatron is None or "recompute_num_layers" not in keys(megatron):
+        return defaults.RECOMPUTE_NUM_LAYERS
+    from areal_alloc.numbers import read_int
+
+    value = child(megatron, "recompute_num_layers")
+    if value is None:  # null (a strict schema's unset key too: areal-alloc does not refuse it)
+        return None
+    key = f"{path}.megatron.recompute_num_layers"
+    try:
+        return read_int(value, key, minimum=0, maximum=MAX_COUNT)
+    except AllocationValidationError:
+        raise AllocationValidationError(
+            f"{key}={shown(value)}: must be null or a whole number (selective recomputation "
+            f"takes null)"
+        ) from None
+
+
 def _token_dispatcher(megatron: object, path: str) -> str:
     """``<engine>.megatron.moe_token_dispatcher_type`` (``defaults.TOKEN_DISPATCHER`` unset).
 
@@ -804,8 +831,10 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
         granularity = _text(megatron, "recompute_granularity", "full")
         recompute = "selective" if granularity == "selective" else "full"
     modules = DEFAULT_RECOMPUTE_MODULES
+    recompute_layers = defaults.RECOMPUTE_NUM_LAYERS
     if recompute == "selective":
         modules = _recompute_modules(megatron, path)
+        recompute_layers = _recompute_num_layers(megatron, path)
     mb_spec = section(node, "mb_spec", f"{path}.mb_spec")
     tokens = whole_number(mb_spec, "max_tokens_per_mb", f"{path}.mb_spec.max_tokens_per_mb")
     count = whole_number(mb_spec, "n_mbs", f"{path}.mb_spec.n_mbs")
@@ -840,6 +869,12 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
         f"{path}.megatron.moe_enable_deepep",
     )
     dispatcher = _token_dispatcher(megatron, path)
+    shared_overlap = _flag(
+        megatron,
+        "moe_shared_expert_overlap",
+        defaults.MOE_SHARED_EXPERT_OVERLAP,
+        f"{path}.megatron.moe_shared_expert_overlap",
+    )
     return TrainConfig(
         dtype=_text(node, "dtype", defaults.DTYPE),
         optimizer=optimizer,
@@ -863,6 +898,8 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
         moe_enable_deepep=deepep,
         token_dispatcher=dispatcher,
         recompute_modules=modules,
+        recompute_num_layers=recompute_layers,
+        moe_shared_expert_overlap=shared_overlap,
     )
 
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from areal_alloc.errors import AllocationValidationError, shown
 
 if TYPE_CHECKING:
+    from areal_alloc.architecture import Architecture
     from areal_alloc.experiment.read import Engine, Experiment, StartupConfig, TrainConfig
 
 
@@ -311,6 +312,124 @@ def moe_dispatcher_is_known(run: Run) -> str | None:
     return None
 
 
+# --- Megatron's selective recompute_modules, as mbridge builds megatron-core's config -----------
+# With ``gradient_checkpointing`` (only then), MegatronEngine._build_hf_mcore_bridge
+# (areal/engine/megatron_engine.py l.722-729 at cbff54d6) hands recompute_granularity,
+# recompute_method, recompute_num_layers, distribute_saved_activations and recompute_modules to
+# mbridge's ``set_extra_args`` first, before the MoE settings (l.732-750); each call rebuilds
+# megatron-core's TransformerConfig at once (mbridge/core/bridge.py l.538-546, ISEEKYAN/mbridge
+# @310e8fb), whose __post_init__ (megatron/core/transformer/transformer_config.py,
+# NVIDIA/Megatron-LM core_v0.17.0) checks under ``recompute_granularity == "selective"``:
+# recompute_num_layers None (l.1346-1352), the module names (l.1363-1378: the reader refuses an
+# unknown one, read._recompute_modules), moe_act needs moe_grouped_gemm (l.1380-1383),
+# mla_up_proj needs multi_latent_attention (l.1385-1389), shared_experts refuses
+# moe_shared_expert_overlap on a model with shared experts (l.1399-1406). mbridge's configs set
+# moe_grouped_gemm=True for every MoE family (qwen2moe.py l.74, qwen3moe.py l.21,
+# deepseek_v3.py l.146, glm4moe.py l.136, mixtral.py l.107) and leave megatron-core's False for
+# dense ones (qwen2.py, qwen3.py, llama.py: _build_base_config without it); only DeepSeek-V3
+# builds MLATransformerConfig (deepseek_v3.py l.102, multi_latent_attention=True,
+# transformer_config.py l.2251); every family with shared experts sets
+# moe_shared_expert_overlap=True itself (qwen2moe.py l.73, deepseek_v3.py l.145,
+# glm4moe.py l.150, qwen3_5/qwen3_5_vl_bridge.py l.318), and the first call carries no
+# ``moe_shared_expert_overlap`` of the reference's. megatron-bridge builds its provider another
+# way (areal/models/mcore/registry.py l.444-450): not checked here.
+
+
+def _selective_mbridge(run: Run) -> list[tuple[Engine, TrainConfig]]:
+    """The mbridge engines whose megatron-core config gets selective recomputation."""
+    return [
+        (engine, training)
+        for engine, training in _mbridge_engines(run)
+        if training.gradient_checkpointing and training.recompute == "selective"
+    ]
+
+
+def selective_recompute_needs_no_layer_count(run: Run) -> str | None:
+    """Selective granularity takes ``recompute_num_layers: null`` (transformer_config.py
+    l.1346-1352); the reference's default is 1 (areal/api/cli_args.py l.967)."""
+    for engine, training in _selective_mbridge(run):
+        layers = training.recompute_num_layers
+        if layers is None:
+            continue
+        path = engine.path
+        return (
+            f"{path}.megatron.recompute_granularity='selective' with {path}.megatron."
+            f"recompute_num_layers={layers}: megatron-core's TransformerConfig raises 'When "
+            f"using recompute_granularity: selective recompute_num_layers must be None.' when "
+            f"mbridge builds {engine.backend_key}={engine.spec!r}; set "
+            f"{path}.megatron.recompute_num_layers=null"
+        )
+    return None
+
+
+def _architecture(engine: Engine) -> Architecture | None:
+    """The engine's model, when found here (a model not found is not checked)."""
+    try:
+        return engine.model.architecture()[0]
+    except AllocationValidationError:  # the model checks say what is wrong with it
+        return None
+
+
+def moe_act_recompute_needs_experts(run: Run) -> str | None:
+    """``moe_act`` needs moe_grouped_gemm (l.1380-1383), which mbridge sets for MoE models only."""
+    for engine, training in _selective_mbridge(run):
+        if "moe_act" not in training.recompute_modules:
+            continue
+        arch = _architecture(engine)
+        if arch is None or arch.num_experts:
+            continue
+        path = engine.path
+        return (
+            f"{path}.megatron.recompute_modules={shown(list(training.recompute_modules))} has "
+            f"'moe_act' but {engine.backend_key}={engine.spec!r} runs a dense model: mbridge "
+            f"leaves megatron-core's moe_grouped_gemm false for it, and its TransformerConfig "
+            f"raises 'moe_act in recompute_modules is only supported with moe_grouped_gemm.'; "
+            f"drop 'moe_act' from {path}.megatron.recompute_modules"
+        )
+    return None
+
+
+def mla_up_proj_recompute_needs_mla(run: Run) -> str | None:
+    """``mla_up_proj`` needs multi_latent_attention (l.1385-1389): DeepSeek-V3's MLA only."""
+    for engine, training in _selective_mbridge(run):
+        if "mla_up_proj" not in training.recompute_modules:
+            continue
+        arch = _architecture(engine)
+        if arch is None or arch.kv_lora_rank:
+            continue
+        path = engine.path
+        return (
+            f"{path}.megatron.recompute_modules={shown(list(training.recompute_modules))} has "
+            f"'mla_up_proj' but the model of {engine.backend_key}={engine.spec!r} has no "
+            f"multi-latent attention (kv_lora_rank 0): megatron-core's TransformerConfig raises "
+            f"'mla_up_proj in recompute_modules is only supported with multi_latent_attention.' "
+            f"when mbridge builds it; drop 'mla_up_proj' from {path}.megatron.recompute_modules"
+        )
+    return None
+
+
+def shared_experts_recompute_refuses_overlap(run: Run) -> str | None:
+    """``shared_experts`` refuses moe_shared_expert_overlap (l.1399-1406), which mbridge sets
+    for every model with shared experts before the reference's own setting reaches it."""
+    for engine, training in _selective_mbridge(run):
+        if "shared_experts" not in training.recompute_modules:
+            continue
+        arch = _architecture(engine)
+        if arch is None or not arch.shared_expert_intermediate_size:
+            continue
+        path = engine.path
+        return (
+            f"{path}.megatron.recompute_modules={shown(list(training.recompute_modules))} has "
+            f"'shared_experts' but the model of {engine.backend_key}={engine.spec!r} has shared "
+            f"experts, for which mbridge sets moe_shared_expert_overlap=True before "
+            f"{path}.megatron.moe_shared_expert_overlap is applied: megatron-core's "
+            f"TransformerConfig raises 'shared_experts recompute cannot work with "
+            f"--moe-shared-expert-overlap.'; drop 'shared_experts' from "
+            f"{path}.megatron.recompute_modules"
+        )
+    return None
+
+
 def versions_are_known(run: Run) -> str | None:
     """``_version`` is 'v1' or 'v2' (TrainEngineConfig / InferenceEngineConfig.__post_init__)."""
     for key in ("actor", "critic", "ref", "rollout"):
@@ -562,6 +681,26 @@ RULES: tuple[Rule, ...] = (
         "megatron engine with use_lora needs megatron.bridge_type megatron-bridge",
         "areal/engine/megatron_engine.py MegatronEngine.__init__ (line 475)",
         megatron_lora_needs_megatron_bridge,
+    ),
+    Rule(
+        "mbridge, selective recomputation: megatron.recompute_num_layers is null",
+        "areal/engine/megatron_engine.py MegatronEngine._build_hf_mcore_bridge (lines 722-729)",
+        selective_recompute_needs_no_layer_count,
+    ),
+    Rule(
+        "mbridge, selective recomputation: recompute_modules moe_act needs a MoE model",
+        "areal/engine/megatron_engine.py MegatronEngine._build_hf_mcore_bridge (lines 722-729)",
+        moe_act_recompute_needs_experts,
+    ),
+    Rule(
+        "mbridge, selective recomputation: recompute_modules mla_up_proj needs MLA",
+        "areal/engine/megatron_engine.py MegatronEngine._build_hf_mcore_bridge (lines 722-729)",
+        mla_up_proj_recompute_needs_mla,
+    ),
+    Rule(
+        "mbridge, selective recomputation: no recompute_modules shared_experts with shared experts",
+        "areal/engine/megatron_engine.py MegatronEngine._build_hf_mcore_bridge (lines 722-729)",
+        shared_experts_recompute_refuses_overlap,
     ),
     Rule(
         "mbridge: megatron.moe_enable_deepep needs moe_token_dispatcher_type flex",

@@ -212,3 +212,35 @@ def test_the_reference_loads_the_dispatcher_keys_the_rules_read(
         "areal-alloc: actor.megatron.moe_enable_deepep=true with "
         "actor.megatron.moe_token_dispatcher_type='alltoall': "
     )
+
+
+def test_the_reference_loads_the_recompute_keys_the_rules_read(
+    tmp_path: Path, wheel: Path, app_in_process: AppRun
+) -> None:
+    # <engine>.megatron.recompute_num_layers / recompute_modules / moe_shared_expert_overlap
+    # are MegatronEngineConfig's own keys (areal/api/cli_args.py l.965-973): the hook reads
+    # them and hands them over unchanged
+    folder = _configs(tmp_path / "conf", CASES["moe_32"])
+    keys = [
+        "++actor.gradient_checkpointing=true",
+        "++actor.megatron.recompute_granularity=selective",
+        "++actor.megatron.recompute_modules=[core_attn,layernorm]",
+        "++actor.megatron.moe_shared_expert_overlap=false",
+        "++actor.megatron.recompute_num_layers=null",
+    ]
+    (given,) = _jobs(_run(app_in_process, folder, wheel, *keys))
+    assert given == _composed(folder, keys)
+    assert given["actor"]["megatron"] == {
+        "recompute_granularity": "selective",
+        "recompute_modules": ["core_attn", "layernorm"],
+        "moe_shared_expert_overlap": False,
+        "recompute_num_layers": None,
+    }
+    # and without recompute_num_layers=null (the reference's 1) the rule speaks first
+    refused = _run(app_in_process, folder, wheel, *keys[:-1])
+    assert refused.returncode == 1
+    assert "LOADED" not in refused.stdout
+    assert refused.stderr.startswith(
+        "areal-alloc: actor.megatron.recompute_granularity='selective' with "
+        "actor.megatron.recompute_num_layers=1: "
+    )

@@ -667,3 +667,52 @@ def test_the_settings_take_the_three_dispatchers_only() -> None:
     assert info.value.message == (
         "token_dispatcher='flex': must be one of alltoall, allgather, deepep"
     )
+
+
+# what the recompute_modules start-up rules read: megatron.recompute_num_layers under selective
+# recomputation (MegatronEngineConfig ``int | None = 1``, areal/api/cli_args.py l.967 at
+# cbff54d6; null is None) and megatron.moe_shared_expert_overlap (``bool = False``, l.973)
+RECOMPUTE_KEY_READINGS: list[tuple[bool, dict[str, Any], int | None, bool]] = [
+    (True, {"recompute_granularity": "selective"}, 1, False),  # the reference's defaults
+    (True, {"recompute_granularity": "selective", "recompute_num_layers": None}, None, False),
+    (True, {"recompute_granularity": "selective", "recompute_num_layers": "2"}, 2, False),
+    (True, {"recompute_granularity": "selective", "recompute_num_layers": 0}, 0, False),
+    # full granularity, or none: not read (megatron-core checks it against the layers)
+    (True, {"recompute_num_layers": None, "moe_shared_expert_overlap": "true"}, 1, True),
+    (False, {"recompute_granularity": "selective", "recompute_num_layers": None}, 1, False),
+]
+
+
+@pytest.mark.parametrize(("checkpointing", "megatron", "layers", "overlap"), RECOMPUTE_KEY_READINGS)
+def test_the_recompute_rules_keys_are_read(
+    checkpointing: bool, megatron: dict[str, Any], layers: int | None, overlap: bool
+) -> None:
+    actor = {
+        "backend": "megatron:d8",
+        "gradient_checkpointing": checkpointing,
+        "megatron": megatron,
+    }
+    training = read_experiment({"actor": actor})["actor"].training
+    assert training is not None
+    assert (training.recompute_num_layers, training.moe_shared_expert_overlap) == (layers, overlap)
+
+
+@pytest.mark.parametrize(
+    ("megatron", "message"),
+    [
+        (
+            {"recompute_granularity": "selective", "recompute_num_layers": "all"},
+            "actor.megatron.recompute_num_layers='all': must be null or a whole number "
+            "(selective recomputation takes null)",
+        ),
+        (
+            {"moe_shared_expert_overlap": "sometimes"},
+            "actor.megatron.moe_shared_expert_overlap='sometimes': must be true or false",
+        ),
+    ],
+)
+def test_a_wrong_recompute_rules_key_is_one_line(megatron: dict[str, Any], message: str) -> None:
+    actor = {"backend": "megatron:d8", "gradient_checkpointing": True, "megatron": megatron}
+    with pytest.raises(AllocationValidationError) as info:
+        read_experiment({"actor": actor})
+    assert info.value.message == message

@@ -37,6 +37,22 @@ MEGATRON_LORA: dict[str, Any] = {
     "megatron": {"bridge_type": "megatron-bridge"},
 }
 
+#: selective recomputation as megatron-core takes it (recompute_num_layers null)
+SELECTIVE: dict[str, Any] = {"recompute_granularity": "selective", "recompute_num_layers": None}
+
+
+def _selective(megatron: dict[str, Any], path: str | None = None) -> dict[str, Any]:
+    """A Megatron actor with gradient checkpointing and ``megatron`` (selective unless said)."""
+    actor: dict[str, Any] = {
+        "backend": "megatron:d8",
+        "gradient_checkpointing": True,
+        "megatron": {"recompute_granularity": "selective", **megatron},
+    }
+    if path is not None:
+        actor["path"] = path
+    return cfg(rollout={"backend": "vllm:d8"}, actor=actor)
+
+
 # rule -> (config the reference refuses, our exact message, the nearest config it starts)
 REFUSED: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
     (  # areal/api/cli_args.py BaseExperimentConfig.__post_init__
@@ -250,6 +266,59 @@ REFUSED: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
                 "path": "Qwen/Qwen3-8B",
                 "megatron": {"moe_token_dispatcher_type": "all2all"},
             },
+        ),
+    ),
+    (  # megatron_engine.py _build_hf_mcore_bridge l.722-729 → mbridge set_extra_args →
+        # megatron-core 0.17.0 TransformerConfig.__post_init__ (transformer_config.py
+        # l.1346-1352); recompute_num_layers defaults to 1 (areal/api/cli_args.py l.967)
+        "mbridge, selective recomputation: megatron.recompute_num_layers is null",
+        _selective({}),
+        "actor.megatron.recompute_granularity='selective' with "
+        "actor.megatron.recompute_num_layers=1: megatron-core's TransformerConfig raises 'When "
+        "using recompute_granularity: selective recompute_num_layers must be None.' when mbridge "
+        "builds actor.backend='megatron:d8'; set actor.megatron.recompute_num_layers=null",
+        _selective({"recompute_num_layers": None}),
+    ),
+    (  # the same __post_init__ l.1380-1383: mbridge's qwen3.py leaves moe_grouped_gemm False
+        "mbridge, selective recomputation: recompute_modules moe_act needs a MoE model",
+        _selective(SELECTIVE | {"recompute_modules": ["core_attn", "moe_act"]}, "Qwen/Qwen3-8B"),
+        "actor.megatron.recompute_modules=['core_attn', 'moe_act'] has 'moe_act' but "
+        "actor.backend='megatron:d8' runs a dense model: mbridge leaves megatron-core's "
+        "moe_grouped_gemm false for it, and its TransformerConfig raises 'moe_act in "
+        "recompute_modules is only supported with moe_grouped_gemm.'; drop 'moe_act' from "
+        "actor.megatron.recompute_modules",
+        # mbridge's qwen3moe.py sets moe_grouped_gemm=True (l.21)
+        _selective(
+            SELECTIVE | {"recompute_modules": ["core_attn", "moe_act"]}, "Qwen/Qwen3-30B-A3B"
+        ),
+    ),
+    (  # l.1385-1389: only DeepSeek-V3's MLATransformerConfig has multi_latent_attention
+        "mbridge, selective recomputation: recompute_modules mla_up_proj needs MLA",
+        _selective(SELECTIVE | {"recompute_modules": ["mla_up_proj"]}, "Qwen/Qwen3-30B-A3B"),
+        "actor.megatron.recompute_modules=['mla_up_proj'] has 'mla_up_proj' but the model of "
+        "actor.backend='megatron:d8' has no multi-latent attention (kv_lora_rank 0): "
+        "megatron-core's TransformerConfig raises 'mla_up_proj in recompute_modules is only "
+        "supported with multi_latent_attention.' when mbridge builds it; drop 'mla_up_proj' "
+        "from actor.megatron.recompute_modules",
+        _selective(SELECTIVE | {"recompute_modules": ["mla_up_proj"]}, "deepseek-ai/DeepSeek-V3"),
+    ),
+    (  # l.1399-1406: mbridge's deepseek_v3.py sets moe_shared_expert_overlap=True (l.145)
+        # before the reference's moe_shared_expert_overlap (false) reaches it
+        "mbridge, selective recomputation: no recompute_modules shared_experts with shared experts",
+        _selective(
+            SELECTIVE | {"recompute_modules": ["shared_experts"]}, "deepseek-ai/DeepSeek-V3"
+        ),
+        "actor.megatron.recompute_modules=['shared_experts'] has 'shared_experts' but the model "
+        "of actor.backend='megatron:d8' has shared experts, for which mbridge sets "
+        "moe_shared_expert_overlap=True before actor.megatron.moe_shared_expert_overlap is "
+        "applied: megatron-core's TransformerConfig raises 'shared_experts recompute cannot "
+        "work with --moe-shared-expert-overlap.'; drop 'shared_experts' from "
+        "actor.megatron.recompute_modules",
+        # Qwen3-30B-A3B has no shared expert: megatron-core checks only a model with one
+        _selective(
+            SELECTIVE
+            | {"recompute_modules": ["shared_experts"], "moe_shared_expert_overlap": True},
+            "Qwen/Qwen3-30B-A3B",
         ),
     ),
     (  # areal/trainer/rl_trainer.py _validate_cfg
@@ -701,7 +770,8 @@ def test_the_strict_schema_declares_every_key_the_rules_read(tmp_path: Any) -> N
         "  _version: v1\n  enable_delta_weight_update: false\n  ppo_n_minibatches: 1\n"
         "  init_from_scratch: false\n  fsdp: {memory_efficient_load: true}\n  offload: false\n"
         "  megatron: {bridge_type: megatron-bridge, moe_enable_deepep: false,\n"
-        "    moe_token_dispatcher_type: alltoall}\n"
+        "    moe_token_dispatcher_type: alltoall, recompute_num_layers: null,\n"
+        "    moe_shared_expert_overlap: false}\n"
     )
     with initialize_config_dir(str(conf), version_base=None):
         cfg = compose("strict")
@@ -877,3 +947,148 @@ def test_check_and_the_hook_refuse_deepep_without_flex(
     )
     extra = [] if argv[0] == "check" else [f"+{flex}"]
     assert main([*(a.replace("{exp}", str(exp)) for a in argv), *extra]) == 0
+
+
+# --- Megatron's selective recompute_modules (rules.moe_act_recompute_needs_experts …) -------
+
+# configs the reference's Megatron engine builds (megatron-core 0.17.0 TransformerConfig)
+RECOMPUTE_THAT_RUNS: list[dict[str, Any]] = [
+    # no gradient_checkpointing: the reference passes no recompute setting to mbridge
+    # (megatron_engine.py l.722), so megatron-core's recompute_granularity stays None
+    cfg(
+        rollout={"backend": "vllm:d8"},
+        actor={
+            "backend": "megatron:d8",
+            "path": "Qwen/Qwen3-8B",
+            "megatron": {
+                "recompute_granularity": "selective",
+                "recompute_modules": ["moe_act", "mla_up_proj"],
+            },
+        },
+    ),
+    # full granularity: megatron-core looks at neither the list nor recompute_num_layers=1
+    _selective(
+        {"recompute_granularity": "full", "recompute_modules": ["moe_act", "shared_experts"]},
+        "deepseek-ai/DeepSeek-V3",
+    ),
+    _selective({"recompute_granularity": "full", "recompute_modules": ["mla_up_proj"]}),
+    # selective with megatron-core's default [core_attn], or nothing, on a dense model
+    _selective(SELECTIVE, "Qwen/Qwen3-8B"),
+    _selective(SELECTIVE | {"recompute_modules": []}, "Qwen/Qwen3-8B"),
+    _selective(
+        SELECTIVE | {"recompute_modules": ["core_attn", "layernorm", "mlp"]}, "Qwen/Qwen3-8B"
+    ),
+    # ModelZoo's selective (moe_act, layernorm) on a MoE model mbridge builds with grouped GEMM
+    _selective(SELECTIVE | {"recompute_modules": ["moe_act", "layernorm"]}, "Qwen/Qwen3-30B-A3B"),
+    # DeepSeek-V3: MLA, grouped GEMM; everything but shared_experts
+    _selective(
+        SELECTIVE | {"recompute_modules": ["mla_up_proj", "moe_act", "moe", "layernorm"]},
+        "deepseek-ai/DeepSeek-V3",
+    ),
+    # a model not found here is not checked
+    _selective(SELECTIVE | {"recompute_modules": ["moe_act", "mla_up_proj"]}, "org/unknown-model"),
+    # an FSDP engine's megatron section is not read by its engine
+    cfg(
+        rollout={"backend": "vllm:d8"},
+        actor={
+            "backend": "fsdp:d8",
+            "path": "Qwen/Qwen3-8B",
+            "gradient_checkpointing": True,
+            "megatron": {"recompute_granularity": "selective", "recompute_modules": ["moe_act"]},
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize("config", RECOMPUTE_THAT_RUNS)
+def test_the_recompute_modules_the_reference_builds(config: dict[str, Any]) -> None:
+    assert validate(config, on_memory="off").warnings == ()
+
+
+def test_recompute_num_layers_is_refused_before_the_modules_as_megatron_core_checks() -> None:
+    # TransformerConfig.__post_init__ checks recompute_num_layers (l.1346) before the modules
+    # (l.1380), and the recompute settings reach mbridge before the MoE ones (l.722 < l.750)
+    config = _selective(
+        {"recompute_modules": ["moe_act"], "moe_enable_deepep": True}, "Qwen/Qwen3-8B"
+    )
+    with pytest.raises(AllocationValidationError) as info:
+        validate(config, on_memory="off")
+    assert info.value.message.startswith(
+        "actor.megatron.recompute_granularity='selective' with "
+        "actor.megatron.recompute_num_layers=1: "
+    )
+    # then the modules, before DeepEP's dispatcher
+    config["actor"]["megatron"]["recompute_num_layers"] = None
+    with pytest.raises(AllocationValidationError) as info:
+        validate(config, on_memory="off")
+    assert info.value.message.startswith("actor.megatron.recompute_modules=['moe_act'] has ")
+
+
+def test_the_critic_is_checked_too() -> None:
+    config = cfg(
+        rollout={"backend": "vllm:d4"},
+        actor={"backend": "megatron:d4", "path": "Qwen/Qwen3-8B"},
+        critic={
+            "backend": "megatron:d8",
+            "path": "Qwen/Qwen3-8B",
+            "gradient_checkpointing": True,
+            "megatron": SELECTIVE | {"recompute_modules": ["mla_up_proj"]},
+        },
+    )
+    with pytest.raises(AllocationValidationError) as info:
+        validate(config, on_memory="off")
+    assert info.value.message.startswith(
+        "critic.megatron.recompute_modules=['mla_up_proj'] has 'mla_up_proj' but the model of "
+        "critic.backend='megatron:d8' has no multi-latent attention"
+    )
+
+
+MOE_ACT_MESSAGE = (
+    "actor.megatron.recompute_modules=['core_attn', 'moe_act'] has 'moe_act' but "
+    "actor.backend='megatron:d4t2' runs a dense model: mbridge leaves megatron-core's "
+    "moe_grouped_gemm false for it, and its TransformerConfig raises 'moe_act in "
+    "recompute_modules is only supported with moe_grouped_gemm.'; drop 'moe_act' from "
+    "actor.megatron.recompute_modules"
+)
+HOOK_RECOMPUTE = [
+    "experiment=moe_32",
+    "actor.backend=megatron:d4t2",
+    "+actor.path=Qwen/Qwen3-8B",
+    "+actor.gradient_checkpointing=true",
+    "+actor.megatron.recompute_granularity=selective",
+    "+actor.megatron.recompute_num_layers=null",
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["check", "--quiet", "{exp}"], f"areal-alloc check: {MOE_ACT_MESSAGE}"),
+        (  # the hook, through the areal-alloc app's own experiment with a dense model
+            HOOK_RECOMPUTE,
+            f"areal-alloc: {MOE_ACT_MESSAGE}",
+        ),
+    ],
+)
+def test_check_and_the_hook_refuse_moe_act_on_a_dense_model(
+    argv: list[str], message: str, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from areal_alloc.cli import main
+
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(
+        "cluster: {n_nodes: 6, n_gpus_per_node: 8}\n"
+        "rollout: {backend: 'sglang:d2t8'}\n"
+        "actor:\n  backend: 'megatron:d4t2'\n  path: Qwen/Qwen3-8B\n"
+        "  gradient_checkpointing: true\n"
+        "  megatron:\n    recompute_granularity: selective\n    recompute_num_layers: null\n"
+        "    recompute_modules: [core_attn, moe_act]\n"
+    )
+    hook = argv[0] != "check"
+    modules = ["+actor.megatron.recompute_modules=[core_attn,moe_act]"] if hook else []
+    assert main([*(a.replace("{exp}", str(exp)) for a in argv), *modules]) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == message
+    # and without moe_act both start
+    exp.write_text(exp.read_text().replace("[core_attn, moe_act]", "[core_attn, layernorm]"))
+    modules = ["+actor.megatron.recompute_modules=[core_attn,layernorm]"] if hook else []
+    assert main([*(a.replace("{exp}", str(exp)) for a in argv), *modules]) == 0
