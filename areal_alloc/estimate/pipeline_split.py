@@ -133,7 +133,7 @@ class PipelineSplit:
         listed = stages if limit is None else stages[:limit]
         more = f", … ({len(stages) - len(listed):,} more)" if len(listed) < len(stages) else ""
         parts = "+".join(str(self.stage_layers[s]) for s in listed) + ("+…" if more else "")
-        what = f"{self.layers_of(rank)} of {total} layers"
+        what = f"{self.layers_of(rank):,} of {total:,} layers"
         if len(stages) > 1:
             what += f" (virtual stages {', '.join(map(str, listed))}{more}: {parts})"
         if rank == 0:

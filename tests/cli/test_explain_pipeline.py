@@ -171,9 +171,9 @@ def test_a_huge_p_is_cut_and_counted(deep_model: Path, main_cli: MainCli) -> Non
     # beyond 512 stages megatron-core's even split: 4,096 / 2,048 = 2 layers a rank; the
     # first 31 ranks, the 2,048 − 32 = 2,016 left out, and the last
     assert section[0].startswith("pipeline stages (megatron-core's even split (")
-    assert section[1] == "  rank 0: 2 of 4096 layers + embedding"
-    assert section[2:31] == [f"  rank {r}: 2 of 4096 layers" for r in range(1, 30)]
-    assert section[-2:] == ["  … (2,016 more)", "  rank 2047: 2 of 4096 layers + output layer"]
+    assert section[1] == "  rank 0: 2 of 4,096 layers + embedding"
+    assert section[2:31] == [f"  rank {r}: 2 of 4,096 layers" for r in range(1, 30)]
+    assert section[-2:] == ["  … (2,016 more)", "  rank 2047: 2 of 4,096 layers + output layer"]
     assert len(section) == 1 + LISTED_RANKS + 1
     out = main_cli("explain", "megatron:p2048", "--model", str(deep_model), "--json").stdout
     split = json.loads(out)["pipeline_split"]
