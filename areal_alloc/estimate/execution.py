@@ -239,7 +239,8 @@ class TrainingSettings:
     micro_batches: int | None = None  # None: enough to fill the pipeline
     virtual_pipeline: int = 1
     #: how the layers are split over the pipeline stages (pipeline_split.SPLITS): the
-    #: reference's own rule ("areal") for every config of the reference
+    #: reference's own rule ("areal"), megatron-core's even one for its megatron-bridge
+    #: (training_settings: _layer_split)
     layer_split: str = "areal"
     offload_params: bool = False  # FSDP CPU offload of parameters and optimizer
     flash_attention: bool = True  # never stores the a·s² attention scores
@@ -414,6 +415,31 @@ def token_dispatcher(engine: Engine) -> str:
     return defaults.TOKEN_DISPATCHER
 
 
+def _layer_split(engine: Engine) -> str:
+    """How the engine's layers are split over its pipeline stages (pipeline_split.SPLITS).
+
+    megatron-bridge: megatron-core's even split. The reference sets its parameter-balanced
+    layout (configure_pipeline_layer_splits, areal/engine/megatron_engine.py l.494) on
+    ``tf_config``, which for megatron-bridge is ``bridge.transformer_config``
+    (areal/models/mcore/registry.py make_hf_and_mcore_config l.353, AReaL cbff54d6), a property
+    building a fresh provider and config on each access (megatron-bridge v0.4.0, src/megatron/
+    bridge/models/conversion/auto_bridge.py l.1279-1286); make_mcore_model builds the model
+    from another new provider (registry.py l.426), with account_for_embedding/loss_in_pipeline_
+    split False (l.452-453) and no layout or first/last stage sizes copied, so megatron-core's
+    get_num_layers_to_build gives every stage num_layers / (p·vpp) layers
+    (megatron/core/transformer/transformer_block.py l.151-170, NVIDIA/Megatron-LM
+    core_v0.17.0). Otherwise the reference's own rule.
+    """
+    read = engine.training
+    if (
+        read is not None
+        and engine.allocation.backend == "megatron"
+        and read.bridge_type == "megatron-bridge"
+    ):
+        return "even"
+    return "areal"
+
+
 def training_settings(
     engine: Engine, run: RunConfig, reserve: int | None, notes: list[str]
 ) -> TrainingSettings:
@@ -421,6 +447,15 @@ def training_settings(
     read, path = engine.training or TrainConfig(), engine.path
     if read.optimizer_assumed:
         notes.append(f"{path}.optimizer unset: assumed adam (the run trains {engine.key})")
+    if (
+        read.recompute_unasked and read.optimizer is not None
+    ):  # a forward-only one recomputes nothing
+        notes.append(
+            f"{path}.gradient_checkpointing=false, but with {path}.megatron.bridge_type="
+            f"'megatron-bridge' the reference's Megatron engine recomputes anyway: estimated "
+            f"with {read.recompute} recomputation (its megatron.recompute_granularity; null "
+            f"turns it off)"
+        )
     tokens, micro_batches = read.max_tokens_per_mb, None
     if tokens is None:
         dp = engine.allocation.parallel.dp_size
@@ -441,6 +476,7 @@ def training_settings(
             tokens_per_micro_batch=tokens,
             micro_batches=micro_batches,
             virtual_pipeline=read.virtual_pipeline_size or 1,
+            layer_split=_layer_split(engine),
             offload_params=read.offload_params,
             reserve_bytes=TRAINING_RESERVE_BYTES if reserve is None else reserve,
             lora_rank=lora_rank,

@@ -49,8 +49,9 @@ AREAL_RULE = "the reference's parameter-balanced split"
 EVEN_RULE = "megatron-core's even split"
 
 #: How an engine's layers are split over its pipeline stages (``TrainingSettings.layer_split``):
-#: "areal", the reference's own rule for its Megatron engine (the default, and the only one a
-#: config of the reference can have); "even", megatron-core's default; "even-embedding-loss",
+#: "areal", the reference's own rule for its Megatron engine (the default); "even",
+#: megatron-core's default (also the reference's Megatron engine with megatron-bridge, whose
+#: provider never gets the reference's layout: execution._layer_split); "even-embedding-loss",
 #: megatron-core's with ``account_for_embedding_in_pipeline_split`` and
 #: ``account_for_loss_in_pipeline_split`` (published runs of other launchers).
 SPLITS = ("areal", "even", "even-embedding-loss")

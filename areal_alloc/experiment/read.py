@@ -155,8 +155,12 @@ class TrainConfig:
     optimizer_assumed: bool = False
     optimizer_dtype: str = defaults.OPTIMIZER_DTYPE
     gradient_checkpointing: bool = False
-    #: ``megatron.recompute_granularity`` (read when checkpointing: full or selective)
+    #: ``megatron.recompute_granularity`` (read when checkpointing, and for megatron-bridge
+    #: always: full, selective, or none for null)
     recompute: str = "none"
+    #: megatron-bridge recomputes although ``gradient_checkpointing`` is false (the estimate
+    #: says so)
+    recompute_unasked: bool = False
     max_tokens_per_mb: int | None = None
     n_mbs: int = defaults.MICRO_BATCHES
     use_lora: bool = False
@@ -772,6 +776,34 @@ def _recompute_modules(megatron: object, path: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))  # a name given twice recomputes once
 
 
+def _recompute_granularity(megatron: object, backend: str | None) -> str | None:
+    """``<engine>.megatron.recompute_granularity`` as the Megatron engine passes it (None: no
+    recomputation). Unset: the reference's default "full" (MegatronEngineConfig, areal/api/
+    cli_args.py l.965 at cbff54d6). Null: None, megatron-core's own default, which recomputes
+    nothing (transformer_config.py l.455, its checks under ``is not None`` l.1321; the block
+    recomputes under ``== 'full'``, transformer_block.py l.783, a layer under
+    ``== 'selective'``, transformer_layer.py l.407: megatron/core/transformer/,
+    NVIDIA/Megatron-LM core_v0.17.0); areal-alloc's strict
+    schema (every field null when unset, :mod:`areal_alloc.schema`) cannot say null, so there
+    it is the default. Another backend's gradient checkpointing does not read the key."""
+    if megatron is None or "recompute_granularity" not in keys(megatron):
+        return "full"
+    value = child(megatron, "recompute_granularity")
+    if value is None:
+        return None if backend == "megatron" and not _strict_schema(megatron) else "full"
+    return str(value) if value != "" else "full"
+
+
+def _strict_schema(node: object) -> bool:
+    """True for a section of areal-alloc's strict schema (a structured DictConfig of it)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    if not isinstance(node, DictConfig):
+        return False
+    kind = OmegaConf.get_type(node)
+    return kind is not None and kind.__module__ == "areal_alloc.schema"
+
+
 def _recompute_num_layers(megatron: object, path: str) -> int | None:
     """``<engine>.megatron.recompute_num_layers`` (``defaults.RECOMPUTE_NUM_LAYERS`` unset,
     None when null): MegatronEngineConfig's ``int | None`` (areal/api/cli_args.py l.967 at
@@ -824,12 +856,18 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
         optimizer = _text(optimizer_node, "type", "adam")
     megatron = section(node, "megatron", f"{path}.megatron")
     checkpointing = _flag(node, "gradient_checkpointing", False, f"{path}.gradient_checkpointing")
+    bridge = _text(megatron, "bridge_type", defaults.BRIDGE_TYPE)
+    # megatron-bridge's provider gets the recompute settings whatever gradient_checkpointing
+    # says (areal/models/mcore/registry.py make_mcore_model l.444-450, AReaL cbff54d6);
+    # mbridge only with gradient_checkpointing (areal/engine/megatron_engine.py l.722-729)
+    forced = backend == "megatron" and bridge == "megatron-bridge"
     recompute = "none"
     if checkpointing and backend == "archon":
         recompute = _archon_recompute(section(node, "archon", f"{path}.archon"), path)
-    elif checkpointing:
-        granularity = _text(megatron, "recompute_granularity", "full")
-        recompute = "selective" if granularity == "selective" else "full"
+    elif checkpointing or forced:
+        granularity = _recompute_granularity(megatron, backend)
+        if granularity is not None:
+            recompute = "selective" if granularity == "selective" else "full"
     modules = DEFAULT_RECOMPUTE_MODULES
     recompute_layers = defaults.RECOMPUTE_NUM_LAYERS
     if recompute == "selective":
@@ -861,7 +899,6 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
         )
     offload = _flag(fsdp, "offload_params", False, f"{path}.fsdp.offload_params")
     scratch = _flag(node, "init_from_scratch", False, f"{path}.init_from_scratch")
-    bridge = _text(megatron, "bridge_type", defaults.BRIDGE_TYPE)
     deepep = _flag(
         megatron,
         "moe_enable_deepep",
@@ -882,6 +919,7 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
         optimizer_dtype=_text(node, "optimizer_dtype", defaults.OPTIMIZER_DTYPE),
         gradient_checkpointing=checkpointing,
         recompute=recompute,
+        recompute_unasked=forced and not checkpointing and recompute != "none",
         max_tokens_per_mb=tokens,
         n_mbs=max(1, defaults.MICRO_BATCHES if count is None else count),
         use_lora=use_lora,

@@ -236,8 +236,15 @@ def megatron_lora_needs_megatron_bridge(run: Run) -> str | None:
 # ``moe_enable_deepep``: nothing is refused (startup_warnings says what is ignored).
 
 
-def _mbridge_engines(run: Run) -> list[tuple[Engine, TrainConfig]]:
-    """The active Megatron engines mbridge builds, with their settings."""
+#: ``megatron.bridge_type``'s two builders (MegatronEngineConfig.bridge_type, areal/api/
+#: cli_args.py, AReaL cbff54d6)
+BRIDGES = ("mbridge", "megatron-bridge")
+
+
+def _megatron_engines(
+    run: Run, bridges: tuple[str, ...] = BRIDGES
+) -> list[tuple[Engine, TrainConfig]]:
+    """The active Megatron engines one of ``bridges`` builds, with their settings."""
     out = []
     for engine in run.engines:
         training = engine.training
@@ -245,10 +252,15 @@ def _mbridge_engines(run: Run) -> list[tuple[Engine, TrainConfig]]:
             engine.active
             and engine.allocation.backend == "megatron"
             and training is not None
-            and training.bridge_type == "mbridge"
+            and training.bridge_type in bridges
         ):
             out.append((engine, training))
     return out
+
+
+def _mbridge_engines(run: Run) -> list[tuple[Engine, TrainConfig]]:
+    """The active Megatron engines mbridge builds, with their settings."""
+    return _megatron_engines(run, ("mbridge",))
 
 
 def megatron_deepep_needs_flex(run: Run) -> str | None:
@@ -331,23 +343,35 @@ def moe_dispatcher_is_known(run: Run) -> str | None:
 # transformer_config.py l.2251); every family with shared experts sets
 # moe_shared_expert_overlap=True itself (qwen2moe.py l.73, deepseek_v3.py l.145,
 # glm4moe.py l.150, qwen3_5/qwen3_5_vl_bridge.py l.318), and the first call carries no
-# ``moe_shared_expert_overlap`` of the reference's. megatron-bridge builds its provider another
-# way (areal/models/mcore/registry.py l.444-450): not checked here.
+# ``moe_shared_expert_overlap`` of the reference's.
+# megatron-bridge: make_mcore_model sets the same five recompute fields on its provider whatever
+# gradient_checkpointing says (areal/models/mcore/registry.py l.444-450, AReaL cbff54d6; the
+# reader gives such an engine its recompute, read.TrainConfig.recompute) and calls
+# provider.finalize() (l.500), which runs megatron-core's TransformerConfig.__post_init__
+# (megatron-bridge v0.4.0 src/megatron/bridge/models/transformer_config.py l.106-118): the same
+# checks. Its GPTModelProvider leaves moe_grouped_gemm False (src/megatron/bridge/models/
+# gpt_provider.py l.179) and only MoE bridges set it (qwen3_moe_bridge.py l.55,
+# deepseek_v3_bridge.py l.60, …): a dense model refuses moe_act; only MLA bridges set
+# multi_latent_attention (deepseek_v2/v3_bridge.py, kimi_bridge.py): a model without MLA refuses
+# mla_up_proj. moe_shared_expert_overlap is set by some of its bridges only (deepseek, glm45,
+# kimi; not qwen2_moe): the shared_experts rule stays mbridge's.
 
 
-def _selective_mbridge(run: Run) -> list[tuple[Engine, TrainConfig]]:
-    """The mbridge engines whose megatron-core config gets selective recomputation."""
+def _selective(run: Run, bridges: tuple[str, ...] = BRIDGES) -> list[tuple[Engine, TrainConfig]]:
+    """The Megatron engines (built by one of ``bridges``) whose megatron-core config gets
+    selective recomputation: mbridge's with gradient_checkpointing, megatron-bridge's always."""
     return [
         (engine, training)
-        for engine, training in _mbridge_engines(run)
-        if training.gradient_checkpointing and training.recompute == "selective"
+        for engine, training in _megatron_engines(run, bridges)
+        if (training.gradient_checkpointing or training.bridge_type == "megatron-bridge")
+        and training.recompute == "selective"
     ]
 
 
 def selective_recompute_needs_no_layer_count(run: Run) -> str | None:
     """Selective granularity takes ``recompute_num_layers: null`` (transformer_config.py
     l.1346-1352); the reference's default is 1 (areal/api/cli_args.py l.967)."""
-    for engine, training in _selective_mbridge(run):
+    for engine, training in _selective(run):
         layers = training.recompute_num_layers
         if layers is None:
             continue
@@ -356,7 +380,7 @@ def selective_recompute_needs_no_layer_count(run: Run) -> str | None:
             f"{path}.megatron.recompute_granularity='selective' with {path}.megatron."
             f"recompute_num_layers={layers}: megatron-core's TransformerConfig raises 'When "
             f"using recompute_granularity: selective recompute_num_layers must be None.' when "
-            f"mbridge builds {engine.backend_key}={engine.spec!r}; set "
+            f"{training.bridge_type} builds {engine.backend_key}={engine.spec!r}; set "
             f"{path}.megatron.recompute_num_layers=null"
         )
     return None
@@ -371,8 +395,9 @@ def _architecture(engine: Engine) -> Architecture | None:
 
 
 def moe_act_recompute_needs_experts(run: Run) -> str | None:
-    """``moe_act`` needs moe_grouped_gemm (l.1380-1383), which mbridge sets for MoE models only."""
-    for engine, training in _selective_mbridge(run):
+    """``moe_act`` needs moe_grouped_gemm (l.1380-1383), which mbridge and megatron-bridge set
+    for MoE models only."""
+    for engine, training in _selective(run):
         if "moe_act" not in training.recompute_modules:
             continue
         arch = _architecture(engine)
@@ -381,8 +406,9 @@ def moe_act_recompute_needs_experts(run: Run) -> str | None:
         path = engine.path
         return (
             f"{path}.megatron.recompute_modules={shown(list(training.recompute_modules))} has "
-            f"'moe_act' but {engine.backend_key}={engine.spec!r} runs a dense model: mbridge "
-            f"leaves megatron-core's moe_grouped_gemm false for it, and its TransformerConfig "
+            f"'moe_act' but {engine.backend_key}={engine.spec!r} runs a dense model: "
+            f"{training.bridge_type} leaves megatron-core's moe_grouped_gemm false for it, and "
+            f"its TransformerConfig "
             f"raises 'moe_act in recompute_modules is only supported with moe_grouped_gemm.'; "
             f"drop 'moe_act' from {path}.megatron.recompute_modules"
         )
@@ -390,8 +416,8 @@ def moe_act_recompute_needs_experts(run: Run) -> str | None:
 
 
 def mla_up_proj_recompute_needs_mla(run: Run) -> str | None:
-    """``mla_up_proj`` needs multi_latent_attention (l.1385-1389): DeepSeek-V3's MLA only."""
-    for engine, training in _selective_mbridge(run):
+    """``mla_up_proj`` needs multi_latent_attention (l.1385-1389): a model with MLA only."""
+    for engine, training in _selective(run):
         if "mla_up_proj" not in training.recompute_modules:
             continue
         arch = _architecture(engine)
@@ -403,7 +429,8 @@ def mla_up_proj_recompute_needs_mla(run: Run) -> str | None:
             f"'mla_up_proj' but the model of {engine.backend_key}={engine.spec!r} has no "
             f"multi-latent attention (kv_lora_rank 0): megatron-core's TransformerConfig raises "
             f"'mla_up_proj in recompute_modules is only supported with multi_latent_attention.' "
-            f"when mbridge builds it; drop 'mla_up_proj' from {path}.megatron.recompute_modules"
+            f"when {training.bridge_type} builds it; drop 'mla_up_proj' from "
+            f"{path}.megatron.recompute_modules"
         )
     return None
 
@@ -411,7 +438,7 @@ def mla_up_proj_recompute_needs_mla(run: Run) -> str | None:
 def shared_experts_recompute_refuses_overlap(run: Run) -> str | None:
     """``shared_experts`` refuses moe_shared_expert_overlap (l.1399-1406), which mbridge sets
     for every model with shared experts before the reference's own setting reaches it."""
-    for engine, training in _selective_mbridge(run):
+    for engine, training in _selective(run, ("mbridge",)):
         if "shared_experts" not in training.recompute_modules:
             continue
         arch = _architecture(engine)
@@ -426,6 +453,71 @@ def shared_experts_recompute_refuses_overlap(run: Run) -> str | None:
             f"TransformerConfig raises 'shared_experts recompute cannot work with "
             f"--moe-shared-expert-overlap.'; drop 'shared_experts' from "
             f"{path}.megatron.recompute_modules"
+        )
+    return None
+
+
+# --- megatron-bridge's even pipeline split -------------------------------------------------------
+# The reference's parameter-balanced layout (configure_pipeline_layer_splits, areal/engine/
+# megatron_engine.py l.494) is set on ``bridge.transformer_config`` (registry.py
+# make_hf_and_mcore_config l.353), a config megatron-bridge v0.4.0 builds anew on each access
+# (src/megatron/bridge/models/conversion/auto_bridge.py l.1279-1286); make_mcore_model builds the
+# model from another new provider (registry.py l.426) with account_for_embedding/loss_in_
+# pipeline_split False (l.452-453) and no layout or first/last stage sizes. megatron-core then
+# splits evenly: get_num_layers_to_build asserts num_layers % p == 0, then the per-rank layers
+# % vpp == 0 (megatron/core/transformer/transformer_block.py l.151-153 and l.170-173,
+# NVIDIA/Megatron-LM core_v0.17.0), as GPTModelProvider.provide does for vpp (megatron-bridge
+# v0.4.0 src/megatron/bridge/models/gpt_provider.py l.241-245).
+
+
+def _even_pipeline_sizes(layers: int, vpp: int, limit: int = 6) -> str:
+    """The first ``limit`` pipeline sizes p > 1 whose even split of ``layers`` fills vpp,
+    as text ("p2, p3, …"; empty for none)."""
+    sizes = [p for p in range(2, layers + 1) if layers % p == 0 and (layers // p) % vpp == 0]
+    shown_sizes = ", ".join(f"p{p}" for p in sizes[:limit])
+    return shown_sizes + (", …" if len(sizes) > limit else "")
+
+
+def megatron_bridge_splits_evenly(run: Run) -> str | None:
+    """megatron-bridge: the layers divide evenly over p (and each rank's over vpp)."""
+    for engine, training in _megatron_engines(run, ("megatron-bridge",)):
+        p = engine.allocation.parallel.pp_size
+        if p <= 1:
+            continue
+        arch = _architecture(engine)
+        if arch is None:
+            continue
+        layers, vpp = arch.num_layers, training.virtual_pipeline_size or 1
+        if layers % p == 0 and (layers // p) % vpp == 0:
+            continue
+        path = engine.path
+        if (layers // p) % vpp:  # the provider's check comes first (provide, then the block)
+            why = (
+                f"{layers} // {p} = {layers // p} layers per rank and {layers // p} % {vpp} = "
+                f"{layers // p % vpp} for {path}.megatron.virtual_pipeline_parallel_size={vpp}: "
+                f"megatron-bridge's provider asserts 'Make sure the number of model chunks is "
+                f"the same across all pipeline stages.'"
+            )
+        else:
+            why = (
+                f"{layers} % {p} = {layers % p}: megatron-core's get_num_layers_to_build "
+                f"asserts 'num_layers={layers} should be divisible by "
+                f"config.pipeline_model_parallel_size={p}'"
+            )
+        sizes = _even_pipeline_sizes(layers, vpp)
+        fixes = [f"use a p that splits them evenly ({sizes})"] if sizes else []
+        if vpp > 1:
+            fixes.append(f"set {path}.megatron.virtual_pipeline_parallel_size=1")
+        if not training.use_lora:  # LoRA needs megatron-bridge (megatron_lora_needs_…)
+            fixes.append(
+                f"set {path}.megatron.bridge_type=mbridge (the reference's parameter-balanced "
+                f"split)"
+            )
+        return (
+            f"{engine.backend_key}={engine.spec!r} with {path}.megatron.bridge_type="
+            f"'megatron-bridge' splits the {layers} layers evenly over p{p}"
+            f"{f'·vpp{vpp}' if vpp > 1 else ''} (megatron-bridge's provider gets no pipeline "
+            f"layout), and {why}; {' or '.join(fixes)}"
         )
     return None
 
@@ -683,24 +775,32 @@ RULES: tuple[Rule, ...] = (
         megatron_lora_needs_megatron_bridge,
     ),
     Rule(
-        "mbridge, selective recomputation: megatron.recompute_num_layers is null",
-        "areal/engine/megatron_engine.py MegatronEngine._build_hf_mcore_bridge (lines 722-729)",
+        "selective recomputation: megatron.recompute_num_layers is null",
+        "areal/engine/megatron_engine.py MegatronEngine._build_hf_mcore_bridge (lines 722-729); "
+        "areal/models/mcore/registry.py make_mcore_model (lines 444-450)",
         selective_recompute_needs_no_layer_count,
     ),
     Rule(
-        "mbridge, selective recomputation: recompute_modules moe_act needs a MoE model",
-        "areal/engine/megatron_engine.py MegatronEngine._build_hf_mcore_bridge (lines 722-729)",
+        "selective recomputation: recompute_modules moe_act needs a MoE model",
+        "areal/engine/megatron_engine.py MegatronEngine._build_hf_mcore_bridge (lines 722-729); "
+        "areal/models/mcore/registry.py make_mcore_model (lines 444-450)",
         moe_act_recompute_needs_experts,
     ),
     Rule(
-        "mbridge, selective recomputation: recompute_modules mla_up_proj needs MLA",
-        "areal/engine/megatron_engine.py MegatronEngine._build_hf_mcore_bridge (lines 722-729)",
+        "selective recomputation: recompute_modules mla_up_proj needs MLA",
+        "areal/engine/megatron_engine.py MegatronEngine._build_hf_mcore_bridge (lines 722-729); "
+        "areal/models/mcore/registry.py make_mcore_model (lines 444-450)",
         mla_up_proj_recompute_needs_mla,
     ),
     Rule(
         "mbridge, selective recomputation: no recompute_modules shared_experts with shared experts",
         "areal/engine/megatron_engine.py MegatronEngine._build_hf_mcore_bridge (lines 722-729)",
         shared_experts_recompute_refuses_overlap,
+    ),
+    Rule(
+        "megatron-bridge: the layers split evenly over p (and vpp)",
+        "areal/models/mcore/registry.py make_mcore_model (lines 425-500)",
+        megatron_bridge_splits_evenly,
     ),
     Rule(
         "mbridge: megatron.moe_enable_deepep needs moe_token_dispatcher_type flex",

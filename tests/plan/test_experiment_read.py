@@ -202,21 +202,23 @@ EXPECTED = [
             "ref megatron:d4 training inactive on=actor offload=False model=ref.path=Qwen/Qwen2.5-1.5B-Instruct arch=- | -",
         ],
     ),
-    (
+    (  # megatron-bridge recomputes without gradient_checkpointing: the reference's default
+        # granularity full (registry.py make_mcore_model l.444-450, cli_args.py l.965)
         "tests/data/reference/math__gsm8k_grpo_megatron_lora.yaml",
         [
             "cluster 1x8 run batch_size=256 max_length=1024 n_samples=4 max_new_tokens=1024 max_concurrent_rollouts=256",
             "rollout vllm:d4 inference active on=- offload=False model=vllm.model=Qwen/Qwen3-0.6B arch=Qwen/Qwen3-0.6B | max_concurrent_rollouts=256",
-            "actor megatron:d4 training active on=- offload=False model=actor.path=Qwen/Qwen3-0.6B arch=Qwen/Qwen3-0.6B | max_tokens_per_mb=10240 use_lora=True lora_rank=16 bridge_type=megatron-bridge",
+            "actor megatron:d4 training active on=- offload=False model=actor.path=Qwen/Qwen3-0.6B arch=Qwen/Qwen3-0.6B | recompute=full recompute_unasked=True max_tokens_per_mb=10240 use_lora=True lora_rank=16 bridge_type=megatron-bridge",
             "ref megatron:d4 training inactive on=actor offload=False model=ref.path=Qwen/Qwen3-0.6B arch=- | -",
         ],
     ),
-    (
+    (  # megatron-bridge recomputes without gradient_checkpointing: the reference's default
+        # granularity full (registry.py make_mcore_model l.444-450, cli_args.py l.965)
         "tests/data/reference/math__gsm8k_grpo_megatron_lora_moe.yaml",
         [
             "cluster 1x8 run batch_size=16 max_length=1024 n_samples=4 max_new_tokens=1024 max_concurrent_rollouts=256",
             "rollout vllm:d1t2 inference active on=- offload=False model=vllm.model=Qwen/Qwen3-30B-A3B-Base arch=- | max_concurrent_rollouts=256",
-            "actor megatron:d1p6 training active on=- offload=False model=actor.path=Qwen/Qwen3-30B-A3B-Base arch=- | max_tokens_per_mb=10240 use_lora=True bridge_type=megatron-bridge",
+            "actor megatron:d1p6 training active on=- offload=False model=actor.path=Qwen/Qwen3-30B-A3B-Base arch=- | recompute=full recompute_unasked=True max_tokens_per_mb=10240 use_lora=True bridge_type=megatron-bridge",
             "ref megatron:d1p6 training inactive on=actor offload=False model=ref.path=Qwen/Qwen3-30B-A3B-Base arch=- | -",
         ],
     ),

@@ -271,7 +271,7 @@ REFUSED: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
     (  # megatron_engine.py _build_hf_mcore_bridge l.722-729 → mbridge set_extra_args →
         # megatron-core 0.17.0 TransformerConfig.__post_init__ (transformer_config.py
         # l.1346-1352); recompute_num_layers defaults to 1 (areal/api/cli_args.py l.967)
-        "mbridge, selective recomputation: megatron.recompute_num_layers is null",
+        "selective recomputation: megatron.recompute_num_layers is null",
         _selective({}),
         "actor.megatron.recompute_granularity='selective' with "
         "actor.megatron.recompute_num_layers=1: megatron-core's TransformerConfig raises 'When "
@@ -280,7 +280,7 @@ REFUSED: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
         _selective({"recompute_num_layers": None}),
     ),
     (  # the same __post_init__ l.1380-1383: mbridge's qwen3.py leaves moe_grouped_gemm False
-        "mbridge, selective recomputation: recompute_modules moe_act needs a MoE model",
+        "selective recomputation: recompute_modules moe_act needs a MoE model",
         _selective(SELECTIVE | {"recompute_modules": ["core_attn", "moe_act"]}, "Qwen/Qwen3-8B"),
         "actor.megatron.recompute_modules=['core_attn', 'moe_act'] has 'moe_act' but "
         "actor.backend='megatron:d8' runs a dense model: mbridge leaves megatron-core's "
@@ -293,7 +293,7 @@ REFUSED: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
         ),
     ),
     (  # l.1385-1389: only DeepSeek-V3's MLATransformerConfig has multi_latent_attention
-        "mbridge, selective recomputation: recompute_modules mla_up_proj needs MLA",
+        "selective recomputation: recompute_modules mla_up_proj needs MLA",
         _selective(SELECTIVE | {"recompute_modules": ["mla_up_proj"]}, "Qwen/Qwen3-30B-A3B"),
         "actor.megatron.recompute_modules=['mla_up_proj'] has 'mla_up_proj' but the model of "
         "actor.backend='megatron:d8' has no multi-latent attention (kv_lora_rank 0): "
@@ -319,6 +319,33 @@ REFUSED: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
             SELECTIVE
             | {"recompute_modules": ["shared_experts"], "moe_shared_expert_overlap": True},
             "Qwen/Qwen3-30B-A3B",
+        ),
+    ),
+    (  # registry.py make_mcore_model: megatron-bridge's new provider gets no layout, so
+        # megatron-core's get_num_layers_to_build splits evenly (transformer_block.py l.151-153)
+        "megatron-bridge: the layers split evenly over p (and vpp)",
+        cfg(
+            rollout={"backend": "vllm:d8"},
+            actor={
+                "backend": "megatron:d1p8",
+                "path": "Qwen/Qwen3-8B",
+                "megatron": {"bridge_type": "megatron-bridge"},
+            },
+        ),
+        "actor.backend='megatron:d1p8' with actor.megatron.bridge_type='megatron-bridge' splits "
+        "the 36 layers evenly over p8 (megatron-bridge's provider gets no pipeline layout), and "
+        "36 % 8 = 4: megatron-core's get_num_layers_to_build asserts 'num_layers=36 should be "
+        "divisible by config.pipeline_model_parallel_size=8'; use a p that splits them evenly "
+        "(p2, p3, p4, p6, p9, p12, …) or set actor.megatron.bridge_type=mbridge (the "
+        "reference's parameter-balanced split)",
+        # mbridge's model gets the reference's layout (7 stages of 4 and one of 8 layers at p8)
+        cfg(
+            rollout={"backend": "vllm:d8"},
+            actor={
+                "backend": "megatron:d1p8",
+                "path": "Qwen/Qwen3-8B",
+                "megatron": {"bridge_type": "mbridge"},
+            },
         ),
     ),
     (  # areal/trainer/rl_trainer.py _validate_cfg
