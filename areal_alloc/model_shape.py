@@ -28,6 +28,7 @@ __all__ = [
     "ModelShape",
     "check_shape",
     "config_values",
+    "even_split_builds",
     "language_model",
     "layout_problems",
     "local_config",
@@ -232,6 +233,14 @@ def read_config_json(path: str | Path) -> tuple[Path, dict[str, Any]]:
 def shape_problems(allocation: ModelAllocation, shape: ModelShape) -> list[str]:
     """Every way ``allocation`` does not fit ``shape``, each with its numbers."""
     return layout_problems(allocation.backend, allocation.parallel, shape)
+
+
+def even_split_builds(num_layers: int, pp: int, vpp: int = 1) -> bool:
+    """Whether megatron-core builds its even split without a layout (megatron-bridge's
+    path): p divides the layers (transformer_block.py get_num_layers_to_build asserts it,
+    core_v0.17.0 l.151–153) and vpp each rank's (megatron-bridge v0.4.0 gpt_provider.py
+    ``provide`` l.241–245)."""
+    return pp <= 1 or (num_layers % pp == 0 and (num_layers // pp) % max(vpp, 1) == 0)
 
 
 def layout_problems(backend: str, p: ParallelStrategy, shape: ModelShape) -> list[str]:

@@ -50,6 +50,7 @@ from areal_alloc.estimate.memory import Term
 from areal_alloc.estimate.system import Hardware
 from areal_alloc.layouts import FastestLayouts, LayoutConstraints, RankedLayout, fastest_layouts
 from areal_alloc.limits import MAX_COUNT
+from areal_alloc.model_shape import even_split_builds
 from areal_alloc.numbers import read_int
 from areal_alloc.strategy import ParallelStrategy
 from areal_alloc.vocab import BACKEND_DIMS
@@ -456,6 +457,14 @@ def suggest(
         dp = parallel.dp_size
         return dp <= shape.batch and shape.batch % dp == 0
 
+    def builds(parallel: ParallelStrategy, settings: TrainingSettings) -> bool:
+        # an engine split evenly (megatron-bridge's path: execution sets layer_split "even")
+        # starts only where p divides the layers and vpp each rank's (the start-up rule
+        # megatron_bridge_splits_evenly refuses the rest)
+        if train_backend != "megatron" or settings.layer_split != "even":
+            return True
+        return even_split_builds(arch.num_layers, parallel.pp_size, settings.virtual_pipeline)
+
     # the training GPU counts below a share worth trying (d | sequences, c splitting the
     # longest sequence without padding, p up to the layers' stages, t | heads in a node)
     fallback = training_counts(
@@ -505,7 +514,9 @@ def suggest(
             # a trained sequence as the plan's pace reads it: prompt + mean generation
             sequence_length=min(step.length, settings.tokens_per_micro_batch),
             training=settings,
-            keep=lambda p: ranks_have_sequences(p) and dp in (None, p.dp_size),
+            keep=lambda p: (
+                ranks_have_sequences(p) and dp in (None, p.dp_size) and builds(p, settings)
+            ),
             accept=colocated_fit,
             limit=SPLIT_LAYOUTS,
         )

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from areal_alloc.errors import AllocationValidationError, shown
+from areal_alloc.model_shape import even_split_builds
 
 if TYPE_CHECKING:
     from areal_alloc.architecture import Architecture
@@ -488,7 +489,7 @@ def megatron_bridge_splits_evenly(run: Run) -> str | None:
         if arch is None:
             continue
         layers, vpp = arch.num_layers, training.virtual_pipeline_size or 1
-        if layers % p == 0 and (layers // p) % vpp == 0:
+        if even_split_builds(layers, p, vpp):
             continue
         path = engine.path
         if (layers // p) % vpp:  # the provider's check comes first (provide, then the block)

@@ -290,3 +290,34 @@ def test_megatron_bridges_recompute_is_checked_without_checkpointing(
 )
 def test_megatron_bridges_recompute_that_builds(config: dict[str, Any]) -> None:
     assert validate(config, on_memory="off").warnings == ()
+
+
+def test_suggest_proposes_only_splits_the_bridge_builds() -> None:
+    """An engine split evenly (megatron-bridge: execution sets layer_split "even") starts
+    only where p divides the layers: suggest proposes no p that check refuses
+    (megatron_bridge_splits_evenly). The reference's own split (mbridge) takes any p:
+    for Qwen3-32B (64 layers) on 64 GPUs it proposes p3, p10, p14 among others."""
+    from areal_alloc.catalogue import find_gpu, find_model
+    from areal_alloc.estimate.execution import TrainingSettings
+    from areal_alloc.estimate.system import Hardware
+    from areal_alloc.suggest import RunShape, suggest
+
+    gpu = find_gpu("H100-80GB")
+
+    def stages(layer_split: str) -> set[int]:
+        training = TrainingSettings(tokens_per_micro_batch=16384, layer_split=layer_split)
+        proposals = suggest(
+            find_model("Qwen3-32B"),
+            64,
+            gpu.memory_bytes,
+            Hardware.from_gpu(gpu, 8),
+            RunShape(),
+            training=training,
+            top=10,
+        )
+        return {p.actor.parallel.pp_size for p in proposals}
+
+    assert {pp for pp in stages("areal") if 64 % pp} >= {3, 10, 14}
+    even = stages("even")
+    assert even
+    assert all(64 % pp == 0 for pp in even), even
