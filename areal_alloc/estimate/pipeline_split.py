@@ -13,7 +13,9 @@ least one layer, the first and the last may hold none). It writes the result as
 megatron-core's ``pipeline_model_parallel_layout`` and turns
 ``account_for_{embedding,loss}_in_pipeline_split`` off. :func:`reference_split`
 computes the same split; :func:`even_split` is megatron-core's own, used for the
-published runs of other launchers.
+published runs of other launchers; :func:`archon_split` is the archon engine's
+(``generate_llm_fqn_per_model_part``: the embedding and the output layer each counted as
+one layer, the extra layers on the first stages).
 
 Virtual stage ``i`` runs on pipeline rank ``i mod pp`` (megatron-core
 ``pipeline_parallel_layer_layout.py``, ``layout[vpp_rank * pp + pp_rank]``), so rank 0
@@ -32,6 +34,9 @@ from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationValidationError
 
 __all__ = [
+    "ARCHON_RULE",
+    "ARCHON_SCHEDULE",
+    "ARCHON_SCHEDULES",
     "AREAL_RULE",
     "EVEN_RULE",
     "LISTED_RANKS",
@@ -39,6 +44,7 @@ __all__ = [
     "LISTED_STAGES",
     "SPLITS",
     "PipelineSplit",
+    "archon_split",
     "engine_split",
     "even_split",
     "reference_split",
@@ -47,6 +53,23 @@ __all__ = [
 
 AREAL_RULE = "the reference's parameter-balanced split"
 EVEN_RULE = "megatron-core's even split"
+ARCHON_RULE = "the archon engine's split (embedding and output each counted as a layer)"
+
+#: The archon engine's pipeline schedules (``ArchonEngineConfig.pp_schedule``'s choices,
+#: areal/api/cli_args.py l.668-680, AReaL cbff54d645d2cd8ee1f1c358a82f3f473588433d) and the
+#: virtual stages per rank each runs when ``pp_layers_per_stage`` is unset: 1 for a
+#: single-stage schedule (1F1B), 2 for the others (``pipeline_llm``,
+#: areal/experimental/models/archon/pipeline_parallel.py l.450-453). ZBVZeroBubble places
+#: its two stages V-style (rank r: stages r and 2p − 1 − r, ``_get_stage_indices``
+#: l.316-327); the others loop (rank r: r, r + p, …, as :meth:`PipelineSplit.stages_of`).
+ARCHON_SCHEDULES: dict[str, int] = {
+    "1F1B": 1,
+    "Interleaved1F1B": 2,
+    "InterleavedZeroBubble": 2,
+    "ZBVZeroBubble": 2,
+}
+#: ``pp_schedule``'s default (cli_args.py l.669 at cbff54d6): 2 virtual stages per rank
+ARCHON_SCHEDULE = "Interleaved1F1B"
 
 #: How an engine's layers are split over its pipeline stages (``TrainingSettings.layer_split``):
 #: "areal", the reference's own rule for its Megatron engine (the default); "even",
@@ -69,13 +92,16 @@ def engine_split(
     backend: str, arch: Architecture, pp: int, vpp: int = 1, ep: int = 1, rule: str = "areal"
 ) -> PipelineSplit | None:
     """The one place an engine's pipeline split is chosen: None without pipeline
-    parallelism; the reference's rule for its Megatron engine; megatron-core's even
-    split (with the embedding and loss slots for "even-embedding-loss") otherwise, as
-    archon (torchtitan) and megatron-core split by default."""
+    parallelism; the reference's rule for its Megatron engine; for archon
+    :func:`archon_split` with ``vpp`` its virtual stages per rank (whatever ``rule``
+    says: the engine has one rule); megatron-core's even split (with the embedding and
+    loss slots for "even-embedding-loss") otherwise."""
     if pp <= 1:
         return None
     if rule not in SPLITS:
         raise AllocationValidationError(f"layer split {rule!r}: must be one of {', '.join(SPLITS)}")
+    if backend == "archon":
+        return archon_split(arch.num_layers, pp, vpp)
     if backend == "megatron" and rule == "areal":
         return reference_split(arch, pp, vpp, ep)
     account = rule == "even-embedding-loss"
@@ -365,3 +391,58 @@ def even_split(
         else ""
     )
     return PipelineSplit(pp, vpp, tuple(max(0, n) for n in per), rule)
+
+
+def archon_split(
+    num_layers: int,
+    pp: int,
+    stages_per_rank: int = ARCHON_SCHEDULES[ARCHON_SCHEDULE],
+    first_stage_less_layers: int = 1,
+    last_stage_less_layers: int = 1,
+) -> PipelineSplit:
+    """The archon engine's split over ``pp × stages_per_rank`` virtual stages, as
+    ``generate_llm_fqn_per_model_part`` (areal/experimental/models/archon/
+    pipeline_parallel.py l.85-197, AReaL cbff54d645d2cd8ee1f1c358a82f3f473588433d) builds
+    it: the embedding and the output layer count as ``pp_first_stage_less_layers`` /
+    ``pp_last_stage_less_layers`` layers (default 1 each, cli_args.py l.693-705); the
+    ``layers + first + last`` effective layers go evenly over the stages, the first
+    ``effective mod stages`` stages one more; the first stage then holds its share less
+    ``first``, the last its share less ``last``, no stage more layers than are left.
+    E.g. Qwen3-8B's 36 layers at p4 (8 stages): 38 = 8 × 4 + 6, stages 4, 5, 5, 5, 5, 5,
+    4, 3. Refuses what the reference refuses (too many stages, a share below the
+    embedding's or the output's)."""
+    stages = pp * stages_per_rank
+    effective = num_layers + first_stage_less_layers + last_stage_less_layers
+    if stages == 1:
+        return PipelineSplit(pp, stages_per_rank, (num_layers,), ARCHON_RULE)
+    where = (
+        f"the archon engine splits {num_layers:,} layers + {first_stage_less_layers} "
+        f"(embedding) + {last_stage_less_layers} (output) = {effective:,} over p{pp} × "
+        f"{stages_per_rank} = {stages:,} virtual stages (generate_llm_fqn_per_model_part)"
+    )
+    if stages > effective:
+        raise AllocationValidationError(
+            f"{where}: more stages than effective layers; use a smaller p or fewer stages "
+            f"per rank (archon.pp_schedule=1F1B runs 1)"
+        )
+    per, extra = divmod(effective, stages)
+    for name, less in (
+        ("pp_first_stage_less_layers", first_stage_less_layers),
+        ("pp_last_stage_less_layers", last_stage_less_layers),
+    ):
+        if less > per:
+            raise AllocationValidationError(
+                f"{where}: archon.{name}={less} exceeds the {per} layers per stage; lower it"
+            )
+    lengths = []
+    left = num_layers
+    for stage in range(stages):
+        share = per + (1 if stage < extra else 0)
+        if stage == 0:
+            share -= first_stage_less_layers
+        elif stage == stages - 1:
+            share -= last_stage_less_layers
+        taken = min(max(share, 0), left)
+        lengths.append(taken)
+        left -= taken
+    return PipelineSplit(pp, stages_per_rank, tuple(lengths), ARCHON_RULE)

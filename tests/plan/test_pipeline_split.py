@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 from areal_alloc.catalogue import MODELS
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.estimate.pipeline_split import (
+    ARCHON_RULE,
     PipelineSplit,
+    archon_split,
     engine_split,
     even_split,
     reference_split,
@@ -163,9 +165,17 @@ def test_the_engine_rule() -> None:
     megatron = engine_split("megatron", arch, 4)
     assert isinstance(megatron, PipelineSplit)
     assert megatron.stage_layers == (7, 11, 11, 7)
-    archon = engine_split("archon", arch, 4)
+    # archon, whatever the rule: 36 + 1 + 1 = 38 effective layers; one stage per rank
+    # (1F1B): 38 = 4 × 9 + 2, stages 10 − 1, 10, 9, 9 − 1; two (Interleaved1F1B, its
+    # default): 38 = 8 × 4 + 6, stages 5 − 1, 5, 5, 5, 5, 5, 4, 4 − 1
+    archon = engine_split("archon", arch, 4, rule="even")
     assert archon is not None
-    assert archon.stage_layers == (9, 9, 9, 9)
+    assert archon.stage_layers == (9, 10, 9, 8)
+    interleaved = engine_split("archon", arch, 4, 2)
+    assert interleaved is not None
+    assert interleaved.stage_layers == (4, 5, 5, 5, 5, 5, 4, 3)
+    assert [interleaved.layers_of(r) for r in range(4)] == [4 + 5, 5 + 5, 5 + 4, 5 + 3]
+    assert interleaved.rule == ARCHON_RULE
     counted = engine_split("megatron", arch, 4, rule="even-embedding-loss")
     assert counted is not None
     assert counted.stage_layers == (9, 10, 9, 8)
@@ -187,3 +197,101 @@ def test_beyond_the_bound_the_split_is_even_and_says_so() -> None:
     )
     assert split.moe_layers_of(3, 0, True) == 1_010_199_000
     assert split.moe_layers_of(0, 1_010_199_001, True) == 0
+
+
+def _reference_archon(
+    num_stages: int, num_layers: int, first_less: int = 1, last_less: int = 1
+) -> list[int]:
+    """``generate_llm_fqn_per_model_part`` of areal/experimental/models/archon/
+    pipeline_parallel.py l.85-197 (AReaL cbff54d645d2cd8ee1f1c358a82f3f473588433d),
+    transcribed as the oracle (its module names, then the decoder layers of each stage
+    counted); raises ValueError where it does."""
+    if num_stages < 1:
+        raise ValueError(f"num_stages must be >= 1, got {num_stages}")
+    if num_stages == 1:
+        names = [[f"layers.{i}" for i in range(num_layers)]]
+        return [sum(n.startswith("layers.") for n in stage) for stage in names]
+    num_effective_layers = num_layers + first_less + last_less
+    if num_stages > num_effective_layers:
+        raise ValueError("num_stages cannot exceed effective layers")
+    layers_per_stage = num_effective_layers // num_stages
+    extra_layers = num_effective_layers % num_stages
+    if layers_per_stage == 0:
+        raise ValueError("layers_per_stage is 0")
+    if first_less > layers_per_stage or last_less > layers_per_stage:
+        raise ValueError("less_layers exceeds layers_per_stage")
+    module_names_per_stage: list[list[str]] = []
+    current_layer = 0
+    for stage_idx in range(num_stages):
+        stage_modules: list[str] = []
+        effective_layers_for_stage = layers_per_stage
+        if stage_idx < extra_layers:
+            effective_layers_for_stage += 1
+        if stage_idx == 0:
+            stage_modules.append("tok_embeddings")
+            for _ in range(effective_layers_for_stage - first_less):
+                if current_layer < num_layers:
+                    stage_modules.append(f"layers.{current_layer}")
+                    current_layer += 1
+        elif stage_idx == num_stages - 1:
+            for _ in range(effective_layers_for_stage - last_less):
+                if current_layer < num_layers:
+                    stage_modules.append(f"layers.{current_layer}")
+                    current_layer += 1
+            stage_modules.extend(["norm", "output"])
+        else:
+            for _ in range(effective_layers_for_stage):
+                if current_layer < num_layers:
+                    stage_modules.append(f"layers.{current_layer}")
+                    current_layer += 1
+        module_names_per_stage.append(stage_modules)
+    return [sum(n.startswith("layers.") for n in stage) for stage in module_names_per_stage]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    layers=st.integers(1, 200),
+    pp=st.integers(1, 64),
+    per_rank=st.integers(1, 4),
+    first=st.integers(0, 3),
+    last=st.integers(0, 3),
+)
+def test_the_archon_split_is_the_references(
+    layers: int, pp: int, per_rank: int, first: int, last: int
+) -> None:
+    try:
+        expected = _reference_archon(pp * per_rank, layers, first, last)
+    except ValueError:
+        with pytest.raises(AllocationValidationError, match="the archon engine splits"):
+            archon_split(layers, pp, per_rank, first, last)
+        return
+    split = archon_split(layers, pp, per_rank, first, last)
+    assert list(split.stage_layers) == expected
+    assert (split.pp, split.vpp) == (pp, per_rank)
+
+
+# the reference's own examples (its docstring, l.107-117) and the reviewer's Qwen3-8B p4
+ARCHON = [
+    ((4, 2, 1), (2, 2)),
+    ((8, 4, 1), (2, 3, 2, 1)),
+    ((36, 4, 2), (4, 5, 5, 5, 5, 5, 4, 3)),
+    ((36, 4, 1), (9, 10, 9, 8)),
+    ((36, 1, 1), (36,)),
+]
+
+
+@pytest.mark.parametrize(("args", "expected"), ARCHON)
+def test_archon_splits(args: tuple[int, int, int], expected: tuple[int, ...]) -> None:
+    assert archon_split(*args).stage_layers == expected
+
+
+def test_archon_refuses_more_stages_than_effective_layers() -> None:
+    """Qwen3-8B at p32 with the default two stages per rank: 64 > 38 (the reference
+    raises "num_stages (64) cannot exceed effective layers (38 = 36 + 1 + 1)")."""
+    with pytest.raises(AllocationValidationError) as error:
+        archon_split(36, 32, 2)
+    assert str(error.value) == (
+        "the archon engine splits 36 layers + 1 (embedding) + 1 (output) = 38 over p32 × 2 = "
+        "64 virtual stages (generate_llm_fqn_per_model_part): more stages than effective "
+        "layers; use a smaller p or fewer stages per rank (archon.pp_schedule=1F1B runs 1)"
+    )
