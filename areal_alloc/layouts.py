@@ -506,15 +506,13 @@ _PIPELINE_TERMS = ("pipeline imbalance", "pipeline bubble")
 def _family_bound(speed: StepEstimate) -> float:
     """A lower bound on the step of every layout of a family (same d, c, p, t), from its
     widest e·etp member: its terms but the expert and pipeline ones (the data-parallel term
-    only shrinks as e·etp grows), plus the bubble of the compute alone (the imbalance,
-    which depends on e, is never below 0)."""
+    only shrinks as e·etp grows), plus its bubble. A member's imbalance I and bubble
+    ((p − 1)·busy − I) / (m·vpp) sum to at least (p − 1)·busy / (m·vpp), the same for
+    the whole family (the compute does not depend on e), which the widest's bubble never
+    exceeds."""
     seconds = {t.name: t.seconds for t in speed.terms if not t.hidden}
-    busy = seconds.get("compute", 0.0) + seconds.get("element-wise", 0.0)
-    imbalance = seconds.get("pipeline imbalance", 0.0)
-    bubble = seconds.get("pipeline bubble", 0.0)
-    bubble_floor = bubble * busy / (busy + imbalance) if busy + imbalance > 0 else 0.0
     rest = sum(v for n, v in seconds.items() if n not in _EXPERT_TERMS + _PIPELINE_TERMS)
-    return rest + bubble_floor
+    return rest + seconds.get("pipeline bubble", 0.0)
 
 
 def fastest_layouts(

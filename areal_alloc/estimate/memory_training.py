@@ -17,6 +17,7 @@ most-loaded GPU, phase by phase (``memory.PHASES``), one function per quantity:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import replace
 from functools import lru_cache
 
@@ -43,6 +44,7 @@ from areal_alloc.estimate.memory_sharding import (
     stage,
     states,
 )
+from areal_alloc.estimate.pipeline_split import PipelineSplit
 from areal_alloc.strategy import ParallelStrategy
 
 __all__ = [
@@ -228,23 +230,25 @@ def _candidate_ranks(e: Engine) -> tuple[int, ...]:
     pp = e.parallel.pp_size
     if pp == 1:
         return (0,)
-    return _undominated(e.rank_layers, _flight(pp, e.settings.micro_batches))
+    return _undominated(e.rank_layers, _held_activations(e))
 
 
 @lru_cache(maxsize=4096)
-def _undominated(layers: tuple[tuple[int, int], ...], flight: tuple[int, ...]) -> tuple[int, ...]:
-    """Of ranks with these (dense, MoE) ``layers`` and micro-batches in ``flight``, in
-    rank order: rank 0 (the embedding), the last rank (the output layer, the logits), and
-    every other rank whose (dense layers, MoE layers, dense layers × in flight, MoE layers
-    × in flight) no other rank matches or exceeds in every one (each term grows with each
-    of them; of a layer count the lowest rank, with the most in flight, stands for all)."""
+def _undominated(
+    layers: tuple[tuple[int, int], ...], held: tuple[tuple[int, int, int], ...]
+) -> tuple[int, ...]:
+    """Of ranks with these (dense, MoE) ``layers`` and ``held`` activations
+    (:func:`_held_activations`),
+    in rank order: rank 0 (the embedding), the last rank (the output layer, the logits),
+    and every other rank whose (dense layers, MoE layers, dense and MoE layer-forwards
+    held) no other rank matches or exceeds in every one (each term grows with each of
+    them)."""
     last = len(layers) - 1
-    lowest: dict[tuple[int, int], int] = {}
+    lowest: dict[tuple[int, int, int, int], int] = {}
     for rank in range(1, last):
-        lowest.setdefault(layers[rank], rank)
+        lowest.setdefault((*layers[rank], *held[rank][:2]), rank)
     points = {
-        r: (layers[r][0], layers[r][1], layers[r][0] * flight[r], layers[r][1] * flight[r])
-        for r in (0, *lowest.values(), last)
+        r: (layers[r][0], layers[r][1], held[r][0], held[r][1]) for r in (0, *lowest.values(), last)
     }
     kept = [0, last]
     for rank in lowest.values():
@@ -283,7 +287,7 @@ def _activations(e: Engine, s: Stage) -> Term:
         return _forward_activations(e)
     settings, tokens, per_token = e.settings, e.tokens, e.per_token
     cp = e.parallel.cp_size
-    stage_flight, interleave = _in_flight(e, s)
+    held_dense, held_moe, forwards = _held_activations(e)[s.rank]
     dense_l, moe_l = s.dense_layers, s.moe_layers
     recomputes = settings.recompute in ("full", "op")
     one_layer = e.forward_layer if recomputes else 0.0
@@ -292,10 +296,9 @@ def _activations(e: Engine, s: Stage) -> Term:
     layers_kept = (
         max(per_token[False][0], per_token[True][0])
         if offloaded
-        else (dense_l * per_token[False][0] + moe_l * per_token[True][0])
-        * stage_flight
-        * interleave
+        else held_dense * per_token[False][0] + held_moe * per_token[True][0]
     )
+    vpp = settings.virtual_pipeline if e.parallel.pp_size > 1 else 1
     acts = tokens * layers_kept + tokens * one_layer
     act_text = (
         f"{tokens:,} tokens/micro-batch"
@@ -305,10 +308,15 @@ def _activations(e: Engine, s: Stage) -> Term:
             if offloaded
             else f" × layers {_layers_text(dense_l, moe_l, per_token)}"
         )
-        + (f" × {stage_flight:g} in flight (1F1B)" if stage_flight > 1 else "")
         + (
-            f" × {interleave:.3f} interleaved (vpp {settings.virtual_pipeline})"
-            if interleave > 1
+            f" × {forwards} micro-batches in flight (1F1B)"
+            if forwards > 1 and vpp == 1 and not offloaded
+            else ""
+        )
+        + (
+            f": {forwards} forwards of its virtual stages held (interleaved 1F1B, vpp "
+            f"{vpp}): {held_dense:,} dense + {held_moe:,} MoE layer-forwards"
+            if vpp > 1 and not offloaded
             else ""
         )
         + (f" + one layer recomputed {one_layer:,.0f} B/token" if one_layer else "")
@@ -316,28 +324,86 @@ def _activations(e: Engine, s: Stage) -> Term:
     return Term("activations", int(acts), act_text)
 
 
-def _in_flight(e: Engine, s: Stage) -> tuple[float, float]:
-    """The micro-batches whose activations pipeline rank ``s.rank`` holds at once
-    (:func:`_flight`), and the interleaved schedule's factor 1 + (p − 1)/(p·vpp), the
-    same on every rank."""
-    pp, vpp = e.parallel.pp_size, e.settings.virtual_pipeline
-    interleave = 1.0
-    if pp > 1 and vpp > 1:
-        interleave = 1 + (pp - 1) / (pp * vpp)
-    return float(_flight(pp, e.settings.micro_batches)[s.rank]), interleave
+def _held_activations(e: Engine) -> tuple[tuple[int, int, int], ...]:
+    """Per pipeline rank: the dense and MoE layer-forwards whose activations it holds at
+    its peak, and how many micro-batch forwards that is (:func:`_held_forwards`)."""
+    pp = e.parallel.pp_size
+    vpp = e.settings.virtual_pipeline if pp > 1 else 1
+    split = e.split
+    chunks = (
+        ((e.rank_layers[0],),)
+        if split is None
+        else tuple(
+            tuple(_stage_kinds(split, st, e.arch) for st in split.stages_of(r)) for r in range(pp)
+        )
+    )
+    return _held_forwards(chunks, pp, vpp, e.settings.micro_batches)
 
 
-@lru_cache(maxsize=1024)
-def _flight(pp: int, micro_batches: int | None) -> tuple[int, ...]:
-    """The micro-batches in flight on each pipeline rank under 1F1B: rank r runs
-    pp − r − 1 warm-up forwards and one more before its first backward, min(pp − r, m)
-    of m micro-batches (None: enough to fill the pipeline, pp − r).
-    megatron-core's forward_backward_pipelining_without_interleaving:
-    ``num_warmup_microbatches = total_stages - current_stage - 1``, then
-    ``min(num_warmup_microbatches, num_microbatches)``
-    (megatron/core/pipeline_parallel/schedules.py l.2277,
-    NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553)."""
-    return tuple(pp - r if micro_batches is None else min(pp - r, micro_batches) for r in range(pp))
+def _stage_kinds(split: PipelineSplit, stage_index: int, arch: Architecture) -> tuple[int, int]:
+    """One virtual stage's (dense, MoE) decoder layers."""
+    starts = sum(split.stage_layers[:stage_index])
+    n = split.stage_layers[stage_index]
+    moe = max(0, starts + n - max(starts, arch.first_dense_layers)) if arch.is_moe else 0
+    return n - moe, moe
+
+
+@lru_cache(maxsize=4096)
+def _held_forwards(
+    chunks: tuple[tuple[tuple[int, int], ...], ...],
+    pp: int,
+    vpp: int,
+    micro_batches: int | None,
+) -> tuple[tuple[int, int, int], ...]:
+    """What each rank holds at its peak under megatron-core's 1F1B schedules, from each
+    rank's virtual stages' (dense, MoE) layers (``chunks``): rank r runs its warm-up
+    forwards, then one more before its first backward. Without interleaving the warm-up is
+    pp − r − 1 forwards (``forward_backward_pipelining_without_interleaving``), each of the
+    rank's whole share; with vpp model chunks it is 2·(pp − r − 1) + (vpp − 1)·pp chunk
+    forwards, taken in the schedule table's order: chunk 0 of micro-batches 0 … pp − 1,
+    then chunk 1 of the same, … (``get_schedule_table``, microbatch groups of pp by
+    default: model_parallel_config.py l.444–445); all of them when that exceeds
+    m × vpp (megatron/core/pipeline_parallel/schedules.py l.811–831 and l.846–872,
+    NVIDIA/Megatron-LM core_v0.17.0). ``micro_batches`` None: enough to fill the
+    pipeline."""
+    held: list[tuple[int, int, int]] = []
+    for rank, stages in enumerate(chunks):
+        if vpp <= 1 or len(stages) <= 1:
+            forwards = pp - rank if micro_batches is None else min(pp - rank, micro_batches)
+            dense = sum(d for d, _ in stages) * forwards
+            moe = sum(m for _, m in stages) * forwards
+            held.append((dense, moe, forwards))
+            continue
+        warmup = 2 * (pp - rank - 1) + (vpp - 1) * pp
+        if micro_batches is not None:
+            warmup = min(warmup + 1, micro_batches * vpp)
+        else:
+            warmup += 1
+        dense = moe = 0
+        for chunk in _schedule_chunks(warmup, pp, vpp, micro_batches):
+            d, m = stages[chunk]
+            dense, moe = dense + d, moe + m
+        held.append((dense, moe, warmup))
+    return tuple(held)
+
+
+def _schedule_chunks(count: int, pp: int, vpp: int, micro_batches: int | None) -> Iterator[int]:
+    """The model chunks of the first ``count`` forwards of megatron-core's interleaved
+    schedule table: each group of pp micro-batches (the last group what is left) runs
+    chunk 0, then chunk 1, … (``get_schedule_table``)."""
+    total = None if micro_batches is None else micro_batches
+    start = 0
+    while count > 0:
+        group = pp if total is None else min(pp, total - start)
+        if group <= 0:
+            return
+        for chunk in range(vpp):
+            for _ in range(group):
+                if count <= 0:
+                    return
+                count -= 1
+                yield chunk
+        start += group
 
 
 def _forward_activations(e: Engine) -> Term:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 
 from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationValidationError
@@ -37,7 +36,8 @@ from areal_alloc.estimate.execution import (
     RECOMPUTE_MODULES,
     TOKEN_DISPATCHERS,
 )
-from areal_alloc.estimate.pipeline_split import PipelineSplit, engine_split
+from areal_alloc.estimate.memory_sharding import pipeline_ranks
+from areal_alloc.estimate.pipeline_split import PipelineSplit
 from areal_alloc.estimate.speed import (
     ATTENTION_KERNELS,
     DEFAULT_ATTENTION_KERNEL,
@@ -86,7 +86,7 @@ def training_step(
     """One optimizer step of a training engine over ``tokens_per_step`` tokens;
     ``attention_kernel`` names the kernel that runs the attention core
     (:data:`ATTENTION_KERNELS`), ``layer_split`` the rule that splits the layers over the
-    pipeline stages (``TrainingSettings.layer_split``, :func:`engine_split`),
+    pipeline stages (``TrainingSettings.layer_split``, ``pipeline_split.engine_split``),
     ``token_dispatcher`` how the MoE layers move tokens (``TrainingSettings.
     token_dispatcher``) and ``recompute_modules`` what ``recompute="selective"`` recomputes
     (``TrainingSettings.recompute_modules``, megatron-core's names). Each term is one
@@ -131,13 +131,14 @@ def training_step(
     elementwise = _elementwise_term(step)
     busy = compute.seconds + elementwise.seconds  # what FSDP's collectives hide under
     terms = [compute, elementwise]
-    split = engine_split(
+    split, rank_layers = pipeline_ranks(
         backend, arch, parallel.pp_size, virtual_pipeline, parallel.ep_size, layer_split
     )
     if split is not None:
-        imbalance = _imbalance_term(step, split, layer_flops(arch, tokens_per_step, step.seq), busy)
+        per_layer = layer_flops(arch, tokens_per_step, step.seq)
+        imbalance = _imbalance_term(step, split, rank_layers, per_layer, busy)
         terms.append(imbalance)
-        terms.append(_bubble_term(step, virtual_pipeline, busy + imbalance.seconds))
+        terms.append(_bubble_term(step, virtual_pipeline, busy, busy + imbalance.seconds))
     for term in (
         _tensor_parallel_term(step),
         _context_parallel_term(step),
@@ -320,19 +321,21 @@ def _elementwise_term(step: _TrainingShape) -> StepTerm:
 
 
 def _imbalance_term(
-    step: _TrainingShape, split: PipelineSplit, flops: LayerFlops, busy: float
+    step: _TrainingShape,
+    split: PipelineSplit,
+    rank_layers: tuple[tuple[int, int], ...],
+    flops: LayerFlops,
+    busy: float,
 ) -> StepTerm:
     """Every micro-batch waits for the slowest pipeline rank: (its FLOPs ÷ the mean rank's
     − 1) × the mean rank's compute and element-wise time (``busy``, the model's FLOPs over
-    all GPUs). A rank's FLOPs are its decoder layers' (:meth:`PipelineSplit.layer_ids`:
-    dense and MoE layers each at their own :func:`layer_flops`) plus, on rank pp − 1, the
+    all GPUs). A rank's FLOPs are its decoder layers' (``rank_layers``, its dense and MoE
+    layers, from ``memory_sharding.pipeline_ranks``, each at their own :func:`layer_flops`)
+    plus, on rank pp − 1, the
     output layer's; the embedding's lookup counts none (megatron-core's count)."""
-    arch, pp = step.arch, split.pp
+    pp = split.pp
     per_rank = [
-        flops.of(dense, moe, output=rank == pp - 1)
-        for rank, (dense, moe) in enumerate(
-            _rank_layers(split, arch.first_dense_layers, arch.is_moe)
-        )
+        flops.of(dense, moe, output=rank == pp - 1) for rank, (dense, moe) in enumerate(rank_layers)
     ]
     mean = sum(per_rank) / pp
     slowest = per_rank.index(max(per_rank))  # the lowest of equals
@@ -347,28 +350,22 @@ def _imbalance_term(
     )
 
 
-@lru_cache(maxsize=4096)
-def _rank_layers(
-    split: PipelineSplit, first_dense_layers: int, moe: bool
-) -> tuple[tuple[int, int], ...]:
-    """Each pipeline rank's (dense, MoE) decoder layers (:meth:`PipelineSplit.layer_ids`),
-    kept: a search asks for the same few splits thousands of times."""
-    counts = []
-    for rank in range(split.pp):
-        moe_layers = split.moe_layers_of(rank, first_dense_layers, moe)
-        counts.append((split.layers_of(rank) - moe_layers, moe_layers))
-    return tuple(counts)
-
-
-def _bubble_term(step: _TrainingShape, virtual_pipeline: int, slowest: float) -> StepTerm:
-    """The pipeline bubble: (p − 1) / (micro-batches × vpp) of the slowest rank's compute
-    (``slowest``: compute + element-wise + pipeline imbalance)."""
+def _bubble_term(
+    step: _TrainingShape, virtual_pipeline: int, busy: float, slowest: float
+) -> StepTerm:
+    """The pipeline bubble: the other ranks' fill and drain. Each micro-batch waits for the
+    slowest rank (``slowest``: compute + element-wise + pipeline imbalance, m × its time
+    per micro-batch), and 1F1B adds, once, every other rank's time for one micro-batch:
+    p × the mean rank's − the slowest's (``busy`` is the mean rank's m micro-batches),
+    over vpp with interleaving. Even ranks: (p − 1) / (m × vpp) × busy."""
     pp, micro_batches = step.parallel.pp_size, step.micro_batches
+    seconds = max(0.0, (pp * busy - slowest) / (micro_batches * virtual_pipeline))
     return StepTerm(
         "pipeline bubble",
-        (pp - 1) / (micro_batches * virtual_pipeline) * slowest,
-        f"(p{pp} − 1) / ({micro_batches} micro-batches × vpp {virtual_pipeline}) × "
-        f"the slowest rank's (compute + element-wise + pipeline imbalance) {slowest:.3g} s",
+        seconds,
+        f"(p{pp} × the mean rank's {busy:.3g} s − the slowest rank's {slowest:.3g} s "
+        f"(compute + element-wise + pipeline imbalance)) / ({micro_batches} micro-batches × "
+        f"vpp {virtual_pipeline}): the other ranks' fill and drain of 1F1B",
     )
 
 
@@ -524,8 +521,20 @@ def expected_groups_reached(experts: int, top_k: int, group_sizes: tuple[int, ..
             f"top-{top_k} of {experts} experts in groups {list(group_sizes)}: need 1 ≤ k ≤ E "
             f"and groups of ≥ 0 experts totalling ≤ E (sum {sum(group_sizes)})"
         )
-    total = math.comb(experts, top_k)
-    return sum(1 - math.comb(experts - g, top_k) / total for g in group_sizes)
+    return sum(1 - _missed(experts, g, top_k) for g in group_sizes)
+
+
+def _missed(experts: int, group: int, top_k: int) -> float:
+    """C(E − g, k) / C(E, k), through log-gamma: exact binomials of a million experts take
+    seconds, the ratio's logarithm microseconds."""
+    if experts - group < top_k:
+        return 0.0
+    return math.exp(
+        math.lgamma(experts - group + 1)
+        - math.lgamma(experts - group - top_k + 1)
+        - math.lgamma(experts + 1)
+        + math.lgamma(experts - top_k + 1)
+    )
 
 
 def _pipeline_p2p_term(step: _TrainingShape) -> StepTerm | None:

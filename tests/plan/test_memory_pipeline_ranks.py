@@ -1,6 +1,6 @@
 """The training-memory estimate per pipeline rank: each rank's layers from the engine's
-pipeline split (the reference's parameter-balanced split for its Megatron engine,
-megatron-core's even split otherwise), the embedding on rank 0, the output layer on the
+pipeline split (the reference's parameter-balanced split for its Megatron engine, the
+archon engine's own, megatron-core's even split otherwise), the embedding on rank 0, the output layer on the
 last rank, 1F1B's min(pp − r, m) micro-batches in flight on rank r, the most loaded
 rank named."""
 
@@ -56,33 +56,38 @@ def _per_token(t: int) -> float:
 # embedding and the untied output 622,329,856 each. The reference's split of pp4 is 7, 11,
 # 11, 7 layers; of pp8 vpp4 ranks hold 3, 4, 4, 4, 6, 6, 6, 3 (tests/plan/test_pipeline_split).
 @pytest.mark.parametrize(
-    ("backend", "allocation", "vpp", "micro_batches", "split", "rank", "share", "params", "flight"),
+    ("backend", "allocation", "vpp", "micro_batches", "split", "rank", "share", "params", "held"),
     [
         # t2 d2: 12 B of states per parameter (2 + 4 + 12/2), a layer 96,477,440 on a GPU
         # and 63,488 B/token of activations: rank 0 (7 layers + embedding 311,164,928,
         # 4 in flight) 986.5M × 12 + 7·4·8192·63,488 = 11.84 + 14.56 = 26.40 GB; rank 1
-        # (11 layers, 3 in flight) 1,061.3M × 12 + 11·3·8192·63,488 = 12.74 + 17.16 =
-        # 29.90 GB; rank 2 (11, 2 in flight) less; rank 3 (7 + output, 1, + logits
-        # 8192·75,968·8 B = 4.98 GB) 11.84 + 3.64 + 4.98 = 20.46 GB
-        ("megatron", "d2p4t2", 1, None, AREAL, 1, "11 of 36 layers", _rank_params(11, 2), 3),
+        # (11 layers, 3 in flight: 33 layer-forwards) 1,061.3M × 12 + 11·3·8192·63,488 =
+        # 12.74 + 17.16 = 29.90 GB; rank 2 (11, 2 in flight) less; rank 3 (7 + output, 1,
+        # + logits 8192·75,968·8 B = 4.98 GB) 11.84 + 3.64 + 4.98 = 20.46 GB
+        ("megatron", "d2p4t2", 1, None, AREAL, 1, "11 of 36 layers", _rank_params(11, 2), 33),
         # two micro-batches: min(4 − r, 2) = 2 on ranks 0 to 2; ranks 1 and 2 are equal,
         # the lowest is named
-        ("megatron", "d2p4t2", 1, 2, AREAL, 1, "11 of 36 layers", _rank_params(11, 2), 2),
-        # t1 d1, vpp 4 (× 1 + 7/32 = 1.21875 on every rank), 18 B of states per parameter,
-        # 1.2677 GB of activations per layer and micro-batch: rank 0 (3 layers + embedding,
-        # 8 in flight) 1,201.2M × 18 + 24 × 1.2677 = 21.62 + 30.43 = 52.05 GB; rank 1
-        # (4, 7) 13.89 + 35.50 = 49.39 GB; rank 4 (6, 4) 20.84 + 30.43 = 51.26 GB;
-        # rank 7 (3 + output, 1) 21.62 + 3.80 + logits 7.47 = 32.89 GB
+        ("megatron", "d2p4t2", 1, 2, AREAL, 1, "11 of 36 layers", _rank_params(11, 2), 22),
+        # t1 d1, vpp 4: the virtual stages hold 0, 1 × 27, 3, 3, 3, 0 layers, rank r the
+        # stages r, r + 8, r + 16, r + 24; interleaved 1F1B holds 2·(8 − r − 1) + 3·8 + 1 =
+        # 39 − 2r chunk forwards, in the schedule table's order (8 of chunk 0, 8 of chunk 1,
+        # …): rank 0 (chunks 0, 1, 1, 1 layers) 8·0 + 8·1 + 8·1 + 8·1 + 7·0 = 24
+        # layer-forwards; rank 1 (1, 1, 1, 1) 37; rank 4 (1, 1, 1, 3; 31 forwards)
+        # 8 + 8 + 8 + 7·3 = 45; rank 5 (29) 8 + 8 + 8 + 5·3 = 39; rank 7 (1, 1, 1, 0; 25)
+        # 24. 18 B of states per parameter, 1.2677 GB per layer-forward: rank 0 21.62 +
+        # 24 × 1.2677 = 52.05 GB; rank 1 13.89 + 46.90 = 60.80 GB; rank 4 20.84 + 57.05 =
+        # 77.89 GB, the most loaded; rank 5 20.84 + 49.44 = 70.28 GB; rank 7 21.62 + 30.42 +
+        # logits 7.47 = 59.52 GB
         (
             "megatron",
             "d1p8",
             4,
             None,
             AREAL,
-            0,
-            "3 of 36 layers (virtual stages 0, 8, 16, 24: 0+1+1+1) + embedding",
-            _rank_params(3, 1, embedding=True),
-            8,
+            4,
+            "6 of 36 layers (virtual stages 4, 12, 20, 28: 1+1+1+3)",
+            _rank_params(6, 1),
+            45,
         ),
     ],
 )
@@ -95,7 +100,7 @@ def test_the_most_loaded_rank_of_the_reference_split(
     rank: int,
     share: str,
     params: int,
-    flight: int,
+    held: int,
 ) -> None:
     parallel = ModelAllocation.from_str(f"{backend}:{allocation}").parallel
     training = TrainingSettings(
@@ -107,43 +112,70 @@ def test_the_most_loaded_rank_of_the_reference_split(
     assert f"most-loaded GPU: pipeline rank {rank} of {pp}, {share}; {split}" in (
         estimate.assumptions
     )
-    layers = int(share.split()[0])
-    interleave = 1 + (pp - 1) / (pp * vpp) if vpp > 1 else 1.0
-    assert estimate.term("activations") == int(
-        TOKENS * layers * _per_token(t) * flight * interleave
-    )
+    assert estimate.term("activations") == int(TOKENS * held * _per_token(t))
     assert estimate.term("logits") == 0  # only the last rank holds them
 
 
+ARCHON = (
+    "the archon engine's generate_llm_fqn_per_model_part split, embedding and output counted "
+    "as a layer each"
+)
+_ARCHON_WEIGHTS = (
+    _rank_params(9, 1, embedding=True) // 2 * 2
+    + (P.embedding + 2 * (P.attention + P.dense_mlp + P.norms)) * 2
+)
+
+
 @pytest.mark.parametrize(
-    ("backend", "allocation", "layer_split", "weights"),
+    ("backend", "allocation", "layer_split", "vpp", "weights", "share", "rule"),
     [
         # megatron-core's even split, 9 layers a rank: rank 0 (9 + embedding, 4 in flight)
         # is the heaviest, 2 B a parameter over t2
-        ("megatron", "d2p4t2", "even", _rank_params(9, 2, embedding=True) * 2),
-        # archon (torchtitan) splits evenly whatever layer_split says: rank 0's 9 layers and
-        # embedding (2,358,847,744) sharded over d2 in bfloat16, and the gathered root (the
-        # embedding) and two layers (622,329,856 + 2 × 192,946,432) in bfloat16
+        (
+            "megatron",
+            "d2p4t2",
+            "even",
+            1,
+            _rank_params(9, 2, embedding=True) * 2,
+            "9 of 36 layers + embedding",
+            EVEN,
+        ),
+        # archon splits by generate_llm_fqn_per_model_part whatever layer_split says: 36 +
+        # 1 + 1 = 38 effective layers. One stage per rank (1F1B): 38 = 4 × 9 + 2, stages
+        # 10 − 1, 10, 9, 9 − 1; rank 0's 9 layers and embedding outweigh rank 1's 10 layers
+        # (622,329,856 > 192,946,432). Its 9 layers and embedding (2,358,847,744) sharded
+        # over d2 in bfloat16, and the gathered root (the embedding) and two layers
+        # (622,329,856 + 2 × 192,946,432) in bfloat16
+        ("archon", "d2p4", "areal", 1, _ARCHON_WEIGHTS, "9 of 36 layers + embedding", ARCHON),
+        # two stages per rank (Interleaved1F1B, its default): 38 = 8 × 4 + 6, stages 5 − 1,
+        # 5, 5, 5, 5, 5, 4, 4 − 1; rank 0 holds stages 0 and 4, 4 + 5 = 9 layers again
         (
             "archon",
             "d2p4",
-            "areal",
-            _rank_params(9, 1, embedding=True) // 2 * 2
-            + (P.embedding + 2 * (P.attention + P.dense_mlp + P.norms)) * 2,
+            "even",
+            2,
+            _ARCHON_WEIGHTS,
+            "9 of 36 layers (virtual stages 0, 4: 4+5) + embedding",
+            ARCHON,
         ),
     ],
 )
-def test_other_engines_and_the_even_rule_split_evenly(
-    backend: str, allocation: str, layer_split: str, weights: int
+def test_other_engines_and_the_even_rule(
+    backend: str,
+    allocation: str,
+    layer_split: str,
+    vpp: int,
+    weights: int,
+    share: str,
+    rule: str,
 ) -> None:
     parallel = ModelAllocation.from_str(f"{backend}:{allocation}").parallel
-    training = TrainingSettings(tokens_per_micro_batch=TOKENS, layer_split=layer_split)
+    training = TrainingSettings(
+        tokens_per_micro_batch=TOKENS, layer_split=layer_split, virtual_pipeline=vpp
+    )
     estimate = training_memory("actor", backend, QWEN3_8B, parallel, training, None)
     assert estimate.term("weights") == weights
-    assert (
-        f"most-loaded GPU: pipeline rank 0 of 4, 9 of 36 layers + embedding; {EVEN}"
-        in estimate.assumptions
-    )
+    assert f"most-loaded GPU: pipeline rank 0 of 4, {share}; {rule}" in estimate.assumptions
 
 
 def test_without_pipeline_parallelism_one_rank_holds_everything() -> None:
@@ -220,3 +252,33 @@ def test_the_weighed_ranks_find_the_heaviest_of_all(
     assert sum(t.bytes for t in estimate.terms) == max(totals)
     named = next(a for a in estimate.assumptions if a.startswith("most-loaded GPU"))
     assert named.startswith(f"most-loaded GPU: pipeline rank {heaviest} of {pp}, ")
+
+
+# (chunks' (dense, MoE) layers per rank, pp, vpp, micro-batches, held per rank), by hand from
+# megatron-core's schedule (schedules.py get_schedule_table, core_v0.17.0): pp2 vpp2 runs
+# rank 0's forwards in the order (mb 0, chunk 0), (1, 0), (0, 1), (1, 1), (2, 0), …
+HELD = [
+    # warm-up 2·(2 − 0 − 1) + (2 − 1)·2 = 4 on rank 0, 2 on rank 1, then one more forward:
+    # rank 0 chunks 0, 0, 1, 1, 0 → 3 × 2 + 2 × 5 dense; rank 1 chunks 0, 0, 1 → 2·3 + 4
+    ((((2, 0), (5, 0)), ((3, 0), (4, 0))), 2, 2, None, ((16, 0, 5), (10, 0, 3))),
+    # one micro-batch: 2 chunk forwards in all, both held on both ranks
+    ((((2, 0), (5, 0)), ((3, 0), (4, 0))), 2, 2, 1, ((7, 0, 2), (7, 0, 2))),
+    # three micro-batches, the last group of one: rank 0's 5 forwards are chunks 0, 0, 1,
+    # 1, then micro-batch 2's chunk 0
+    ((((2, 1), (5, 0)), ((3, 0), (4, 0))), 2, 2, 3, ((16, 3, 5), (10, 0, 3))),
+    # no interleaving: min(pp − r, m) forwards of the whole share
+    ((((2, 1),), ((3, 0),), ((4, 0),)), 3, 1, None, ((6, 3, 3), (6, 0, 2), (4, 0, 1))),
+]
+
+
+@pytest.mark.parametrize(("chunks", "pp", "vpp", "micro_batches", "held"), HELD)
+def test_the_schedules_held_forwards(
+    chunks: tuple[tuple[tuple[int, int], ...], ...],
+    pp: int,
+    vpp: int,
+    micro_batches: int | None,
+    held: tuple[tuple[int, int, int], ...],
+) -> None:
+    from areal_alloc.estimate.memory_training import _held_forwards
+
+    assert _held_forwards(chunks, pp, vpp, micro_batches) == held

@@ -1,7 +1,7 @@
 """A pipeline engine waits for its slowest rank (``speed_training`` "pipeline imbalance"):
 (the slowest rank's FLOPs ÷ the mean rank's − 1) × (compute + element-wise), each rank's
 FLOPs its layers' (``pipeline_split.engine_split``) plus, on rank pp − 1, the output
-layer's; the bubble is taken on the slowest rank's time. Every expected value is worked
+layer's; the bubble is the other ranks' fill and drain. Every expected value is worked
 out here from the architecture's parameter counts, in units of 6 × tokens FLOPs (6 × the
 GEMM weights per token; the causal attention core adds q · s per layer, megatron-core's
 count)."""
@@ -157,11 +157,13 @@ def test_the_slowest_rank_sets_the_pace(
     assert imbalance.seconds == pytest.approx(excess * _busy(step), rel=1e-9)
     for name in names:
         assert name in imbalance.formula
-    # the bubble idles the slowest rank's whole work
+    # the bubble: 1F1B's fill and drain run every other rank's micro-batch once, the sum of
+    # the ranks' times less the slowest's: p × mean − (1 + excess) × mean, per micro-batch
+    # (busy / m), over vpp
     pp = ModelAllocation.from_str(spec).parallel.pp_size
     micro_batches = (1 << 20) // (ModelAllocation.from_str(spec).parallel.dp_size * seq)
     assert _term(step, "pipeline bubble").seconds == pytest.approx(
-        (pp - 1) / (micro_batches * vpp) * (_busy(step) + imbalance.seconds), rel=1e-9
+        (pp - 1 - excess) / (micro_batches * vpp) * _busy(step), rel=1e-9
     )
 
 

@@ -83,23 +83,23 @@ def test_compute_is_flops_over_peak_times_efficiency() -> None:
     assert _term(full, "compute") == pytest.approx(again / (16 * 989e12 * 0.5))
 
 
-def test_bubble_is_p_minus_1_over_micro_batches_times_vpp() -> None:
+def test_bubble_is_the_other_ranks_fill_and_drain() -> None:
     estimate = _step("megatron:d2p4t2")
     micro_batches = (1 << 20) // (2 * 16384)
 
-    def slowest_rank(step: StepEstimate) -> float:
-        # the slowest stage's whole work idles in the bubble: the GEMMs, the element-wise
-        # kernels and what its layers hold above the mean rank's (pipeline imbalance)
-        return sum(_term(step, n) for n in ("compute", "element-wise", "pipeline imbalance"))
+    def bubble(step: StepEstimate, vpp: int) -> float:
+        # 1F1B runs every rank's micro-batch once in its fill and drain, and the slowest
+        # rank's m times: the bubble is p × the mean rank's time (compute + element-wise)
+        # less the slowest's (+ pipeline imbalance), per micro-batch, over vpp; even ranks:
+        # (p − 1) / (m × vpp) of the compute
+        busy = _term(step, "compute") + _term(step, "element-wise")
+        slowest = busy + _term(step, "pipeline imbalance")
+        return (4 * busy - slowest) / (micro_batches * vpp)
 
     assert _term(estimate, "pipeline imbalance") > 0  # Qwen3-8B p4: 7, 11, 11, 7 layers
-    assert _term(estimate, "pipeline bubble") == pytest.approx(
-        3 / micro_batches * slowest_rank(estimate)
-    )
+    assert _term(estimate, "pipeline bubble") == pytest.approx(bubble(estimate, 1))
     interleaved = _step("megatron:d2p4t2", virtual_pipeline=2)
-    assert _term(interleaved, "pipeline bubble") == pytest.approx(
-        3 / (micro_batches * 2) * slowest_rank(interleaved)
-    )
+    assert _term(interleaved, "pipeline bubble") == pytest.approx(bubble(interleaved, 2))
 
 
 def test_a_tensor_group_across_nodes_uses_the_network() -> None:
