@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 __all__ = [
     "AGENT_MODE",
+    "ARCHON_PP_SCHEDULE",
+    "ARCHON_PP_SCHEDULES",
     "BRIDGE_TYPE",
     "CONTEXT_LENGTH",
     "DTYPE",
@@ -120,6 +122,19 @@ MOE_SHARED_EXPERT_OVERLAP = False
 RECOMPUTE_NUM_LAYERS: int | None = 1
 #: AgentConfig.mode (2359)
 AGENT_MODE = "inline"
+#: ArchonEngineConfig.pp_schedule's choices (668-680) and the virtual stages per pipeline
+#: rank each runs when pp_layers_per_stage is unset: 1 for a single-stage schedule (1F1B),
+#: 2 for the others (areal/experimental/models/archon/pipeline_parallel.py pipeline_llm
+#: l.450-453). ZBVZeroBubble places its two stages V-style (rank r: stages r and 2p − 1 − r,
+#: _get_stage_indices l.316-327); the others loop (rank r: r, r + p, …).
+ARCHON_PP_SCHEDULES: dict[str, int] = {
+    "1F1B": 1,
+    "Interleaved1F1B": 2,
+    "InterleavedZeroBubble": 2,
+    "ZBVZeroBubble": 2,
+}
+#: ArchonEngineConfig.pp_schedule (669): 2 virtual stages per rank
+ARCHON_PP_SCHEDULE = "Interleaved1F1B"
 
 _CLI_ARGS = f"areal/api/cli_args.py@{REFERENCE_COMMIT[:8]}"
 

@@ -16,6 +16,8 @@ from areal_alloc.cli.args import command_parser, count, fraction, positive, real
 from areal_alloc.cli.render import table
 from areal_alloc.compose import compose_file
 from areal_alloc.defaults import (
+    ARCHON_PP_SCHEDULE,
+    ARCHON_PP_SCHEDULES,
     CONTEXT_LENGTH,
     MEMORY_FRACTION,
     MICRO_BATCH_TOKENS,
@@ -232,13 +234,19 @@ def memory_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def settings_from_flags(ns: argparse.Namespace) -> tuple[TrainingSettings, InferenceSettings]:
+def settings_from_flags(
+    ns: argparse.Namespace, backend: str | None = None
+) -> tuple[TrainingSettings, InferenceSettings]:
+    """The settings the flags give, the reference's defaults for the rest: for ``backend``
+    archon its default schedule's virtual stages per pipeline rank (Interleaved1F1B's 2,
+    ``defaults.ARCHON_PP_SCHEDULES``); megatron-core's 1 otherwise."""
     reserve = machine(ns).memory_reserve
     training = TrainingSettings(
         optimizer=None if ns.optimizer == "none" else ns.optimizer,
         optimizer_dtype="bfloat16" if ns.optimizer == "adam_bf16" else "float32",
         recompute=ns.recompute,
         tokens_per_micro_batch=ns.tokens or MICRO_BATCH_TOKENS,
+        virtual_pipeline=ARCHON_PP_SCHEDULES[ARCHON_PP_SCHEDULE] if backend == "archon" else 1,
         lora_rank=getattr(ns, "lora_rank", None),
         memory_efficient_load=getattr(ns, "memory_efficient_load", False),
     )
@@ -255,7 +263,7 @@ def memory_estimate(alloc: ModelAllocation, ns: argparse.Namespace) -> MemoryEst
     if not ns.model:
         return None
     gpu = gpu_spec(ns) if chosen_gpu(ns) is not None else None
-    training, inference = settings_from_flags(ns)
+    training, inference = settings_from_flags(ns, alloc.backend)
     return estimate_allocation(
         alloc, find_model(ns.model), gpu.capacity if gpu else None, training, inference
     )
@@ -267,7 +275,7 @@ def pipeline_split_of(alloc: ModelAllocation, ns: argparse.Namespace) -> Pipelin
     the memory estimate splits them); None without a model, for p = 1 or inference."""
     if not ns.model or alloc.is_inference or alloc.parallel.pp_size <= 1:
         return None
-    training, _ = settings_from_flags(ns)
+    training, _ = settings_from_flags(ns, alloc.backend)
     p = alloc.parallel
     return engine_split(
         alloc.backend,
@@ -364,7 +372,7 @@ def ranking(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
     gpu = gpu_spec(ns)
     arch = find_model(ns.model)
     hardware = hardware_from_flags(ns, arch)
-    training, inference = settings_from_flags(ns)
+    training, inference = settings_from_flags(ns, ns.backend)
     inference_backend = ns.backend in INFERENCE_BACKENDS
     sequence = ns.seq_len or (
         ns.context_length
@@ -469,7 +477,7 @@ def _memory_fixes(ns: argparse.Namespace) -> str:
 def fitting(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
     """``layouts … --model M [--gpu G]``: the layouts that fit, with memory per GPU."""
     gpu = gpu_spec(ns) if chosen_gpu(ns) is not None else None
-    training, inference = settings_from_flags(ns)
+    training, inference = settings_from_flags(ns, ns.backend)
     found = list(
         layout_memory(
             ns.backend,
@@ -587,7 +595,7 @@ def calibrate(args: list[str]) -> int:
     alloc = ModelAllocation.from_str(ns.spec)
     arch = find_model(ns.model)
     hardware = hardware_from_flags(ns)
-    training, inference = settings_from_flags(ns)
+    training, inference = settings_from_flags(ns, alloc.backend)
     if alloc.is_inference:
         if ns.tokens_per_second is None:
             raise AllocationValidationError(
@@ -1142,7 +1150,7 @@ def explain_speed(alloc: ModelAllocation, ns: argparse.Namespace) -> dict[str, o
         )
     arch = find_model(ns.model)
     hardware = hardware_from_flags(ns, arch)
-    training, inference = settings_from_flags(ns)
+    training, inference = settings_from_flags(ns, alloc.backend)
     if alloc.is_inference:
         if ns.batch is None:
             raise AllocationValidationError(

@@ -51,6 +51,7 @@ from areal_alloc.experiment.read import (
     InferenceConfig,
     RunConfig,
     TrainConfig,
+    archon_stages_per_rank,
 )
 from areal_alloc.limits import MAX_COUNT
 from areal_alloc.numbers import read_float, read_int
@@ -465,6 +466,9 @@ def training_settings(
     if read.use_lora:
         lora_rank = read.lora_rank
         _lora_targets(read.target_modules, path, notes)
+    vpp = read.virtual_pipeline_size or 1
+    if engine.allocation.backend == "archon":
+        vpp = _archon_stages(engine, read, notes)
     try:
         return TrainingSettings(
             dtype=read.dtype,
@@ -475,7 +479,7 @@ def training_settings(
             recompute=read.recompute,
             tokens_per_micro_batch=tokens,
             micro_batches=micro_batches,
-            virtual_pipeline=read.virtual_pipeline_size or 1,
+            virtual_pipeline=vpp,
             layer_split=_layer_split(engine),
             offload_params=read.offload_params,
             reserve_bytes=TRAINING_RESERVE_BYTES if reserve is None else reserve,
@@ -490,6 +494,35 @@ def training_settings(
         )
     except AllocationError as error:
         raise AllocationValidationError(f"{path}: {error.message}") from None
+
+
+def _archon_stages(engine: Engine, read: TrainConfig, notes: list[str]) -> int:
+    """The archon engine's virtual stages per pipeline rank (``read.archon_stages_per_rank``:
+    its schedule's, Interleaved1F1B's 2 by default), and what its split leaves out."""
+    pp, path = engine.allocation.parallel.pp_size, engine.path
+    shape = engine.shape() if read.archon_layers_per_stage is not None and pp > 1 else None
+    layers = shape.num_layers if shape is not None else None
+    per_rank = archon_stages_per_rank(read, layers, pp, path)
+    schedule = read.archon_pp_schedule or defaults.ARCHON_PP_SCHEDULE
+    if per_rank is None:
+        per_rank = defaults.ARCHON_PP_SCHEDULES[schedule]
+        notes.append(
+            f"{path}.archon.pp_layers_per_stage={read.archon_layers_per_stage}: the model's "
+            f"layer count is unknown: estimated with {schedule}'s {per_rank} virtual stages "
+            f"per rank"
+        )
+    if pp > 1 and schedule == "ZBVZeroBubble":
+        notes.append(
+            f"{path}.archon.pp_schedule=ZBVZeroBubble places rank r's stages at r and 2p − 1 − r "
+            f"(the output layer on rank 0): estimated with the looped placement (r and r + p)"
+        )
+    if pp > 1 and read.archon_less_layers != (1, 1):
+        first, last = read.archon_less_layers
+        notes.append(
+            f"{path}.archon.pp_first_stage_less_layers={first}, pp_last_stage_less_layers="
+            f"{last}: the split is estimated with the default 1 and 1"
+        )
+    return per_rank
 
 
 def whole_local_batch_tokens(sequences: int, dp: int, length: int, n_mbs: int) -> int:

@@ -31,6 +31,7 @@ from itertools import pairwise
 from typing import Any
 
 from areal_alloc.architecture import Architecture
+from areal_alloc.defaults import ARCHON_PP_SCHEDULE, ARCHON_PP_SCHEDULES
 from areal_alloc.errors import AllocationValidationError
 
 __all__ = [
@@ -53,23 +54,15 @@ __all__ = [
 
 AREAL_RULE = "the reference's parameter-balanced split"
 EVEN_RULE = "megatron-core's even split"
-ARCHON_RULE = "the archon engine's split (embedding and output each counted as a layer)"
+ARCHON_RULE = (
+    "the archon engine's generate_llm_fqn_per_model_part split, embedding and output "
+    "counted as a layer each"
+)
 
-#: The archon engine's pipeline schedules (``ArchonEngineConfig.pp_schedule``'s choices,
-#: areal/api/cli_args.py l.668-680, AReaL cbff54d645d2cd8ee1f1c358a82f3f473588433d) and the
-#: virtual stages per rank each runs when ``pp_layers_per_stage`` is unset: 1 for a
-#: single-stage schedule (1F1B), 2 for the others (``pipeline_llm``,
-#: areal/experimental/models/archon/pipeline_parallel.py l.450-453). ZBVZeroBubble places
-#: its two stages V-style (rank r: stages r and 2p − 1 − r, ``_get_stage_indices``
-#: l.316-327); the others loop (rank r: r, r + p, …, as :meth:`PipelineSplit.stages_of`).
-ARCHON_SCHEDULES: dict[str, int] = {
-    "1F1B": 1,
-    "Interleaved1F1B": 2,
-    "InterleavedZeroBubble": 2,
-    "ZBVZeroBubble": 2,
-}
-#: ``pp_schedule``'s default (cli_args.py l.669 at cbff54d6): 2 virtual stages per rank
-ARCHON_SCHEDULE = "Interleaved1F1B"
+#: The archon engine's pipeline schedules and their virtual stages per rank by default
+#: (``defaults.ARCHON_PP_SCHEDULES``, cited there), and its default schedule.
+ARCHON_SCHEDULES = ARCHON_PP_SCHEDULES
+ARCHON_SCHEDULE = ARCHON_PP_SCHEDULE
 
 #: How an engine's layers are split over its pipeline stages (``TrainingSettings.layer_split``):
 #: "areal", the reference's own rule for its Megatron engine (the default); "even",

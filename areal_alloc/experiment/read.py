@@ -79,6 +79,7 @@ __all__ = [
     "ModelChoice",
     "RunConfig",
     "TrainConfig",
+    "archon_stages_per_rank",
     "has_engines",
     "model_from_path",
     "read_experiment",
@@ -171,8 +172,17 @@ class TrainConfig:
     offload_params: bool = False
     distributed_optimizer: bool = True
     precision_aware_optimizer: bool = False
-    #: ``megatron.virtual_pipeline_parallel_size`` as written (None: 1)
+    #: a Megatron engine's ``megatron.virtual_pipeline_parallel_size`` as written (None: 1;
+    #: the archon engine's virtual stages per rank: :func:`archon_stages_per_rank`)
     virtual_pipeline_size: int | None = None
+    #: archon: ``archon.pp_schedule`` as written, as torch names it (``defaults.
+    #: ARCHON_PP_SCHEDULES``; None: unset, its default ``defaults.ARCHON_PP_SCHEDULE``)
+    archon_pp_schedule: str | None = None
+    #: archon: ``archon.pp_layers_per_stage`` (None: the schedule's default stages per rank)
+    archon_layers_per_stage: int | None = None
+    #: archon: ``archon.pp_first_stage_less_layers`` and ``pp_last_stage_less_layers``
+    #: (ArchonEngineConfig, default 1 each, areal/api/cli_args.py l.693-705 at cbff54d6)
+    archon_less_layers: tuple[int, int] = (1, 1)
     #: ``init_from_scratch`` (TrainEngineConfig.init_from_scratch, default false)
     init_from_scratch: bool = False
     #: ``megatron.bridge_type`` (MegatronEngineConfig.bridge_type, ``defaults.BRIDGE_TYPE``)
@@ -893,7 +903,14 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
         f"{path}.megatron.use_precision_aware_optimizer",
     )
     vpp = None
-    if megatron is not None:
+    schedule: str | None = None
+    layers_per_stage: int | None = None
+    less = (1, 1)
+    if backend == "archon":  # the archon engine reads no megatron section
+        schedule, layers_per_stage, less = _archon_pipeline(
+            section(node, "archon", f"{path}.archon"), path
+        )
+    elif megatron is not None:
         vpp = setting_int(
             megatron, f"{path}.megatron.virtual_pipeline_parallel_size", 1, 1, MAX_VPP
         )
@@ -931,6 +948,9 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
         distributed_optimizer=distributed,
         precision_aware_optimizer=precision_aware,
         virtual_pipeline_size=vpp,
+        archon_pp_schedule=schedule,
+        archon_layers_per_stage=layers_per_stage,
+        archon_less_layers=less,
         init_from_scratch=scratch,
         bridge_type=bridge,
         moe_enable_deepep=deepep,
@@ -939,6 +959,71 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
         recompute_num_layers=recompute_layers,
         moe_shared_expert_overlap=shared_overlap,
     )
+
+
+def _archon_pipeline(archon: object, path: str) -> tuple[str | None, int | None, tuple[int, int]]:
+    """The archon engine's pipeline settings: ``archon.pp_schedule`` (default
+    Interleaved1F1B, ArchonEngineConfig l.668-680 at cbff54d6; torch's
+    ``get_schedule_class`` matches its name case-insensitively), ``pp_layers_per_stage``
+    (≥ 1 or null) and ``pp_{first,last}_stage_less_layers`` (≥ 0; ArchonEngineConfig.
+    __post_init__ l.750-762 refuses the rest)."""
+    written = _text(archon, "pp_schedule", "")
+    names = {name.lower(): name for name in defaults.ARCHON_PP_SCHEDULES}
+    schedule = names.get(written.strip().lower()) if written else None
+    if written and schedule is None:
+        raise AllocationValidationError(
+            f"{path}.archon.pp_schedule={shown(written)}: must be one of "
+            f"{', '.join(defaults.ARCHON_PP_SCHEDULES)} (ArchonEngineConfig.pp_schedule's "
+            f"choices; default {defaults.ARCHON_PP_SCHEDULE})"
+        )
+    layers = setting_int(archon, f"{path}.archon.pp_layers_per_stage", 4, 1, MAX_COUNT)
+    first, last = (
+        setting_int(archon, f"{path}.archon.pp_{end}_stage_less_layers", 1, 0, MAX_COUNT)
+        for end in ("first", "last")
+    )
+    return schedule, layers, (1 if first is None else first, 1 if last is None else last)
+
+
+def archon_stages_per_rank(
+    config: TrainConfig, num_layers: int | None, pp: int, path: str
+) -> int | None:
+    """The archon engine's virtual stages per pipeline rank (``pipeline_llm``,
+    areal/experimental/models/archon/pipeline_parallel.py l.409-453, AReaL cbff54d6): with
+    ``archon.pp_layers_per_stage`` unset, the schedule's default (1 for 1F1B, 2 for the
+    others); set, ceil((layers + first + last) / pp_layers_per_stage) stages over p, which
+    must divide them, one per rank for 1F1B, at least two for the others, exactly two for
+    ZBVZeroBubble (the engine refuses the rest). None when the stages per rank need the
+    model's layer count and it is unknown."""
+    schedule = config.archon_pp_schedule or defaults.ARCHON_PP_SCHEDULE
+    default = defaults.ARCHON_PP_SCHEDULES[schedule]
+    per_stage = config.archon_layers_per_stage
+    if per_stage is None or pp <= 1:
+        return default
+    if num_layers is None:
+        return None
+    first, last = config.archon_less_layers
+    stages = -(-(num_layers + first + last) // per_stage)
+    where = (
+        f"{path}.archon.pp_layers_per_stage={per_stage}: ceil(({num_layers:,} layers + "
+        f"{first} + {last}) / {per_stage}) = {stages:,} virtual stages"
+    )
+    if stages % pp:
+        raise AllocationValidationError(
+            f"{where}, not a multiple of p{pp} (the archon engine refuses it); choose "
+            f"pp_layers_per_stage so that p divides the stages"
+        )
+    per_rank = stages // pp
+    need = "1" if default == 1 else "2" if schedule == "ZBVZeroBubble" else "at least 2"
+    if (
+        (default == 1 and per_rank != 1)
+        or (default == 2 and per_rank < 2)
+        or (schedule == "ZBVZeroBubble" and per_rank != 2)
+    ):
+        raise AllocationValidationError(
+            f"{where} = {per_rank} per rank over p{pp}: {schedule} runs {need} per rank "
+            f"(the archon engine refuses it); change pp_layers_per_stage or pp_schedule"
+        )
+    return per_rank
 
 
 #: ArchonEngineConfig.ac_mode's choices (areal/api/cli_args.py line 631 at cbff54d6)

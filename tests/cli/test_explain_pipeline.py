@@ -1,6 +1,7 @@
 """``explain SPEC --model M``'s layers per pipeline rank (text and ``--json``): the
-reference's parameter-balanced split for its Megatron engine, megatron-core's even split
-for archon, nothing for p = 1 or without a model, a huge p cut and counted."""
+reference's parameter-balanced split for its Megatron engine, the archon engine's own
+(two virtual stages per rank by default), nothing for p = 1 or without a model, a huge p
+cut and counted."""
 
 from __future__ import annotations
 
@@ -25,7 +26,11 @@ QWEN3_8B = MODELS["qwen/qwen3-8b"]
 
 #: The section's lines. Qwen3-8B p4: the reference's split is 7, 11, 11, 7 (the table of
 #: tests/plan/test_pipeline_split.py, checked there against the reference's own programme;
-#: 7 + 11 + 11 + 7 = 36 layers); archon takes megatron-core's even split, 36 / 4 = 9 each.
+#: 7 + 11 + 11 + 7 = 36 layers); archon takes its generate_llm_fqn_per_model_part split
+#: over its default Interleaved1F1B's 2 virtual stages per rank: 36 + 1 (embedding) + 1
+#: (output) = 38 effective layers over 8 stages, 38 = 8 × 4 + 6, so stages 0-5 get 5 and
+#: 6-7 get 4, less the embedding's 1 on stage 0 and the output's 1 on stage 7: 4, 5, 5, 5,
+#: 5, 5, 4, 3; rank r holds stages r and r + 4: 4+5, 5+5, 5+4, 5+3.
 SECTIONS = [
     (
         ["megatron:d2p4t2"],
@@ -40,11 +45,13 @@ SECTIONS = [
     (
         ["archon:d2p4t2"],
         [
-            "pipeline stages (megatron-core's even split):",
-            "  rank 0: 9 of 36 layers + embedding",
-            "  rank 1: 9 of 36 layers",
-            "  rank 2: 9 of 36 layers",
-            "  rank 3: 9 of 36 layers + output layer",
+            "pipeline stages (the archon engine's generate_llm_fqn_per_model_part split, "
+            "embedding and output counted as a layer each; virtual stage i runs on rank i "
+            "mod p):",
+            "  rank 0: 9 of 36 layers (virtual stages 0, 4: 4+5) + embedding",
+            "  rank 1: 10 of 36 layers (virtual stages 1, 5: 5+5)",
+            "  rank 2: 9 of 36 layers (virtual stages 2, 6: 5+4)",
+            "  rank 3: 8 of 36 layers (virtual stages 3, 7: 5+3) + output layer",
         ],
     ),
 ]
@@ -183,3 +190,26 @@ def test_a_huge_p_is_cut_and_counted(deep_model: Path, main_cli: MainCli) -> Non
     assert split["stage_layers_omitted"] == 2048 - 256
     assert [r["output"] for r in split["ranks"][-2:]] == [False, True]
     assert len(json.dumps(split, indent=1)) < 8_000
+
+
+def test_check_json_shows_the_archon_split(tmp_path: Path, main_cli: MainCli) -> None:
+    """A config's archon engine splits as explain says (its default Interleaved1F1B: the
+    stages of SECTIONS' archon case); archon.pp_schedule=1F1B runs one stage per rank: 38
+    effective layers over 4 stages, 38 = 4 × 9 + 2, so 10 − 1, 10, 9, 9 − 1."""
+    config = tmp_path / "archon.yaml"
+    config.write_text(
+        "cluster: {n_nodes: 1, n_gpus_per_node: 8}\n"
+        "actor:\n  backend: archon:d2p4\n  path: Qwen/Qwen3-8B\n"
+        "  mb_spec: {max_tokens_per_mb: 8192}\n  optimizer: {type: adam}\n"
+    )
+    for extra, vpp, stages, ranks in [
+        ((), 2, [4, 5, 5, 5, 5, 5, 4, 3], [9, 10, 9, 8]),
+        (("+actor.archon.pp_schedule=1F1B",), 1, [9, 10, 9, 8], [9, 10, 9, 8]),
+    ]:
+        ran = main_cli("check", str(config), *extra, "--json")
+        assert ran.returncode == 0, ran.stderr
+        (actor,) = json.loads(ran.stdout)["engines"]
+        split = actor["pipeline_split"]
+        assert (split["vpp"], split["stage_layers"]) == (vpp, stages)
+        assert [r["layers"] for r in split["ranks"]] == ranks
+        assert split["rule"].startswith("the archon engine's generate_llm_fqn_per_model_part")

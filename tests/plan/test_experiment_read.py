@@ -718,3 +718,118 @@ def test_a_wrong_recompute_rules_key_is_one_line(megatron: dict[str, Any], messa
     with pytest.raises(AllocationValidationError) as info:
         read_experiment({"actor": actor})
     assert info.value.message == message
+
+
+# the archon engine's virtual stages per pipeline rank (TrainingSettings.virtual_pipeline):
+# archon.pp_schedule (default Interleaved1F1B, ArchonEngineConfig l.668-680 at cbff54d6) runs
+# 1 (1F1B) or 2 (the others) when pp_layers_per_stage is unset (pipeline_llm l.450-453);
+# set, ceil((36 + 1 + 1) / n) stages over p4 for Qwen3-8B. Megatron's vpp key is not archon's.
+ARCHON_STAGES: list[tuple[str, dict[str, Any], int, list[str]]] = [
+    ("archon:d2p4", {}, 2, []),
+    ("archon:d2p4", {"pp_schedule": "1F1B"}, 1, []),
+    ("archon:d2p4", {"pp_schedule": "interleavedzerobubble"}, 2, []),  # torch's lookup
+    ("archon:d2p4", {"pp_layers_per_stage": 5}, 2, []),  # ceil(38 / 5) = 8 = 4 × 2
+    ("archon:d4p2", {"pp_layers_per_stage": 4}, 5, []),  # ceil(38 / 4) = 10 = 2 × 5
+    ("archon:d2p4", {"pp_layers_per_stage": 10, "pp_schedule": "1F1B"}, 1, []),  # 4 = 4 × 1
+    (
+        "archon:d2p4",
+        {"pp_schedule": "ZBVZeroBubble"},
+        2,
+        [
+            "actor.archon.pp_schedule=ZBVZeroBubble places rank r's stages at r and 2p − 1 − r "
+            "(the output layer on rank 0): estimated with the looped placement (r and r + p)"
+        ],
+    ),
+    (
+        "archon:d2p4",
+        {"pp_first_stage_less_layers": 2},
+        2,
+        [
+            "actor.archon.pp_first_stage_less_layers=2, pp_last_stage_less_layers=1: the split "
+            "is estimated with the default 1 and 1"
+        ],
+    ),
+    ("archon:d8", {"pp_layers_per_stage": 3}, 2, []),  # p1: no pipeline, nothing checked
+]
+
+
+@pytest.mark.parametrize(("backend", "archon", "stages", "notes"), ARCHON_STAGES)
+def test_the_archon_engines_stages_per_rank(
+    backend: str, archon: dict[str, Any], stages: int, notes: list[str]
+) -> None:
+    from areal_alloc.estimate.execution import training_settings
+    from areal_alloc.experiment.read import RunConfig
+
+    actor = {
+        "backend": backend,
+        "path": "Qwen/Qwen3-8B",
+        "mb_spec": {"max_tokens_per_mb": 8192},
+        "archon": archon,
+        "megatron": {"virtual_pipeline_parallel_size": 4},  # the Megatron engine's, not read
+    }
+    engine = read_experiment({"actor": actor})["actor"]
+    said: list[str] = []
+    assert training_settings(engine, RunConfig(), None, said).virtual_pipeline == stages
+    assert [n for n in said if "archon" in n] == notes
+
+
+@pytest.mark.parametrize(
+    ("backend", "archon", "message"),
+    [
+        (
+            "archon:d2p4",
+            {"pp_schedule": "GPipe"},
+            "actor.archon.pp_schedule='GPipe': must be one of 1F1B, Interleaved1F1B, "
+            "InterleavedZeroBubble, ZBVZeroBubble (ArchonEngineConfig.pp_schedule's choices; "
+            "default Interleaved1F1B)",
+        ),
+        (
+            "archon:d2p4",
+            {"pp_layers_per_stage": 3},
+            "actor.archon.pp_layers_per_stage=3: ceil((36 layers + 1 + 1) / 3) = 13 virtual "
+            "stages, not a multiple of p4 (the archon engine refuses it); choose "
+            "pp_layers_per_stage so that p divides the stages",
+        ),
+        (
+            "archon:d2p4",
+            {"pp_layers_per_stage": 10},
+            "actor.archon.pp_layers_per_stage=10: ceil((36 layers + 1 + 1) / 10) = 4 virtual "
+            "stages = 1 per rank over p4: Interleaved1F1B runs at least 2 per rank (the archon "
+            "engine refuses it); change pp_layers_per_stage or pp_schedule",
+        ),
+        (
+            "archon:d2p4",
+            {"pp_layers_per_stage": 5, "pp_schedule": "1F1B"},
+            "actor.archon.pp_layers_per_stage=5: ceil((36 layers + 1 + 1) / 5) = 8 virtual "
+            "stages = 2 per rank over p4: 1F1B runs 1 per rank (the archon engine refuses it); "
+            "change pp_layers_per_stage or pp_schedule",
+        ),
+        (
+            "archon:d4p2",
+            {"pp_layers_per_stage": 4, "pp_schedule": "ZBVZeroBubble"},
+            "actor.archon.pp_layers_per_stage=4: ceil((36 layers + 1 + 1) / 4) = 10 virtual "
+            "stages = 5 per rank over p2: ZBVZeroBubble runs 2 per rank (the archon engine "
+            "refuses it); change pp_layers_per_stage or pp_schedule",
+        ),
+        (
+            "archon:d2p4",
+            {"pp_last_stage_less_layers": -1},
+            "actor.archon.pp_last_stage_less_layers=-1: must be an integer from 0 to "
+            "1,099,511,627,776, e.g. actor.archon.pp_last_stage_less_layers=1",
+        ),
+    ],
+)
+def test_a_wrong_archon_pipeline_is_one_line(
+    backend: str, archon: dict[str, Any], message: str
+) -> None:
+    from areal_alloc.estimate.execution import training_settings
+    from areal_alloc.experiment.read import RunConfig
+
+    actor = {"backend": backend, "path": "Qwen/Qwen3-8B", "archon": archon}
+
+    def settings() -> None:
+        training_settings(read_experiment({"actor": actor})["actor"], RunConfig(), None, [])
+
+    with pytest.raises(AllocationValidationError) as info:
+        settings()
+    assert info.value.message == message

@@ -1,8 +1,8 @@
 """The training-memory estimate per pipeline rank: each rank's layers from the engine's
 pipeline split (the reference's parameter-balanced split for its Megatron engine, the
-archon engine's own, megatron-core's even split otherwise), the embedding on rank 0, the output layer on the
-last rank, 1F1B's min(pp − r, m) micro-batches in flight on rank r, the most loaded
-rank named."""
+archon engine's own, megatron-core's even split otherwise), the embedding on rank 0, the
+output layer on the last rank, 1F1B's min(pp − r, m) micro-batches in flight on rank r,
+the most loaded rank named."""
 
 from __future__ import annotations
 
