@@ -52,6 +52,7 @@ from areal_alloc.experiment.read import (
     RunConfig,
     TrainConfig,
     archon_stages_per_rank,
+    recompute_module_names,
 )
 from areal_alloc.limits import MAX_COUNT
 from areal_alloc.numbers import read_float, read_int
@@ -222,7 +223,8 @@ LOGITS = ("areal", "float32", "float32_logits", "float32_compiled", "chunked_com
 
 #: How a Megatron engine's MoE layers move tokens to their experts (``TrainingSettings.
 #: token_dispatcher``): megatron-core's alltoall or allgather dispatcher, or its flex
-#: dispatcher on DeepEP (:func:`token_dispatcher`).
+#: dispatcher on DeepEP (:func:`token_dispatcher` maps the config's
+#: ``megatron.moe_token_dispatcher_type``, one of ``read.DISPATCHER_TYPES``, to these).
 TOKEN_DISPATCHERS = ("alltoall", "allgather", "deepep")
 
 
@@ -288,12 +290,10 @@ class TrainingSettings:
     recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES
 
     def __post_init__(self) -> None:
-        unknown = [m for m in self.recompute_modules if m not in RECOMPUTE_MODULES]
-        if unknown:
-            raise AllocationValidationError(
-                f"recompute_modules: {', '.join(map(repr, unknown))} not among "
-                f"{', '.join(RECOMPUTE_MODULES)}"
-            )
+        # the one rule (read.recompute_module_names): a text is refused whole
+        modules = recompute_module_names(self.recompute_modules, "recompute_modules")
+        if modules != self.recompute_modules:  # a list, or a name twice: kept as the tuple
+            object.__setattr__(self, "recompute_modules", modules)
         if self.token_dispatcher not in TOKEN_DISPATCHERS:
             raise AllocationValidationError(
                 f"token_dispatcher={self.token_dispatcher!r}: must be one of "

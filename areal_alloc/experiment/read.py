@@ -69,6 +69,7 @@ __all__ = [
     "DEFAULT_GPUS_PER_NODE",
     "DEFAULT_N_NODES",
     "DEFAULT_RECOMPUTE_MODULES",
+    "DISPATCHER_TYPES",
     "MAX_KL_CTL",
     "MAX_VPP",
     "RECOMPUTE_MODULES",
@@ -83,6 +84,7 @@ __all__ = [
     "has_engines",
     "model_from_path",
     "read_experiment",
+    "recompute_module_names",
     "shape_from_path",
     "shape_of_architecture",
 ]
@@ -759,31 +761,40 @@ def _text(node: object, key: str, default: str) -> str:
 #: and 'flex'." (areal/api/cli_args.py l.981-986, AReaL cbff54d6); megatron-core 0.17.0 (the
 #: version the reference pins) types its TransformerConfig field
 #: ``Literal['allgather', 'alltoall', 'flex']`` (megatron/core/transformer/transformer_config.py
-#: l.750, NVIDIA/Megatron-LM core_v0.17.0)
-TOKEN_DISPATCHERS = ("allgather", "alltoall", "flex")
+#: l.750, NVIDIA/Megatron-LM core_v0.17.0). The config's values; the estimate's dispatchers
+#: (flex being DeepEP) are ``estimate.execution.TOKEN_DISPATCHERS``.
+DISPATCHER_TYPES = ("allgather", "alltoall", "flex")
 
 
 def _recompute_modules(megatron: object, path: str) -> tuple[str, ...]:
     """``<engine>.megatron.recompute_modules`` under selective recomputation (unset or null:
     megatron-core's default, :data:`DEFAULT_RECOMPUTE_MODULES`; an empty list: nothing).
     A name megatron-core does not know is refused, as its assertion refuses it."""
-    key = f"{path}.megatron.recompute_modules"
     raw = child(megatron, "recompute_modules") if megatron is not None else None
     if raw is None:
         return DEFAULT_RECOMPUTE_MODULES
-    if isinstance(raw, str) or is_mapping(raw) or not hasattr(raw, "__iter__"):
+    return recompute_module_names(raw, f"{path}.megatron.recompute_modules")
+
+
+def recompute_module_names(value: object, key: str) -> tuple[str, ...]:
+    """The one rule for what selective recomputation recomputes, where the value enters (the
+    reader for a config's ``megatron.recompute_modules``, ``TrainingSettings`` for the API):
+    a list (a text, a mapping or a scalar is refused whole) of :data:`RECOMPUTE_MODULES`
+    names, megatron-core's assertion refusing any other; a name given twice recomputes
+    once."""
+    if isinstance(value, str) or is_mapping(value) or not hasattr(value, "__iter__"):
         raise AllocationValidationError(
-            f"{key}={shown(raw)}: must be a list of module names among "
+            f"{key}={shown(value)}: must be a list of module names among "
             f"{', '.join(RECOMPUTE_MODULES)}, e.g. [core_attn, layernorm]"
         )
-    names = tuple(str(item) for item in raw)
+    names = tuple(str(item) for item in value)
     unknown = [name for name in names if name not in RECOMPUTE_MODULES]
     if unknown:
         raise AllocationValidationError(
             f"{key}: {', '.join(map(repr, unknown))} not among megatron-core's "
             f"{', '.join(RECOMPUTE_MODULES)} (its TransformerConfig refuses it at start-up)"
         )
-    return tuple(dict.fromkeys(names))  # a name given twice recomputes once
+    return tuple(dict.fromkeys(names))
 
 
 def _recompute_granularity(megatron: object, backend: str | None) -> str | None:
@@ -850,7 +861,7 @@ def _token_dispatcher(megatron: object, path: str) -> str:
     if not isinstance(value, str):
         raise AllocationValidationError(
             f"{path}.megatron.moe_token_dispatcher_type={shown(value)}: must be one of "
-            f"{', '.join(TOKEN_DISPATCHERS)}"
+            f"{', '.join(DISPATCHER_TYPES)}"
         )
     return value
 

@@ -305,11 +305,11 @@ def moe_dispatcher_is_known(run: Run) -> str | None:
     value when it builds a MoE layer. A dense model builds none, and a model not found here
     is not checked.
     """
-    from areal_alloc.experiment.read import TOKEN_DISPATCHERS
+    from areal_alloc.experiment.read import DISPATCHER_TYPES
 
     for engine, training in _mbridge_engines(run):
         dispatcher = training.token_dispatcher
-        if dispatcher in TOKEN_DISPATCHERS:
+        if dispatcher in DISPATCHER_TYPES:
             continue
         shape = engine.shape()
         if shape is None or not shape.num_experts:
@@ -317,7 +317,7 @@ def moe_dispatcher_is_known(run: Run) -> str | None:
         path = engine.path
         return (
             f"{path}.megatron.moe_token_dispatcher_type={shown(dispatcher)}: must be one of "
-            f"{', '.join(TOKEN_DISPATCHERS)}; megatron-core's MoELayer raises 'Unsupported "
+            f"{', '.join(DISPATCHER_TYPES)}; megatron-core's MoELayer raises 'Unsupported "
             f"token dispatcher type' when mbridge builds the {shape.num_experts}-expert layers "
             f"of {engine.backend_key}={engine.spec!r}: set "
             f"{path}.megatron.moe_token_dispatcher_type=alltoall (the reference's default)"

@@ -271,12 +271,68 @@ def test_an_unknown_module_or_dispatcher_is_refused() -> None:
     assert info.value.message == (
         "token dispatcher 'flex': must be one of alltoall, allgather, deepep"
     )
+
+
+# TrainingSettings (the API's entry) and the reader (a config's) share one rule and its
+# message (read.recompute_module_names): a text is refused whole, not letter by letter
+SETTINGS_MODULES: list[tuple[object, str]] = [
+    (
+        ("norm",),
+        "recompute_modules: 'norm' not among megatron-core's core_attn, moe_act, layernorm, "
+        "mla_up_proj, mlp, moe, shared_experts (its TransformerConfig refuses it at start-up)",
+    ),
+    (
+        "moe_act",
+        "recompute_modules='moe_act': must be a list of module names among core_attn, "
+        "moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts, e.g. [core_attn, layernorm]",
+    ),
+    (
+        None,
+        "recompute_modules=None: must be a list of module names among core_attn, moe_act, "
+        "layernorm, mla_up_proj, mlp, moe, shared_experts, e.g. [core_attn, layernorm]",
+    ),
+]
+
+
+@pytest.mark.parametrize(("modules", "message"), SETTINGS_MODULES)
+def test_the_settings_refuse_what_the_reader_refuses(modules: object, message: str) -> None:
     with pytest.raises(AllocationValidationError) as info:
-        TrainingSettings(recompute_modules=("norm",))
-    assert info.value.message == (
-        "recompute_modules: 'norm' not among core_attn, moe_act, layernorm, mla_up_proj, mlp, "
-        "moe, shared_experts"
-    )
+        TrainingSettings(recompute_modules=modules)  # type: ignore[arg-type]
+    assert info.value.message == message
+    config = {"recompute_granularity": "selective", "recompute_modules": modules}
+    actor = {"backend": "megatron:d8", "gradient_checkpointing": True, "megatron": config}
+    if modules is None:  # null in a config: megatron-core's default
+        training = read_experiment({"actor": actor})["actor"].training
+        assert training is not None
+        assert training.recompute_modules == ("core_attn",)
+        return
+    with pytest.raises(AllocationValidationError) as info:
+        read_experiment({"actor": actor})
+    assert info.value.message == f"actor.megatron.{message}"
+
+
+def test_the_settings_keep_a_list_as_its_tuple_once() -> None:
+    listed = TrainingSettings(recompute_modules=["moe_act", "moe_act", "layernorm"])  # type: ignore[arg-type]
+    assert listed.recompute_modules == ("moe_act", "layernorm")
+    assert hash(listed) == hash(TrainingSettings(recompute_modules=("moe_act", "layernorm")))
+
+
+def test_each_dispatcher_name_means_one_thing() -> None:
+    """The config's moe_token_dispatcher_type values (read.DISPATCHER_TYPES) and the
+    estimate's dispatchers (execution.TOKEN_DISPATCHERS, flex being DeepEP) under two
+    names; each config value maps to one estimate dispatcher."""
+    from areal_alloc.estimate import execution
+    from areal_alloc.experiment import read
+
+    assert read.DISPATCHER_TYPES == ("allgather", "alltoall", "flex")
+    assert execution.TOKEN_DISPATCHERS == ("alltoall", "allgather", "deepep")
+    assert not hasattr(read, "TOKEN_DISPATCHERS")
+    mapped = {}
+    for written in read.DISPATCHER_TYPES:
+        megatron = {"moe_token_dispatcher_type": written}
+        engine = read_experiment({"actor": {"backend": "megatron:d8", "megatron": megatron}})
+        mapped[written] = execution.token_dispatcher(engine["actor"])
+    assert mapped == {"allgather": "allgather", "alltoall": "alltoall", "flex": "deepep"}
 
 
 # --- reading megatron.recompute_modules ---------------------------------------------------
