@@ -14,6 +14,7 @@ __all__ = [
     "AGENT_MODE",
     "ARCHON_PP_SCHEDULE",
     "ARCHON_PP_SCHEDULES",
+    "ARCHON_STAGES_PER_RANK",
     "BRIDGE_TYPE",
     "CONTEXT_LENGTH",
     "DTYPE",
@@ -135,6 +136,8 @@ ARCHON_PP_SCHEDULES: dict[str, int] = {
 }
 #: ArchonEngineConfig.pp_schedule (669): 2 virtual stages per rank
 ARCHON_PP_SCHEDULE = "Interleaved1F1B"
+#: the archon engine's virtual stages per pipeline rank without a config (its default schedule's)
+ARCHON_STAGES_PER_RANK = ARCHON_PP_SCHEDULES[ARCHON_PP_SCHEDULE]
 
 _CLI_ARGS = f"areal/api/cli_args.py@{REFERENCE_COMMIT[:8]}"
 

@@ -30,7 +30,7 @@ from areal_alloc.estimate.system import Hardware, resolve_gpu
 from areal_alloc.format import format_spec
 from areal_alloc.limits import MAX_COUNT, MAX_GPUS, MAX_LAYOUTS, grouped
 from areal_alloc.model import ModelAllocation
-from areal_alloc.model_shape import ModelShape, layout_problems
+from areal_alloc.model_shape import ModelShape, engine_shape, layout_problems
 from areal_alloc.numbers import read_int
 from areal_alloc.strategy import ParallelStrategy
 from areal_alloc.vocab import BACKEND_DIMS, HYBRID_BACKENDS, INFERENCE_BACKENDS
@@ -170,6 +170,8 @@ def _iter_families(
         )
     c = constraints or LayoutConstraints()
     shape = c.shape()
+    if shape is not None:
+        shape = engine_shape(backend, shape)
     allowed = BACKEND_DIMS[backend]
     inference = backend in INFERENCE_BACKENDS
     node = c.gpus_per_node

@@ -11,10 +11,11 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from areal_alloc.defaults import ARCHON_STAGES_PER_RANK
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.files import CONFIG_JSON, read_json, shown
 from areal_alloc.limits import MAX_COUNT
@@ -28,6 +29,7 @@ __all__ = [
     "ModelShape",
     "check_shape",
     "config_values",
+    "engine_shape",
     "even_split_builds",
     "language_model",
     "layout_problems",
@@ -243,6 +245,16 @@ def even_split_builds(num_layers: int, pp: int, vpp: int = 1) -> bool:
     return pp <= 1 or (num_layers % pp == 0 and (num_layers // pp) % max(vpp, 1) == 0)
 
 
+def engine_shape(backend: str, shape: ModelShape) -> ModelShape:
+    """``shape`` as ``backend`` runs it without a config's settings: the archon engine with
+    its default schedule's virtual stages per rank (``defaults.ARCHON_STAGES_PER_RANK``,
+    Interleaved1F1B's 2), which its ``virtual_pipeline_size`` holds; the others as given
+    (megatron-core's vpp 1). A config's engine reads its own (``Engine.shape``)."""
+    if backend == "archon":
+        return replace(shape, virtual_pipeline_size=ARCHON_STAGES_PER_RANK)
+    return shape
+
+
 def layout_problems(backend: str, p: ParallelStrategy, shape: ModelShape) -> list[str]:
     """Every way the layout ``p`` of ``backend`` does not fit ``shape``."""
     inference = backend in INFERENCE_BACKENDS
@@ -277,6 +289,18 @@ def layout_problems(backend: str, p: ParallelStrategy, shape: ModelShape) -> lis
                 f"num_layers={shape.num_layers} cannot fill p{p.pp_size}·"
                 f"vpp{shape.virtual_pipeline_size} = {stages} pipeline stages: every stage "
                 f"but the first and last needs a layer, so at least {stages - 2} layers"
+            )
+    elif backend == "archon":
+        # The archon engine splits any number of layers over its p × (stages per rank)
+        # virtual stages, the embedding and the output layer counted as one layer each,
+        # and refuses more stages than that (generate_llm_fqn_per_model_part, areal/
+        # experimental/models/archon/pipeline_parallel.py l.124-129, AReaL cbff54d6).
+        layers = shape.num_layers
+        if layers is not None and p.pp_size > 1 and stages > layers + 2:
+            problems.append(
+                f"num_layers={layers} cannot fill the archon engine's p{p.pp_size} × "
+                f"{shape.virtual_pipeline_size} = {stages} virtual stages: {layers} layers + 1 "
+                f"(embedding) + 1 (output) = {layers + 2} < {stages}"
             )
     elif shape.num_layers is not None and stages > 1 and shape.num_layers % stages:
         problems.append(

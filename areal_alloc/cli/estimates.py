@@ -16,8 +16,7 @@ from areal_alloc.cli.args import command_parser, count, fraction, positive, real
 from areal_alloc.cli.render import table
 from areal_alloc.compose import compose_file
 from areal_alloc.defaults import (
-    ARCHON_PP_SCHEDULE,
-    ARCHON_PP_SCHEDULES,
+    ARCHON_STAGES_PER_RANK,
     CONTEXT_LENGTH,
     MEMORY_FRACTION,
     MICRO_BATCH_TOKENS,
@@ -239,14 +238,14 @@ def settings_from_flags(
 ) -> tuple[TrainingSettings, InferenceSettings]:
     """The settings the flags give, the reference's defaults for the rest: for ``backend``
     archon its default schedule's virtual stages per pipeline rank (Interleaved1F1B's 2,
-    ``defaults.ARCHON_PP_SCHEDULES``); megatron-core's 1 otherwise."""
+    ``defaults.ARCHON_STAGES_PER_RANK``); megatron-core's 1 otherwise."""
     reserve = machine(ns).memory_reserve
     training = TrainingSettings(
         optimizer=None if ns.optimizer == "none" else ns.optimizer,
         optimizer_dtype="bfloat16" if ns.optimizer == "adam_bf16" else "float32",
         recompute=ns.recompute,
         tokens_per_micro_batch=ns.tokens or MICRO_BATCH_TOKENS,
-        virtual_pipeline=ARCHON_PP_SCHEDULES[ARCHON_PP_SCHEDULE] if backend == "archon" else 1,
+        virtual_pipeline=ARCHON_STAGES_PER_RANK if backend == "archon" else 1,
         lora_rank=getattr(ns, "lora_rank", None),
         memory_efficient_load=getattr(ns, "memory_efficient_load", False),
     )

@@ -362,11 +362,25 @@ class Engine:
         return self.allocation.spec
 
     def shape(self) -> ModelShape | None:
-        """Its model's shape, with a Megatron engine's virtual pipeline size."""
+        """Its model's shape, with a Megatron engine's virtual pipeline size, the archon
+        engine's virtual stages per rank (:func:`archon_stages_per_rank`; its schedule's
+        default where the config's are refused: the estimate's settings say why)."""
         shape = self.model.shape()
         vpp = self.training.virtual_pipeline_size if self.training is not None else None
         if shape is not None and self.allocation.backend == "megatron" and vpp is not None:
             shape = replace(shape, virtual_pipeline_size=vpp)
+        if shape is not None and self.allocation.backend == "archon":
+            config = self.training or TrainConfig()
+            try:
+                stages = archon_stages_per_rank(
+                    config, shape.num_layers, self.allocation.parallel.pp_size, self.path
+                )
+            except AllocationError:
+                stages = None
+            schedule = config.archon_pp_schedule or defaults.ARCHON_PP_SCHEDULE
+            shape = replace(
+                shape, virtual_pipeline_size=stages or defaults.ARCHON_PP_SCHEDULES[schedule]
+            )
         return shape
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from areal_alloc.experiment.read import shape_from_path
-from areal_alloc.model_shape import check_shape
+from areal_alloc.model_shape import check_shape, engine_shape
 
 if TYPE_CHECKING:
     from areal_alloc.experiment.read import Experiment
@@ -42,4 +42,4 @@ def check_model_layout(allocation: ModelAllocation, model: str, key: str = "back
     """
     shape = shape_from_path(model, "--model")
     if shape is not None:
-        check_shape(allocation, shape, key)
+        check_shape(allocation, engine_shape(allocation.backend, shape), key)

@@ -72,14 +72,21 @@ LAYOUTS = [
         ["sglang:d8", "sglang:d4t2", "sglang:d2t4", "sglang:d1t8"],
     ),
     # Megatron splits 6 layers unevenly over up to 6 + 2 stages (the first and last may
-    # hold none: model_shape.layout_problems); archon needs p to divide them
+    # hold none: model_shape.layout_problems); archon fills p × 2 virtual stages (its default
+    # Interleaved1F1B) from 6 layers + embedding + output = 8: p2 (4 stages) and p4 (8), not
+    # p8 (16 > 8)
     (
         "megatron",
         16,
         C(max_cp=1, max_tp=1, num_layers=6),
         ["megatron:d16", "megatron:d8p2", "megatron:d4p4", "megatron:d2p8"],
     ),
-    ("archon", 8, C(max_cp=1, max_tp=1, num_layers=6), ["archon:d8", "archon:d4p2"]),
+    (
+        "archon",
+        8,
+        C(max_cp=1, max_tp=1, num_layers=6),
+        ["archon:d8", "archon:d4p2", "archon:d2p4"],
+    ),
     ("archon", 8, C(max_cp=1, max_tp=1, max_pp=1, num_experts=6), ["archon:d8", "archon:d8e2"]),
     ("fsdp", 6, C(min_dp=3), ["fsdp:d6", "fsdp:d3t2", "fsdp:d3c2"]),
 ]
