@@ -213,3 +213,41 @@ def test_check_json_shows_the_archon_split(tmp_path: Path, main_cli: MainCli) ->
         assert (split["vpp"], split["stage_layers"]) == (vpp, stages)
         assert [r["layers"] for r in split["ranks"]] == ranks
         assert split["rule"].startswith("the archon engine's generate_llm_fqn_per_model_part")
+
+
+def test_archon_takes_any_p_its_stages_fill(tmp_path: Path, main_cli: MainCli) -> None:
+    """The archon engine needs no p that divides the layers, only p × (stages per rank) ≤
+    layers + 2. Qwen3-8B p8 (36 % 8 = 4): 38 effective layers over 16 stages, 38 = 16 × 2
+    + 6, stages 0-5 hold 3 and 6-15 hold 2, less the embedding's 1 on stage 0 and the
+    output's 1 on stage 15: rank 0 runs stages 0 and 8, 2 + 2; rank 7 stages 7 and 15,
+    2 + 1. Qwen3-0.6B p16: 28 + 2 = 30 < 32 stages, refused; one stage per rank (1F1B)
+    fills 16."""
+    ran = main_cli("explain", "archon:d1p8", "--model", "Qwen3-8B")
+    assert ran.returncode == 0, ran.stderr
+    section = _section(ran.stdout)
+    assert section[1] == "  rank 0: 4 of 36 layers (virtual stages 0, 8: 2+2) + embedding"
+    assert section[-1] == "  rank 7: 3 of 36 layers (virtual stages 7, 15: 2+1) + output layer"
+    refused = main_cli("explain", "archon:d1p16", "--model", "Qwen3-0.6B")
+    assert refused.returncode != 0
+    assert refused.stderr.strip() == (
+        "areal-alloc explain: backend='archon:d1p16' does not fit the model "
+        "(--model='Qwen3-0.6B'): num_layers=28 cannot fill the archon engine's p16 × 2 = 32 "
+        "virtual stages: 28 layers + 1 (embedding) + 1 (output) = 30 < 32"
+    )
+    config = tmp_path / "small.yaml"
+    config.write_text(
+        "cluster: {n_nodes: 2, n_gpus_per_node: 8}\n"
+        "actor:\n  backend: archon:d1p16\n  path: Qwen/Qwen3-0.6B\n"
+        "  mb_spec: {max_tokens_per_mb: 8192}\n  optimizer: {type: adam}\n"
+    )
+    interleaved = main_cli("check", str(config))
+    assert interleaved.returncode != 0
+    assert interleaved.stderr.strip().endswith(
+        "actor.backend='archon:d1p16' does not fit the model (actor.path='Qwen/Qwen3-0.6B'): "
+        "num_layers=28 cannot fill the archon engine's p16 × 2 = 32 virtual stages: 28 layers "
+        "+ 1 (embedding) + 1 (output) = 30 < 32"
+    )
+    looped = main_cli("check", str(config), "+actor.archon.pp_schedule=1F1B", "--json")
+    assert looped.returncode == 0, looped.stderr
+    (actor,) = json.loads(looped.stdout)["engines"]
+    assert actor["pipeline_split"]["vpp"] == 1
