@@ -78,6 +78,7 @@ __all__ = [
     "StepShape",
     "TrainingSettings",
     "inference_settings",
+    "one_of",
     "sequences_in_flight",
     "server_limit",
     "step_shape",
@@ -228,6 +229,14 @@ LOGITS = ("areal", "float32", "float32_logits", "float32_compiled", "chunked_com
 TOKEN_DISPATCHERS = ("alltoall", "allgather", "deepep")
 
 
+def one_of(value: object, choices: tuple[str, ...], key: str) -> str:
+    """``value`` if it is one of ``choices``, else one line naming ``key``: the one check
+    of a setting's name, for the settings and for the estimates' own entry points."""
+    if value not in choices:
+        raise AllocationValidationError(f"{key}={value!r}: must be one of {', '.join(choices)}")
+    return str(value)
+
+
 @dataclass(frozen=True, slots=True)
 class TrainingSettings:
     """The run settings that change a training engine's memory (the reference's defaults)."""
@@ -294,15 +303,8 @@ class TrainingSettings:
         modules = recompute_module_names(self.recompute_modules, "recompute_modules")
         if modules != self.recompute_modules:  # a list, or a name twice: kept as the tuple
             object.__setattr__(self, "recompute_modules", modules)
-        if self.token_dispatcher not in TOKEN_DISPATCHERS:
-            raise AllocationValidationError(
-                f"token_dispatcher={self.token_dispatcher!r}: must be one of "
-                f"{', '.join(TOKEN_DISPATCHERS)}"
-            )
-        if self.recompute not in RECOMPUTE:
-            raise AllocationValidationError(
-                f"recompute={self.recompute!r}: must be one of {', '.join(RECOMPUTE)}"
-            )
+        one_of(self.token_dispatcher, TOKEN_DISPATCHERS, "token_dispatcher")
+        one_of(self.recompute, RECOMPUTE, "recompute")
         if self.logits not in LOGITS:
             raise AllocationValidationError(
                 f"logits={self.logits!r}: must be one of {', '.join(LOGITS)}"

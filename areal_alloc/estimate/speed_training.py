@@ -33,8 +33,8 @@ from areal_alloc.errors import AllocationValidationError
 from areal_alloc.estimate.execution import (
     DEFAULT_RECOMPUTE_MODULES,
     RECOMPUTE,
-    RECOMPUTE_MODULES,
     TOKEN_DISPATCHERS,
+    one_of,
 )
 from areal_alloc.estimate.memory_sharding import pipeline_ranks
 from areal_alloc.estimate.pipeline_split import PipelineSplit
@@ -52,6 +52,7 @@ from areal_alloc.estimate.speed import (
     model_flops,
 )
 from areal_alloc.estimate.system import DEFAULT_INTER_NODE_GBPS, Hardware
+from areal_alloc.experiment.read import recompute_module_names
 from areal_alloc.strategy import ParallelStrategy
 
 __all__ = [
@@ -95,20 +96,10 @@ def training_step(
         raise AllocationValidationError(
             "tokens per step, per micro-batch and sequence length must be ≥ 1"
         )
-    if recompute not in RECOMPUTATIONS:
-        raise AllocationValidationError(
-            f"recompute {recompute!r}: must be one of {', '.join(RECOMPUTATIONS)}"
-        )
-    if token_dispatcher not in TOKEN_DISPATCHERS:
-        raise AllocationValidationError(
-            f"token dispatcher {token_dispatcher!r}: must be one of {', '.join(TOKEN_DISPATCHERS)}"
-        )
-    unknown = [m for m in recompute_modules if m not in RECOMPUTE_MODULES]
-    if unknown:
-        raise AllocationValidationError(
-            f"recompute modules {', '.join(map(repr, unknown))}: must be among "
-            f"{', '.join(RECOMPUTE_MODULES)}"
-        )
+    # the settings' own checks (TrainingSettings), for callers that pass them directly
+    one_of(recompute, RECOMPUTATIONS, "recompute")
+    one_of(token_dispatcher, TOKEN_DISPATCHERS, "token_dispatcher")
+    recompute_modules = recompute_module_names(recompute_modules, "recompute_modules")
     dp = parallel.dp_size
     micro_batches = max(1, math.ceil(tokens_per_step / (dp * tokens_per_micro_batch)))
     tokens_mb = min(tokens_per_micro_batch, math.ceil(tokens_per_step / dp))

@@ -262,14 +262,15 @@ def test_the_modules_count_only_under_selective_recomputation() -> None:
 def test_an_unknown_module_or_dispatcher_is_refused() -> None:
     with pytest.raises(AllocationValidationError) as info:
         _step("megatron:d8", recompute="selective", recompute_modules=("attn",))
+    # the settings' one rule (read.recompute_module_names), the same line as a config's
     assert info.value.message == (
-        "recompute modules 'attn': must be among core_attn, moe_act, layernorm, mla_up_proj, "
-        "mlp, moe, shared_experts"
+        "recompute_modules: 'attn' not among megatron-core's core_attn, moe_act, layernorm, "
+        "mla_up_proj, mlp, moe, shared_experts (its TransformerConfig refuses it at start-up)"
     )
     with pytest.raises(AllocationValidationError) as info:
         _step("megatron:d8", token_dispatcher="flex")
     assert info.value.message == (
-        "token dispatcher 'flex': must be one of alltoall, allgather, deepep"
+        "token_dispatcher='flex': must be one of alltoall, allgather, deepep"
     )
 
 

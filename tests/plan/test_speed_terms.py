@@ -251,7 +251,7 @@ def test_an_unknown_recomputation_is_refused() -> None:
     alloc = ModelAllocation.from_str("fsdp:d8")
     with pytest.raises(
         AllocationValidationError,
-        match="recompute 'most': must be one of none, selective, full, op",
+        match="recompute='most': must be one of none, selective, full, op",
     ):
         training_step(
             "fsdp",
