@@ -241,8 +241,10 @@ def even_split_builds(num_layers: int, pp: int, vpp: int = 1) -> bool:
     """Whether megatron-core builds its even split without a layout (megatron-bridge's
     path): p divides the layers (transformer_block.py get_num_layers_to_build asserts it,
     core_v0.17.0 l.151–153) and vpp each rank's (megatron-bridge v0.4.0 gpt_provider.py
-    ``provide`` l.241–245)."""
-    return pp <= 1 or (num_layers % pp == 0 and (num_layers // pp) % max(vpp, 1) == 0)
+    ``provide`` l.241–245), at p = 1 too: the reference hands the provider any vpp > 1
+    (areal/models/mcore/registry.py make_mcore_model l.433-435, AReaL cbff54d6)."""
+    pp = max(pp, 1)
+    return num_layers % pp == 0 and (num_layers // pp) % max(vpp, 1) == 0
 
 
 def engine_shape(backend: str, shape: ModelShape) -> ModelShape:

@@ -483,7 +483,7 @@ def megatron_bridge_splits_evenly(run: Run) -> str | None:
     """megatron-bridge: the layers divide evenly over p (and each rank's over vpp)."""
     for engine, training in _megatron_engines(run, ("megatron-bridge",)):
         p = engine.allocation.parallel.pp_size
-        if p <= 1:
+        if p <= 1 and (training.virtual_pipeline_size or 1) <= 1:
             continue
         arch = _architecture(engine)
         if arch is None:

@@ -193,7 +193,36 @@ SPLIT_REFUSED: list[tuple[dict[str, Any], str]] = [
         "divisible by config.pipeline_model_parallel_size=8'; use a p that splits them evenly "
         "(p2, p3, p4, p6, p9, p12, …)",
     ),
+    (  # p1: the reference still hands the provider vpp 5 (registry.py l.433-435), and
+        # provide() asserts 36 // 1 = 36 layers % 5 = 1 == 0; no p > 1 gives 36 // p % 5 == 0
+        _cfg("megatron:d8", "megatron-bridge", megatron={"virtual_pipeline_parallel_size": 5}),
+        "actor.backend='megatron:d8' with actor.megatron.bridge_type='megatron-bridge' splits "
+        "the 36 layers evenly over p1·vpp5 (megatron-bridge's provider gets no pipeline layout), "
+        "and 36 // 1 = 36 layers per rank and 36 % 5 = 1 for "
+        "actor.megatron.virtual_pipeline_parallel_size=5: megatron-bridge's provider asserts "
+        "'Make sure the number of model chunks is the same across all pipeline stages.'; set "
+        "actor.megatron.virtual_pipeline_parallel_size=1 or set actor.megatron.bridge_type="
+        "mbridge (the reference's parameter-balanced split)",
+    ),
 ]
+
+
+@pytest.mark.parametrize(
+    ("layers", "pp", "vpp", "builds"),
+    [
+        (36, 1, 1, True),
+        (36, 1, 3, True),  # 36 % 3 = 0
+        (36, 1, 5, False),  # p1 too: provide() asserts 36 % 5 == 0
+        (36, 4, 1, True),
+        (36, 4, 2, False),  # 9 % 2 = 1
+        (36, 8, 1, False),  # 36 % 8 = 4
+        (36, 0, 1, True),  # no pipeline size given: p1
+    ],
+)
+def test_even_split_builds(layers: int, pp: int, vpp: int, builds: bool) -> None:
+    from areal_alloc.model_shape import even_split_builds
+
+    assert even_split_builds(layers, pp, vpp) is builds
 
 
 @pytest.mark.parametrize(("config", "message"), SPLIT_REFUSED)
@@ -210,6 +239,8 @@ def test_megatron_bridges_uneven_split_is_refused(config: dict[str, Any], messag
         _cfg("megatron:d1p4", "megatron-bridge", megatron={"virtual_pipeline_parallel_size": 3}),
         _cfg("megatron:d1p8", "mbridge"),  # the reference's own split fills p8
         _cfg("megatron:d8", "megatron-bridge"),  # no pipeline
+        # p1 with vpp 3: 36 % 3 = 0 (the nearest that runs to p1·vpp5)
+        _cfg("megatron:d8", "megatron-bridge", megatron={"virtual_pipeline_parallel_size": 3}),
         _cfg("fsdp:d8", "megatron-bridge"),  # not a Megatron engine
     ],
 )
