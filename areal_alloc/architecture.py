@@ -16,7 +16,7 @@ keys); a few Megatron-style names are read too (``num_layers``,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +195,9 @@ class Architecture:
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
     source: str = "model"
+    #: the config's ``model_type`` ("" when not given): some builders' settings depend on the
+    #: family (areal_alloc.experiment.rules); not a width, so not compared
+    model_type: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         for name in _COUNTS:
@@ -384,7 +387,7 @@ class Architecture:
                 f"between MoE layers) is not supported; give a model_shape instead"
             )
         try:
-            return cls(**values, source=source)
+            return cls(**values, source=source, model_type=model_type)
         except TypeError as error:  # a value of the wrong kind, e.g. a list
             raise AllocationValidationError(f"{source}: {error}") from None
 

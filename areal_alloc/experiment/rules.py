@@ -354,8 +354,16 @@ def moe_dispatcher_is_known(run: Run) -> str | None:
 # gpt_provider.py l.179) and only MoE bridges set it (qwen3_moe_bridge.py l.55,
 # deepseek_v3_bridge.py l.60, …): a dense model refuses moe_act; only MLA bridges set
 # multi_latent_attention (deepseek_v2/v3_bridge.py, kimi_bridge.py): a model without MLA refuses
-# mla_up_proj. moe_shared_expert_overlap is set by some of its bridges only (deepseek, glm45,
-# kimi; not qwen2_moe): the shared_experts rule stays mbridge's.
+# mla_up_proj. moe_shared_expert_overlap=True is set by some of its bridges only
+# (MEGATRON_BRIDGE_SHARED_OVERLAP), and the reference never sets it on the provider (registry.py
+# l.425-500): the shared_experts rule covers those families under megatron-bridge.
+
+#: The model_types whose megatron-bridge v0.4.0 bridge sets ``provider.moe_shared_expert_overlap
+#: = True`` in provider_bridge (src/megatron/bridge/models/deepseek/deepseek_v2_bridge.py l.60,
+#: deepseek/deepseek_v3_bridge.py l.64, glm/glm45_bridge.py l.75, kimi/kimi_bridge.py l.61;
+#: DeepseekV2/V3ForCausalLM, Glm4MoeForCausalLM, KimiK2ForCausalLM). Qwen3-Next's and
+#: Qwen3-MoE's bridges leave megatron-core's False.
+MEGATRON_BRIDGE_SHARED_OVERLAP = ("deepseek_v2", "deepseek_v3", "glm4_moe", "kimi_k2")
 
 
 def _selective(run: Run, bridges: tuple[str, ...] = BRIDGES) -> list[tuple[Engine, TrainConfig]]:
@@ -437,23 +445,31 @@ def mla_up_proj_recompute_needs_mla(run: Run) -> str | None:
 
 
 def shared_experts_recompute_refuses_overlap(run: Run) -> str | None:
-    """``shared_experts`` refuses moe_shared_expert_overlap (l.1399-1406), which mbridge sets
-    for every model with shared experts before the reference's own setting reaches it."""
-    for engine, training in _selective(run, ("mbridge",)):
+    """``shared_experts`` refuses moe_shared_expert_overlap on a model with shared experts
+    (l.1399-1406): mbridge sets it for every such model before the reference's own setting
+    reaches it; megatron-bridge's bridges for MEGATRON_BRIDGE_SHARED_OVERLAP set it and the
+    reference never overrides it."""
+    for engine, training in _selective(run):
         if "shared_experts" not in training.recompute_modules:
             continue
         arch = _architecture(engine)
         if arch is None or not arch.shared_expert_intermediate_size:
             continue
         path = engine.path
+        if training.bridge_type == "mbridge":
+            sets = f"mbridge sets moe_shared_expert_overlap=True before {path}.megatron."
+            sets += "moe_shared_expert_overlap is applied"
+        elif arch.model_type in MEGATRON_BRIDGE_SHARED_OVERLAP:
+            sets = f"megatron-bridge's {arch.model_type} bridge sets moe_shared_expert_overlap="
+            sets += "True on the provider, which the reference does not override"
+        else:
+            continue
         return (
             f"{path}.megatron.recompute_modules={shown(list(training.recompute_modules))} has "
             f"'shared_experts' but the model of {engine.backend_key}={engine.spec!r} has shared "
-            f"experts, for which mbridge sets moe_shared_expert_overlap=True before "
-            f"{path}.megatron.moe_shared_expert_overlap is applied: megatron-core's "
-            f"TransformerConfig raises 'shared_experts recompute cannot work with "
-            f"--moe-shared-expert-overlap.'; drop 'shared_experts' from "
-            f"{path}.megatron.recompute_modules"
+            f"experts, for which {sets}: megatron-core's TransformerConfig raises "
+            f"'shared_experts recompute cannot work with --moe-shared-expert-overlap.'; drop "
+            f"'shared_experts' from {path}.megatron.recompute_modules"
         )
     return None
 
@@ -794,8 +810,10 @@ RULES: tuple[Rule, ...] = (
         mla_up_proj_recompute_needs_mla,
     ),
     Rule(
-        "mbridge, selective recomputation: no recompute_modules shared_experts with shared experts",
-        "areal/engine/megatron_engine.py MegatronEngine._build_hf_mcore_bridge (lines 722-729)",
+        "selective recomputation: no recompute_modules shared_experts with shared experts "
+        "(mbridge; megatron-bridge: DeepSeek-V2/V3, GLM-4.5, Kimi-K2)",
+        "areal/engine/megatron_engine.py MegatronEngine._build_hf_mcore_bridge (lines 722-729); "
+        "areal/models/mcore/registry.py make_mcore_model (lines 425-500)",
         shared_experts_recompute_refuses_overlap,
     ),
     Rule(

@@ -284,6 +284,22 @@ RECOMPUTE_REFUSED: list[tuple[dict[str, Any], str]] = [
         "supported with multi_latent_attention.' when megatron-bridge builds it; drop "
         "'mla_up_proj' from actor.megatron.recompute_modules",
     ),
+    (  # megatron-bridge v0.4.0 deepseek_v3_bridge.py l.64 sets moe_shared_expert_overlap=True,
+        # the reference never sets it on the provider (registry.py l.425-500), and finalize()
+        # runs megatron-core's l.1399-1406
+        _cfg(
+            "megatron:d8e8",
+            "megatron-bridge",
+            megatron=SELECTIVE | {"recompute_modules": ["shared_experts"]},
+            path="deepseek-ai/DeepSeek-V3",
+        ),
+        "actor.megatron.recompute_modules=['shared_experts'] has 'shared_experts' but the model "
+        "of actor.backend='megatron:d8e8' has shared experts, for which megatron-bridge's "
+        "deepseek_v3 bridge sets moe_shared_expert_overlap=True on the provider, which the "
+        "reference does not override: megatron-core's TransformerConfig raises 'shared_experts "
+        "recompute cannot work with --moe-shared-expert-overlap.'; drop 'shared_experts' from "
+        "actor.megatron.recompute_modules",
+    ),
 ]
 
 
@@ -313,6 +329,20 @@ def test_megatron_bridges_recompute_is_checked_without_checkpointing(
             "megatron:d8",
             "megatron-bridge",
             megatron=SELECTIVE | {"recompute_modules": ["moe_act"]},
+            path="Qwen/Qwen3-30B-A3B",
+        ),
+        # the nearest to DeepSeek-V3's refused shared_experts: core_attn only
+        _cfg(
+            "megatron:d8e8",
+            "megatron-bridge",
+            megatron=SELECTIVE | {"recompute_modules": ["core_attn"]},
+            path="deepseek-ai/DeepSeek-V3",
+        ),
+        # Qwen3-30B-A3B has no shared expert (megatron-core checks only a model with one)
+        _cfg(
+            "megatron:d8",
+            "megatron-bridge",
+            megatron=SELECTIVE | {"recompute_modules": ["shared_experts"]},
             path="Qwen/Qwen3-30B-A3B",
         ),
         # mbridge without gradient_checkpointing passes no recompute field (l.722)

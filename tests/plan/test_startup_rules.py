@@ -304,7 +304,8 @@ REFUSED: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
     ),
     (  # l.1399-1406: mbridge's deepseek_v3.py sets moe_shared_expert_overlap=True (l.145)
         # before the reference's moe_shared_expert_overlap (false) reaches it
-        "mbridge, selective recomputation: no recompute_modules shared_experts with shared experts",
+        "selective recomputation: no recompute_modules shared_experts with shared experts "
+        "(mbridge; megatron-bridge: DeepSeek-V2/V3, GLM-4.5, Kimi-K2)",
         _selective(
             SELECTIVE | {"recompute_modules": ["shared_experts"]}, "deepseek-ai/DeepSeek-V3"
         ),
