@@ -112,6 +112,8 @@ class MegatronConfig:
     moe_token_dispatcher_type: str | None = None
     #: the recompute_modules start-up rules (megatron-core's TransformerConfig)
     recompute_num_layers: int | None = None
+    #: full recomputation needs block or uniform (the start-up rules)
+    recompute_method: str | None = None
     moe_shared_expert_overlap: bool | None = None
     ddp: DistributedDataParallelConfig = field(default_factory=DistributedDataParallelConfig)
 

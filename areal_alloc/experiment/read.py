@@ -141,6 +141,8 @@ RECOMPUTE_MODULES = (
     "shared_experts",
 )
 DEFAULT_RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn",)
+#: MegatronEngineConfig.recompute_method's default (areal/api/cli_args.py l.966 at cbff54d6)
+RECOMPUTE_METHOD = "uniform"
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,8 +201,13 @@ class TrainConfig:
     #: MODULES`; unset: megatron-core's default, the core attention)
     recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES
     #: ``megatron.recompute_num_layers`` (``defaults.RECOMPUTE_NUM_LAYERS``; None: null), read
-    #: when ``recompute`` is selective, where megatron-core refuses a number (the start-up rules)
+    #: when a Megatron engine recomputes: megatron-core refuses a number under selective, None
+    #: under full (the start-up rules)
     recompute_num_layers: int | None = defaults.RECOMPUTE_NUM_LAYERS
+    #: ``megatron.recompute_method`` (MegatronEngineConfig's "uniform", areal/api/cli_args.py
+    #: l.966 at cbff54d6; None: null), read when a Megatron engine recomputes: full
+    #: granularity needs block or uniform (the start-up rules)
+    recompute_method: str | None = RECOMPUTE_METHOD
     #: ``megatron.moe_shared_expert_overlap`` (MegatronEngineConfig, ``defaults.
     #: MOE_SHARED_EXPERT_OVERLAP``)
     moe_shared_expert_overlap: bool = defaults.MOE_SHARED_EXPERT_OVERLAP
@@ -811,6 +818,44 @@ def recompute_module_names(value: object, key: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+#: megatron-core's recompute_granularity and recompute_method values: its TransformerConfig.
+#: __post_init__ raises for any other (megatron/core/transformer/transformer_config.py
+#: l.1321-1332, NVIDIA/Megatron-LM core_v0.17.0; None skips the checks)
+RECOMPUTE_GRANULARITIES = ("full", "selective")
+RECOMPUTE_METHODS = ("block", "uniform")
+
+
+def _megatron_recompute_choice(
+    megatron: object, name: str, value: str, choices: tuple[str, ...], bridge: str, path: str
+) -> str:
+    """``value`` of ``<engine>.megatron.<name>`` when megatron-core takes it (one of
+    ``choices``, or null); refused otherwise, in one line."""
+    if value in choices:
+        return value
+    if name == "recompute_granularity":  # megatron-core's own spelling, l.1324
+        said, fix = f'\'When using recompute_granuarlity: {value} must be "full"or ', "full"
+        said += '"selective".\''
+    else:
+        said = f'\'recompute_method: {value} must be "block" or "uniform".\''
+        fix = RECOMPUTE_METHOD
+    raise AllocationValidationError(
+        f"{path}.megatron.{name}={shown(child(megatron, name))}: must be "
+        f"{', '.join(choices)} or null; megatron-core's TransformerConfig raises {said} when "
+        f"{bridge} builds it; set {path}.megatron.{name}={fix}"
+    )
+
+
+def _recompute_method(megatron: object) -> str | None:
+    """``<engine>.megatron.recompute_method`` (RECOMPUTE_METHOD unset; None when null, but
+    the default in areal-alloc's strict schema, which cannot say null)."""
+    if megatron is None or "recompute_method" not in keys(megatron):
+        return RECOMPUTE_METHOD
+    value = child(megatron, "recompute_method")
+    if value is None:
+        return None if not _strict_schema(megatron) else RECOMPUTE_METHOD
+    return str(value)
+
+
 def _recompute_granularity(megatron: object, backend: str | None) -> str | None:
     """``<engine>.megatron.recompute_granularity`` as the Megatron engine passes it (None: no
     recomputation). Unset: the reference's default "full" (MegatronEngineConfig, areal/api/
@@ -901,13 +946,30 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
         recompute = _archon_recompute(section(node, "archon", f"{path}.archon"), path)
     elif checkpointing or forced:
         granularity = _recompute_granularity(megatron, backend)
+        if granularity is not None and backend == "megatron":  # it reaches megatron-core
+            raw = child(megatron, "recompute_granularity") if megatron is not None else None
+            written = granularity if raw is None else str(raw)
+            granularity = _megatron_recompute_choice(
+                megatron, "recompute_granularity", written, RECOMPUTE_GRANULARITIES, bridge, path
+            )
         if granularity is not None:
             recompute = "selective" if granularity == "selective" else "full"
     modules = DEFAULT_RECOMPUTE_MODULES
     recompute_layers = defaults.RECOMPUTE_NUM_LAYERS
+    method: str | None = RECOMPUTE_METHOD
     if recompute == "selective":
         modules = _recompute_modules(megatron, path)
         recompute_layers = _recompute_num_layers(megatron, path)
+    elif recompute == "full" and backend == "megatron":
+        recompute_layers = _recompute_num_layers(megatron, path)
+        if recompute_layers is None and _strict_schema(megatron):  # it cannot say null
+            recompute_layers = defaults.RECOMPUTE_NUM_LAYERS
+    if recompute != "none" and backend == "megatron":
+        method = _recompute_method(megatron)
+        if method is not None:
+            method = _megatron_recompute_choice(
+                megatron, "recompute_method", method, RECOMPUTE_METHODS, bridge, path
+            )
     mb_spec = section(node, "mb_spec", f"{path}.mb_spec")
     tokens = whole_number(mb_spec, "max_tokens_per_mb", f"{path}.mb_spec.max_tokens_per_mb")
     count = whole_number(mb_spec, "n_mbs", f"{path}.mb_spec.n_mbs")
@@ -982,6 +1044,7 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
         token_dispatcher=dispatcher,
         recompute_modules=modules,
         recompute_num_layers=recompute_layers,
+        recompute_method=method,
         moe_shared_expert_overlap=shared_overlap,
     )
 

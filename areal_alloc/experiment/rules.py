@@ -377,6 +377,41 @@ def _selective(run: Run, bridges: tuple[str, ...] = BRIDGES) -> list[tuple[Engin
     ]
 
 
+def full_recompute_needs_method_and_layers(run: Run) -> str | None:
+    """Full granularity needs ``recompute_method`` block or uniform (transformer_config.py
+    l.1327-1337) and a ``recompute_num_layers`` (l.1339-1345); the reference's defaults are
+    "uniform" and 1 (areal/api/cli_args.py l.966-967). The reader refuses another
+    granularity or method (read._megatron_recompute_choice)."""
+    for engine, training in _megatron_engines(run):
+        if training.recompute != "full":  # a Megatron engine's recompute reaches megatron-core
+            continue
+        path = engine.path
+        if training.recompute_method is None:
+            return (
+                f"{path}.megatron.recompute_granularity='full' with {path}.megatron."
+                f"recompute_method=null: megatron-core's TransformerConfig raises 'Using "
+                f'recompute_granularity: full so recompute_method must be "block" or '
+                f'"uniform"\' when {training.bridge_type} builds {engine.backend_key}='
+                f"{engine.spec!r}; set {path}.megatron.recompute_method=uniform (the "
+                f"reference's default)"
+            )
+        if training.recompute_num_layers is None:
+            p = engine.allocation.parallel.pp_size
+            arch = _architecture(engine)
+            per_rank = (
+                f"{arch.num_layers // p}' ({arch.num_layers} layers // p{p})" if arch else "…'"
+            )
+            return (
+                f"{path}.megatron.recompute_granularity='full' with {path}.megatron."
+                f"recompute_num_layers=null: megatron-core's TransformerConfig raises 'When "
+                f"using recompute_granularity: full recompute_num_layers must be between 1 and "
+                f"num_layers_per_pipeline_rank: {per_rank} when {training.bridge_type} "
+                f"builds {engine.backend_key}={engine.spec!r}; set {path}.megatron."
+                f"recompute_num_layers=1 (the reference's default)"
+            )
+    return None
+
+
 def selective_recompute_needs_no_layer_count(run: Run) -> str | None:
     """Selective granularity takes ``recompute_num_layers: null`` (transformer_config.py
     l.1346-1352); the reference's default is 1 (areal/api/cli_args.py l.967)."""
@@ -790,6 +825,12 @@ RULES: tuple[Rule, ...] = (
         "megatron engine with use_lora needs megatron.bridge_type megatron-bridge",
         "areal/engine/megatron_engine.py MegatronEngine.__init__ (line 475)",
         megatron_lora_needs_megatron_bridge,
+    ),
+    Rule(
+        "full recomputation: megatron.recompute_method and recompute_num_layers are not null",
+        "areal/engine/megatron_engine.py MegatronEngine._build_hf_mcore_bridge (lines 722-729); "
+        "areal/models/mcore/registry.py make_mcore_model (lines 444-450)",
+        full_recompute_needs_method_and_layers,
     ),
     Rule(
         "selective recomputation: megatron.recompute_num_layers is null",

@@ -679,8 +679,10 @@ RECOMPUTE_KEY_READINGS: list[tuple[bool, dict[str, Any], int | None, bool]] = [
     (True, {"recompute_granularity": "selective", "recompute_num_layers": None}, None, False),
     (True, {"recompute_granularity": "selective", "recompute_num_layers": "2"}, 2, False),
     (True, {"recompute_granularity": "selective", "recompute_num_layers": 0}, 0, False),
-    # full granularity, or none: not read (megatron-core checks it against the layers)
-    (True, {"recompute_num_layers": None, "moe_shared_expert_overlap": "true"}, 1, True),
+    # full granularity: read too (megatron-core refuses null, a start-up rule)
+    (True, {"recompute_num_layers": None, "moe_shared_expert_overlap": "true"}, None, True),
+    (True, {"recompute_num_layers": 3}, 3, False),
+    # no recomputation: not read
     (False, {"recompute_granularity": "selective", "recompute_num_layers": None}, 1, False),
 ]
 
@@ -711,6 +713,20 @@ def test_the_recompute_rules_keys_are_read(
             {"moe_shared_expert_overlap": "sometimes"},
             "actor.megatron.moe_shared_expert_overlap='sometimes': must be true or false",
         ),
+        (  # megatron-core's TransformerConfig l.1321-1326 at core_v0.17.0 (its spelling)
+            {"recompute_granularity": "Full"},
+            "actor.megatron.recompute_granularity='Full': must be full, selective or null; "
+            "megatron-core's TransformerConfig raises 'When using recompute_granuarlity: Full "
+            'must be "full"or "selective".\' when mbridge builds it; set '
+            "actor.megatron.recompute_granularity=full",
+        ),
+        (  # l.1328-1332
+            {"recompute_method": "blocks"},
+            "actor.megatron.recompute_method='blocks': must be block, uniform or null; "
+            "megatron-core's TransformerConfig raises 'recompute_method: blocks must be "
+            '"block" or "uniform".\' when mbridge builds it; set '
+            "actor.megatron.recompute_method=uniform",
+        ),
     ],
 )
 def test_a_wrong_recompute_rules_key_is_one_line(megatron: dict[str, Any], message: str) -> None:
@@ -718,6 +734,44 @@ def test_a_wrong_recompute_rules_key_is_one_line(megatron: dict[str, Any], messa
     with pytest.raises(AllocationValidationError) as info:
         read_experiment({"actor": actor})
     assert info.value.message == message
+
+
+# megatron.recompute_method (MegatronEngineConfig ``str | None = "uniform"``, cli_args.py l.966)
+# and recompute_granularity as a Megatron engine reads them: (checkpointing, bridge, megatron
+# section, backend, the method read, the recompute read)
+RECOMPUTE_METHOD_READINGS: list[tuple[bool, str, dict[str, Any], str, str | None, str]] = [
+    (True, "mbridge", {}, "megatron:d8", "uniform", "full"),
+    (True, "mbridge", {"recompute_method": "block"}, "megatron:d8", "block", "full"),
+    (True, "mbridge", {"recompute_method": None}, "megatron:d8", None, "full"),
+    # mbridge without checkpointing passes neither (megatron_engine.py l.722): not read
+    (False, "mbridge", {"recompute_granularity": "bogus"}, "megatron:d8", "uniform", "none"),
+    # megatron-bridge passes them always (registry.py l.444-450)
+    (False, "megatron-bridge", {"recompute_method": None}, "megatron:d8", None, "full"),
+    # FSDP's checkpointing reads no megatron section: another text is not refused
+    (True, "mbridge", {"recompute_granularity": "bogus"}, "fsdp:d8", "uniform", "full"),
+]
+
+
+@pytest.mark.parametrize(
+    ("checkpointing", "bridge", "megatron", "backend", "method", "recompute"),
+    RECOMPUTE_METHOD_READINGS,
+)
+def test_the_recompute_method_and_granularity_are_read(
+    checkpointing: bool,
+    bridge: str,
+    megatron: dict[str, Any],
+    backend: str,
+    method: str | None,
+    recompute: str,
+) -> None:
+    actor = {
+        "backend": backend,
+        "gradient_checkpointing": checkpointing,
+        "megatron": {"bridge_type": bridge, **megatron},
+    }
+    training = read_experiment({"actor": actor})["actor"].training
+    assert training is not None
+    assert (training.recompute_method, training.recompute) == (method, recompute)
 
 
 # the archon engine's virtual stages per pipeline rank (TrainingSettings.virtual_pipeline):

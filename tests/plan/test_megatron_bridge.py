@@ -284,6 +284,43 @@ RECOMPUTE_REFUSED: list[tuple[dict[str, Any], str]] = [
         "supported with multi_latent_attention.' when megatron-bridge builds it; drop "
         "'mla_up_proj' from actor.megatron.recompute_modules",
     ),
+    (  # full granularity (the reference's default) with null layers: transformer_config.py
+        # l.1339-1345 (36 layers // p4 = 9 per rank)
+        _cfg("megatron:d2p4", "megatron-bridge", megatron={"recompute_num_layers": None}),
+        "actor.megatron.recompute_granularity='full' with actor.megatron.recompute_num_layers="
+        "null: megatron-core's TransformerConfig raises 'When using recompute_granularity: full "
+        "recompute_num_layers must be between 1 and num_layers_per_pipeline_rank: 9' (36 layers "
+        "// p4) when megatron-bridge builds actor.backend='megatron:d2p4'; set "
+        "actor.megatron.recompute_num_layers=1 (the reference's default)",
+    ),
+    (  # full with a null method: l.1327-1337
+        _cfg("megatron:d8", "megatron-bridge", megatron={"recompute_method": None}),
+        "actor.megatron.recompute_granularity='full' with actor.megatron.recompute_method=null: "
+        "megatron-core's TransformerConfig raises 'Using recompute_granularity: full so "
+        'recompute_method must be "block" or "uniform"\' when megatron-bridge builds '
+        "actor.backend='megatron:d8'; set actor.megatron.recompute_method=uniform (the "
+        "reference's default)",
+    ),
+    (  # another granularity: l.1321-1326 (megatron-core's own spelling); the reader refuses it
+        _cfg("megatron:d8", "megatron-bridge", megatron={"recompute_granularity": "bogus"}),
+        "actor.megatron.recompute_granularity='bogus': must be full, selective or null; "
+        "megatron-core's TransformerConfig raises 'When using recompute_granuarlity: bogus must "
+        'be "full"or "selective".\' when megatron-bridge builds it; set '
+        "actor.megatron.recompute_granularity=full",
+    ),
+    (  # '' is no granularity either (not None: megatron-core checks it)
+        _cfg("megatron:d8", "megatron-bridge", megatron={"recompute_granularity": ""}),
+        "actor.megatron.recompute_granularity='': must be full, selective or null; "
+        "megatron-core's TransformerConfig raises 'When using recompute_granuarlity:  must "
+        'be "full"or "selective".\' when megatron-bridge builds it; set '
+        "actor.megatron.recompute_granularity=full",
+    ),
+    (  # another method: l.1328-1332, for any granularity
+        _cfg("megatron:d8", "megatron-bridge", megatron=SELECTIVE | {"recompute_method": "all"}),
+        "actor.megatron.recompute_method='all': must be block, uniform or null; megatron-core's "
+        'TransformerConfig raises \'recompute_method: all must be "block" or "uniform".\' '
+        "when megatron-bridge builds it; set actor.megatron.recompute_method=uniform",
+    ),
     (  # megatron-bridge v0.4.0 deepseek_v3_bridge.py l.64 sets moe_shared_expert_overlap=True,
         # the reference never sets it on the provider (registry.py l.425-500), and finalize()
         # runs megatron-core's l.1399-1406
@@ -330,6 +367,17 @@ def test_megatron_bridges_recompute_is_checked_without_checkpointing(
             "megatron-bridge",
             megatron=SELECTIVE | {"recompute_modules": ["moe_act"]},
             path="Qwen/Qwen3-30B-A3B",
+        ),
+        # the nearest to the refused full rows: recompute_num_layers 1, method block; and
+        # selective takes a null method (l.1333: only full needs one)
+        _cfg("megatron:d2p4", "megatron-bridge", megatron={"recompute_num_layers": 1}),
+        _cfg("megatron:d8", "megatron-bridge", megatron={"recompute_method": "block"}),
+        _cfg("megatron:d8", "megatron-bridge", megatron=SELECTIVE | {"recompute_method": None}),
+        # mbridge without gradient_checkpointing passes none of them (l.722)
+        _cfg(
+            "megatron:d8",
+            "mbridge",
+            megatron={"recompute_granularity": "bogus", "recompute_num_layers": None},
         ),
         # the nearest to DeepSeek-V3's refused shared_experts: core_attn only
         _cfg(

@@ -268,6 +268,19 @@ REFUSED: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
             },
         ),
     ),
+    (  # the same path, full granularity (the reference's default): transformer_config.py
+        # l.1339-1345 needs recompute_num_layers (the model is not known here: no per-rank
+        # count); a null recompute_method is refused by l.1333-1337
+        # (tests/plan/test_megatron_bridge.py)
+        "full recomputation: megatron.recompute_method and recompute_num_layers are not null",
+        _selective({"recompute_granularity": "full", "recompute_num_layers": None}),
+        "actor.megatron.recompute_granularity='full' with actor.megatron.recompute_num_layers="
+        "null: megatron-core's TransformerConfig raises 'When using recompute_granularity: full "
+        "recompute_num_layers must be between 1 and num_layers_per_pipeline_rank: …' when "
+        "mbridge builds actor.backend='megatron:d8'; set "
+        "actor.megatron.recompute_num_layers=1 (the reference's default)",
+        _selective({"recompute_granularity": "full", "recompute_num_layers": 2}),
+    ),
     (  # megatron_engine.py _build_hf_mcore_bridge l.722-729 → mbridge set_extra_args →
         # megatron-core 0.17.0 TransformerConfig.__post_init__ (transformer_config.py
         # l.1346-1352); recompute_num_layers defaults to 1 (areal/api/cli_args.py l.967)
