@@ -29,6 +29,7 @@ __all__ = [
     "ModelShape",
     "check_shape",
     "config_values",
+    "engine_micro_batches",
     "engine_shape",
     "even_split_builds",
     "language_model",
@@ -235,6 +236,20 @@ def read_config_json(path: str | Path) -> tuple[Path, dict[str, Any]]:
 def shape_problems(allocation: ModelAllocation, shape: ModelShape) -> list[str]:
     """Every way ``allocation`` does not fit ``shape``, each with its numbers."""
     return layout_problems(allocation.backend, allocation.parallel, shape)
+
+
+def engine_micro_batches(backend: str, pp: int, vpp: int, micro_batches: int | None) -> int | None:
+    """The micro-batches the reference's engine runs with pipeline parallelism: its Megatron
+    engine at least 2·pp (``min_n_mbs = 2 * pp_size``, areal/engine/megatron_engine.py
+    l.2705–2716), its archon engine at least pp × stages per rank (archon_engine.py
+    l.1209–1227), both a multiple of pp (``n_mbs_divisor=pp_size``); the config's
+    ``mb_spec.n_mbs`` above that (``micro_batches``; None: set by the tokens, at least the
+    minimum) (AReaL cbff54d6). Other engines and pp = 1: as given."""
+    if pp <= 1 or backend not in ("megatron", "archon"):
+        return micro_batches
+    least = 2 * pp if backend == "megatron" else pp * max(vpp, 1)
+    count = max(least, micro_batches or least)
+    return -(-count // pp) * pp
 
 
 def even_split_builds(num_layers: int, pp: int, vpp: int = 1) -> bool:

@@ -50,7 +50,7 @@ from areal_alloc.estimate.memory import Term
 from areal_alloc.estimate.system import Hardware
 from areal_alloc.layouts import FastestLayouts, LayoutConstraints, RankedLayout, fastest_layouts
 from areal_alloc.limits import MAX_COUNT
-from areal_alloc.model_shape import even_split_builds
+from areal_alloc.model_shape import engine_micro_batches, even_split_builds
 from areal_alloc.numbers import read_int
 from areal_alloc.strategy import ParallelStrategy
 from areal_alloc.vocab import BACKEND_DIMS
@@ -458,6 +458,14 @@ def suggest(
         return dp <= shape.batch and shape.batch % dp == 0
 
     def builds(parallel: ParallelStrategy, settings: TrainingSettings) -> bool:
+        # each data-parallel rank packs its sequences into at least the micro-batches its
+        # engine runs (model_shape.engine_micro_batches): seqpack's allocation raises with
+        # fewer sequences than that (areal/utils/seqpack.py ffd_allocate / kk_allocate)
+        least = engine_micro_batches(
+            train_backend, parallel.pp_size, settings.virtual_pipeline, settings.micro_batches
+        )
+        if least is not None and shape.batch // max(1, parallel.dp_size) < least:
+            return False
         # an engine split evenly (megatron-bridge's path: execution sets layer_split "even")
         # starts only where p divides the layers and vpp each rank's (the start-up rule
         # megatron_bridge_splits_evenly refuses the rest)

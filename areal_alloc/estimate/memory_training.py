@@ -24,7 +24,10 @@ from functools import lru_cache
 from areal_alloc.architecture import Architecture, ParameterCount
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.estimate.activations import activation_bytes_per_token, lora_parameters
-from areal_alloc.estimate.execution import DEFAULT_RECOMPUTE_MODULES, TrainingSettings
+from areal_alloc.estimate.execution import (
+    DEFAULT_RECOMPUTE_MODULES,
+    TrainingSettings,
+)
 from areal_alloc.estimate.memory import (
     PHASES,
     MemoryEstimate,
@@ -45,6 +48,7 @@ from areal_alloc.estimate.memory_sharding import (
     states,
 )
 from areal_alloc.estimate.pipeline_split import PipelineSplit
+from areal_alloc.model_shape import engine_micro_batches
 from areal_alloc.strategy import ParallelStrategy
 
 __all__ = [
@@ -326,7 +330,8 @@ def _activations(e: Engine, s: Stage) -> Term:
 
 def _held_activations(e: Engine) -> tuple[tuple[int, int, int], ...]:
     """Per pipeline rank: the dense and MoE layer-forwards whose activations it holds at
-    its peak, and how many micro-batch forwards that is (:func:`_held_forwards`)."""
+    its peak, and how many micro-batch forwards that is (:func:`_held_forwards`), with the
+    micro-batches the reference's engine runs (:func:`engine_micro_batches`)."""
     pp = e.parallel.pp_size
     vpp = e.settings.virtual_pipeline if pp > 1 else 1
     split = e.split
@@ -337,7 +342,9 @@ def _held_activations(e: Engine) -> tuple[tuple[int, int, int], ...]:
             tuple(_stage_kinds(split, st, e.arch) for st in split.stages_of(r)) for r in range(pp)
         )
     )
-    return _held_forwards(chunks, pp, vpp, e.settings.micro_batches)
+    weights = (e.per_token[False][0], e.per_token[True][0])
+    m = engine_micro_batches(e.backend, pp, vpp, e.settings.micro_batches)
+    return _held_forwards(chunks, pp, vpp, m, weights)
 
 
 def _stage_kinds(split: PipelineSplit, stage_index: int, arch: Architecture) -> tuple[int, int]:
@@ -354,16 +361,22 @@ def _held_forwards(
     pp: int,
     vpp: int,
     micro_batches: int | None,
+    weights: tuple[float, float] = (1.0, 1.0),
 ) -> tuple[tuple[int, int, int], ...]:
     """What each rank holds at its peak under megatron-core's 1F1B schedules, from each
-    rank's virtual stages' (dense, MoE) layers (``chunks``): rank r runs its warm-up
-    forwards, then one more before its first backward. Without interleaving the warm-up is
-    pp − r − 1 forwards (``forward_backward_pipelining_without_interleaving``), each of the
-    rank's whole share; with vpp model chunks it is 2·(pp − r − 1) + (vpp − 1)·pp chunk
-    forwards, taken in the schedule table's order: chunk 0 of micro-batches 0 … pp − 1,
-    then chunk 1 of the same, … (``get_schedule_table``, microbatch groups of pp by
-    default: model_parallel_config.py l.444–445); all of them when that exceeds
-    m × vpp (megatron/core/pipeline_parallel/schedules.py l.811–831 and l.846–872,
+    rank's virtual stages' (dense, MoE) layers (``chunks``); ``weights``: a dense and a MoE
+    layer's bytes per token, which pick the peak.
+
+    Without interleaving rank r runs pp − r − 1 warm-up forwards and one more before its
+    first backward, each of its whole share: min(pp − r, m) of them
+    (``forward_backward_pipelining_without_interleaving``). With vpp model chunks the
+    schedule is replayed: 2·(pp − r − 1) + (vpp − 1)·pp warm-up chunk forwards (all of
+    them when that reaches m·vpp), then forward k + warm-up and backward k in turn, the
+    k-th forward running the schedule table's chunk (groups of pp micro-batches, chunk 0
+    then chunk 1 …, ``get_schedule_table``) and the k-th backward freeing chunk
+    vpp − 1 − that one's (``get_model_chunk_id(k, forward=False)``); the peak is the
+    largest held after a forward, reached within the first 2·pp·vpp steady steps
+    (megatron/core/pipeline_parallel/schedules.py l.811–831, l.846–872 and the 1F1B loop,
     NVIDIA/Megatron-LM core_v0.17.0). ``micro_batches`` None: enough to fill the
     pipeline."""
     held: list[tuple[int, int, int]] = []
@@ -374,17 +387,37 @@ def _held_forwards(
             moe = sum(m for _, m in stages) * forwards
             held.append((dense, moe, forwards))
             continue
-        warmup = 2 * (pp - rank - 1) + (vpp - 1) * pp
-        if micro_batches is not None:
-            warmup = min(warmup + 1, micro_batches * vpp)
-        else:
-            warmup += 1
-        dense = moe = 0
-        for chunk in _schedule_chunks(warmup, pp, vpp, micro_batches):
-            d, m = stages[chunk]
-            dense, moe = dense + d, moe + m
-        held.append((dense, moe, warmup))
+        total = (micro_batches if micro_batches is not None else 4 * pp) * vpp
+        warmup = min(2 * (pp - rank - 1) + (vpp - 1) * pp, total)
+        steady = min(total - warmup, 2 * pp * vpp + pp)
+        order = tuple(_schedule_chunks(warmup + steady, pp, vpp, micro_batches or 4 * pp))
+        best = _replay(stages, order, warmup, vpp, weights)
+        held.append(best)
     return tuple(held)
+
+
+def _replay(
+    stages: tuple[tuple[int, int], ...],
+    order: tuple[int, ...],
+    warmup: int,
+    vpp: int,
+    weights: tuple[float, float],
+) -> tuple[int, int, int]:
+    """The largest (dense, MoE, forwards) held after a forward: ``warmup`` forwards, then
+    each further forward followed by the backward of the forward ``warmup`` before it, which
+    frees chunk vpp − 1 − that one's (the forwards' chunks are ``order``)."""
+    dense = moe = alive = 0
+    best, top = (0, 0, 0), -1.0
+    for i, chunk in enumerate(order):
+        d, m = stages[chunk]
+        dense, moe, alive = dense + d, moe + m, alive + 1
+        size = dense * weights[0] + moe * weights[1]
+        if size > top:
+            best, top = (dense, moe, alive), size
+        if i >= warmup:  # the steady state: backward i − warmup after forward i
+            d, m = stages[vpp - 1 - order[i - warmup]]
+            dense, moe, alive = dense - d, moe - m, alive - 1
+    return best
 
 
 def _schedule_chunks(count: int, pp: int, vpp: int, micro_batches: int | None) -> Iterator[int]:

@@ -53,6 +53,7 @@ from areal_alloc.estimate.speed import (
 )
 from areal_alloc.estimate.system import DEFAULT_INTER_NODE_GBPS, Hardware
 from areal_alloc.experiment.read import recompute_module_names
+from areal_alloc.model_shape import engine_micro_batches
 from areal_alloc.strategy import ParallelStrategy
 
 __all__ = [
@@ -101,8 +102,11 @@ def training_step(
     one_of(token_dispatcher, TOKEN_DISPATCHERS, "token_dispatcher")
     recompute_modules = recompute_module_names(recompute_modules, "recompute_modules")
     dp = parallel.dp_size
-    micro_batches = max(1, math.ceil(tokens_per_step / (dp * tokens_per_micro_batch)))
-    tokens_mb = min(tokens_per_micro_batch, math.ceil(tokens_per_step / dp))
+    by_tokens = max(1, math.ceil(tokens_per_step / (dp * tokens_per_micro_batch)))
+    # the reference's engines run at least 2·pp (megatron) or pp × stages per rank (archon)
+    micro_batches = engine_micro_batches(backend, parallel.pp_size, virtual_pipeline, by_tokens)
+    micro_batches = by_tokens if micro_batches is None else micro_batches
+    tokens_mb = min(tokens_per_micro_batch, math.ceil(tokens_per_step / (dp * micro_batches)))
     step = _TrainingShape(
         backend,
         arch,

@@ -16,7 +16,7 @@ import pytest
 from areal_alloc.catalogue import find_gpu, find_model
 from areal_alloc.cli import main
 from areal_alloc.estimate.system import Hardware
-from areal_alloc.model_shape import ModelShape, layout_problems
+from areal_alloc.model_shape import ModelShape, engine_micro_batches, layout_problems
 from areal_alloc.suggest import (
     Proposal,
     RunShape,
@@ -74,6 +74,11 @@ def _problems(model: str, proposal: Proposal, shape: RunShape, unpadded: bool) -
         found.append(f"c{p.cp_size}: {sequence} padded to {padded}, over 1 %")
     if shape.batch % p.dp_size:
         found.append(f"d{p.dp_size}: {shape.batch} sequences do not split evenly")
+    # the reference's engine packs each rank's sequences into at least its micro-batches
+    # (2·p for Megatron at p > 1), and seqpack raises with fewer sequences than that
+    least = engine_micro_batches("megatron", p.pp_size, 1, None) or 1
+    if shape.batch // p.dp_size < least:
+        found.append(f"d{p.dp_size}p{p.pp_size}: {shape.batch // p.dp_size} sequences < {least}")
     return found
 
 

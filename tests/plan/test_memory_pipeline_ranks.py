@@ -65,9 +65,9 @@ def _per_token(t: int) -> float:
         # 12.74 + 17.16 = 29.90 GB; rank 2 (11, 2 in flight) less; rank 3 (7 + output, 1,
         # + logits 8192·75,968·8 B = 4.98 GB) 11.84 + 3.64 + 4.98 = 20.46 GB
         ("megatron", "d2p4t2", 1, None, AREAL, 1, "11 of 36 layers", _rank_params(11, 2), 33),
-        # two micro-batches: min(4 − r, 2) = 2 on ranks 0 to 2; ranks 1 and 2 are equal,
-        # the lowest is named
-        ("megatron", "d2p4t2", 1, 2, AREAL, 1, "11 of 36 layers", _rank_params(11, 2), 22),
+        # n_mbs 2: the reference's Megatron engine runs at least 2·pp = 8 micro-batches
+        # (megatron_engine.py min_n_mbs), so 3 in flight on rank 1 again, not min(3, 2)
+        ("megatron", "d2p4t2", 1, 2, AREAL, 1, "11 of 36 layers", _rank_params(11, 2), 33),
         # t1 d1, vpp 4: the virtual stages hold 0, 1 × 27, 3, 3, 3, 0 layers, rank r the
         # stages r, r + 8, r + 16, r + 24; interleaved 1F1B holds 2·(8 − r − 1) + 3·8 + 1 =
         # 39 − 2r chunk forwards, in the schedule table's order (8 of chunk 0, 8 of chunk 1,
@@ -255,17 +255,18 @@ def test_the_weighed_ranks_find_the_heaviest_of_all(
 
 
 # (chunks' (dense, MoE) layers per rank, pp, vpp, micro-batches, held per rank), by hand from
-# megatron-core's schedule (schedules.py get_schedule_table, core_v0.17.0): pp2 vpp2 runs
-# rank 0's forwards in the order (mb 0, chunk 0), (1, 0), (0, 1), (1, 1), (2, 0), …
+# megatron-core's schedule (schedules.py get_schedule_table and its 1F1B loop, core_v0.17.0):
+# pp2 vpp2 m4 runs forwards (mb 0, chunk 0), (1, 0), (0, 1), (1, 1), (2, 0), (3, 0), (2, 1),
+# (3, 1); the k-th backward frees chunk 1 − the k-th forward's
 HELD = [
-    # warm-up 2·(2 − 0 − 1) + (2 − 1)·2 = 4 on rank 0, 2 on rank 1, then one more forward:
-    # rank 0 chunks 0, 0, 1, 1, 0 → 3 × 2 + 2 × 5 dense; rank 1 chunks 0, 0, 1 → 2·3 + 4
-    ((((2, 0), (5, 0)), ((3, 0), (4, 0))), 2, 2, None, ((16, 0, 5), (10, 0, 3))),
-    # one micro-batch: 2 chunk forwards in all, both held on both ranks
-    ((((2, 0), (5, 0)), ((3, 0), (4, 0))), 2, 2, 1, ((7, 0, 2), (7, 0, 2))),
-    # three micro-batches, the last group of one: rank 0's 5 forwards are chunks 0, 0, 1,
-    # 1, then micro-batch 2's chunk 0
-    ((((2, 1), (5, 0)), ((3, 0), (4, 0))), 2, 2, 3, ((16, 3, 5), (10, 0, 3))),
+    # rank 0 warms up 2·(2 − 0 − 1) + (2 − 1)·2 = 4 forwards (5 + 5 + 5 + 5 = 20), then
+    # forward 4 (chunk 0: 25) before backward 0 (frees chunk 1: 20), …: 25 with 5 alive;
+    # rank 1 (chunks of 4 and 3) warms up 2: 4 + 4, forward 2 (chunk 1: 11), backward 0
+    # frees chunk 1 (8), forward 3 (11), backward 1 (8), forward 4 (chunk 0: 12) — the
+    # peak, 3 alive — so not the first warm-up + 1 forwards (11)
+    ((((5, 0), (5, 0)), ((4, 0), (3, 0))), 2, 2, 4, ((25, 0, 5), (12, 0, 3))),
+    # the same with MoE layers on rank 0's chunk 1: 2 × 5 dense + 2 × (5 + 1 MoE)…
+    ((((5, 0), (5, 1)), ((4, 0), (3, 0))), 2, 2, 4, ((25, 2, 5), (12, 0, 3))),
     # no interleaving: min(pp − r, m) forwards of the whole share
     ((((2, 1),), ((3, 0),), ((4, 0),)), 3, 1, None, ((6, 3, 3), (6, 0, 2), (4, 0, 1))),
 ]
@@ -282,3 +283,62 @@ def test_the_schedules_held_forwards(
     from areal_alloc.estimate.memory_training import _held_forwards
 
     assert _held_forwards(chunks, pp, vpp, micro_batches) == held
+
+
+def _simulated_peak(layers: list[int], pp: int, rank: int, vpp: int, m: int) -> int:
+    """megatron-core's interleaved 1F1B on one rank, step by step (the oracle): the schedule
+    table's (micro-batch, chunk) forwards, the warm-up, then forward k + warm-up and the
+    backward of (micro-batch k, chunk vpp − 1 − k's) in turn; the largest held."""
+    table = []
+    for low in range(0, m, pp):
+        high = m if low + pp >= m else low + pp
+        table += [(mb, c) for c in range(vpp) for mb in range(low, high)]
+    total = m * vpp
+    warmup = min(2 * (pp - rank - 1) + (vpp - 1) * pp, total)
+    held: set[tuple[int, int]] = set()
+    peak = 0
+    for k in range(total):
+        held.add(table[k])
+        peak = max(peak, sum(layers[c] for _, c in held))
+        if k >= warmup:
+            mb, c = table[k - warmup]
+            held.discard((mb, vpp - 1 - c))
+    return peak
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    pp=st.integers(2, 6),
+    vpp=st.integers(2, 4),
+    groups=st.integers(1, 4),
+    layers=st.lists(st.integers(0, 7), min_size=24, max_size=24),
+)
+def test_the_held_peak_is_the_schedules(pp: int, vpp: int, groups: int, layers: list[int]) -> None:
+    """With m a multiple of pp, as both engines run (memory_training.engine_micro_batches)."""
+    from areal_alloc.estimate.memory_training import _held_forwards
+
+    chunks = tuple(tuple((layers[(r * vpp + c) % 24], 0) for c in range(vpp)) for r in range(pp))
+    got = _held_forwards(chunks, pp, vpp, groups * pp)
+    for rank in range(pp):
+        expected = _simulated_peak([d for d, _ in chunks[rank]], pp, rank, vpp, groups * pp)
+        assert got[rank][0] == expected
+
+
+@pytest.mark.parametrize(
+    ("backend", "pp", "vpp", "given", "runs"),
+    [
+        ("megatron", 4, 1, 1, 8),  # at least 2·pp (megatron_engine.py min_n_mbs)
+        ("megatron", 4, 2, 9, 12),  # a multiple of pp above that
+        ("megatron", 4, 1, None, 8),
+        ("archon", 4, 2, 1, 8),  # at least pp × stages per rank (archon_engine.py)
+        ("archon", 4, 1, 5, 8),
+        ("megatron", 1, 1, 3, 3),  # no pipeline: as given
+        ("fsdp", 1, 1, None, None),
+    ],
+)
+def test_the_engines_micro_batches(
+    backend: str, pp: int, vpp: int, given: int | None, runs: int | None
+) -> None:
+    from areal_alloc.model_shape import engine_micro_batches
+
+    assert engine_micro_batches(backend, pp, vpp, given) == runs
