@@ -1051,18 +1051,27 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
 
 def _archon_pipeline(archon: object, path: str) -> tuple[str | None, int | None, tuple[int, int]]:
     """The archon engine's pipeline settings: ``archon.pp_schedule`` (default
-    Interleaved1F1B, ArchonEngineConfig l.668-680 at cbff54d6; torch's
-    ``get_schedule_class`` matches its name case-insensitively), ``pp_layers_per_stage``
+    Interleaved1F1B, ArchonEngineConfig l.668-680 at cbff54d6; one of its four listed names,
+    in any case: torch's ``get_schedule_class``, unverified here), ``pp_layers_per_stage``
     (≥ 1 or null) and ``pp_{first,last}_stage_less_layers`` (≥ 0; ArchonEngineConfig.
     __post_init__ l.750-762 refuses the rest)."""
-    written = _text(archon, "pp_schedule", "")
+    # The reference enforces no choice of its own: the field's "choices" are metadata it never
+    # reads, and pipeline_llm hands the text unchanged (no strip) to torch's
+    # get_schedule_class (pipeline_parallel.py l.383, l.409). torch is not mirrored here: that
+    # it matches names case-insensitively, refuses '' and ' 1f1b ', and knows GPipe, LoopedBFS
+    # or DualPipeV (which the reference treats as V-style, l.439-440) is unverified. So only
+    # the four names the field lists (any case) are modelled, and the rest refused as not
+    # modelled, not as the reference's refusal.
+    value = child(archon, "pp_schedule") if archon is not None else None
+    written = None if value is None else str(value)
     names = {name.lower(): name for name in defaults.ARCHON_PP_SCHEDULES}
-    schedule = names.get(written.strip().lower()) if written else None
-    if written and schedule is None:
+    schedule = names.get(written.lower()) if written is not None else None
+    if written is not None and schedule is None:
         raise AllocationValidationError(
-            f"{path}.archon.pp_schedule={shown(written)}: must be one of "
-            f"{', '.join(defaults.ARCHON_PP_SCHEDULES)} (ArchonEngineConfig.pp_schedule's "
-            f"choices; default {defaults.ARCHON_PP_SCHEDULE})"
+            f"{path}.archon.pp_schedule={shown(written)}: not modelled; areal-alloc models "
+            f"{', '.join(defaults.ARCHON_PP_SCHEDULES)} (the names ArchonEngineConfig."
+            f"pp_schedule lists; default {defaults.ARCHON_PP_SCHEDULE}), and the reference "
+            f"passes the text unchanged to torch's get_schedule_class"
         )
     layers = setting_int(archon, f"{path}.archon.pp_layers_per_stage", 4, 1, MAX_COUNT)
     first, last = (

@@ -782,6 +782,8 @@ ARCHON_STAGES: list[tuple[str, dict[str, Any], int, list[str]]] = [
     ("archon:d2p4", {}, 2, []),
     ("archon:d2p4", {"pp_schedule": "1F1B"}, 1, []),
     ("archon:d2p4", {"pp_schedule": "interleavedzerobubble"}, 2, []),  # torch's lookup
+    ("archon:d2p4", {"pp_schedule": "1f1b"}, 1, []),  # the nearest to ' 1f1b ' that is read
+    ("archon:d2p4", {"pp_schedule": None}, 2, []),  # null: the default, Interleaved1F1B
     ("archon:d2p4", {"pp_layers_per_stage": 5}, 2, []),  # ceil(38 / 5) = 8 = 4 × 2
     ("archon:d4p2", {"pp_layers_per_stage": 4}, 5, []),  # ceil(38 / 4) = 10 = 2 × 5
     ("archon:d2p4", {"pp_layers_per_stage": 10, "pp_schedule": "1F1B"}, 1, []),  # 4 = 4 × 1
@@ -830,12 +832,30 @@ def test_the_archon_engines_stages_per_rank(
 @pytest.mark.parametrize(
     ("backend", "archon", "message"),
     [
-        (
+        (  # a torch schedule the reference does not list: not modelled (whether its engine
+            # runs it is unverified: torch is not mirrored)
             "archon:d2p4",
             {"pp_schedule": "GPipe"},
-            "actor.archon.pp_schedule='GPipe': must be one of 1F1B, Interleaved1F1B, "
-            "InterleavedZeroBubble, ZBVZeroBubble (ArchonEngineConfig.pp_schedule's choices; "
-            "default Interleaved1F1B)",
+            "actor.archon.pp_schedule='GPipe': not modelled; areal-alloc models 1F1B, "
+            "Interleaved1F1B, InterleavedZeroBubble, ZBVZeroBubble (the names "
+            "ArchonEngineConfig.pp_schedule lists; default Interleaved1F1B), and the reference "
+            "passes the text unchanged to torch's get_schedule_class",
+        ),
+        (  # '' is no default: the reference passes it to get_schedule_class as written
+            "archon:d2p4",
+            {"pp_schedule": ""},
+            "actor.archon.pp_schedule='': not modelled; areal-alloc models 1F1B, "
+            "Interleaved1F1B, InterleavedZeroBubble, ZBVZeroBubble (the names "
+            "ArchonEngineConfig.pp_schedule lists; default Interleaved1F1B), and the reference "
+            "passes the text unchanged to torch's get_schedule_class",
+        ),
+        (  # nor stripped (the nearest that is read: '1f1b')
+            "archon:d2p4",
+            {"pp_schedule": " 1f1b "},
+            "actor.archon.pp_schedule=' 1f1b ': not modelled; areal-alloc models 1F1B, "
+            "Interleaved1F1B, InterleavedZeroBubble, ZBVZeroBubble (the names "
+            "ArchonEngineConfig.pp_schedule lists; default Interleaved1F1B), and the reference "
+            "passes the text unchanged to torch's get_schedule_class",
         ),
         (
             "archon:d2p4",
