@@ -404,29 +404,18 @@ def archon_split(
     E.g. Qwen3-8B's 36 layers at p4 (8 stages): 38 = 8 × 4 + 6, stages 4, 5, 5, 5, 5, 5,
     4, 3. Refuses what the reference refuses (too many stages, a share below the
     embedding's or the output's)."""
+    from areal_alloc.experiment.read import archon_split_refusal
+
     stages = pp * stages_per_rank
     effective = num_layers + first_stage_less_layers + last_stage_less_layers
     if stages == 1:
         return PipelineSplit(pp, stages_per_rank, (num_layers,), ARCHON_RULE)
-    where = (
-        f"the archon engine splits {num_layers:,} layers + {first_stage_less_layers} "
-        f"(embedding) + {last_stage_less_layers} (output) = {effective:,} over p{pp} × "
-        f"{stages_per_rank} = {stages:,} virtual stages (generate_llm_fqn_per_model_part)"
+    refusal = archon_split_refusal(
+        num_layers, pp, stages_per_rank, first_stage_less_layers, last_stage_less_layers
     )
-    if stages > effective:
-        raise AllocationValidationError(
-            f"{where}: more stages than effective layers; use a smaller p or fewer stages "
-            f"per rank (archon.pp_schedule=1F1B runs 1)"
-        )
+    if refusal is not None:
+        raise AllocationValidationError(refusal)
     per, extra = divmod(effective, stages)
-    for name, less in (
-        ("pp_first_stage_less_layers", first_stage_less_layers),
-        ("pp_last_stage_less_layers", last_stage_less_layers),
-    ):
-        if less > per:
-            raise AllocationValidationError(
-                f"{where}: archon.{name}={less} exceeds the {per} layers per stage; lower it"
-            )
     lengths = []
     left = num_layers
     for stage in range(stages):

@@ -1123,6 +1123,40 @@ def archon_stages_per_rank(
     return per_rank
 
 
+def archon_split_refusal(
+    num_layers: int, pp: int, stages_per_rank: int, first: int, last: int, key: str = "archon"
+) -> str | None:
+    """Why generate_llm_fqn_per_model_part (areal/experimental/models/archon/
+    pipeline_parallel.py l.118-155, AReaL cbff54d6) refuses to split ``num_layers`` layers
+    plus ``first`` (embedding) and ``last`` (output) over ``pp × stages_per_rank`` virtual
+    stages, as one line (``key``: where pp_*_stage_less_layers are written); None when it
+    splits them. The one home of these refusals: pipeline_split.archon_split raises them,
+    the start-up rule (rules.archon_layers_fill_the_stages) checks the configured values."""
+    stages = pp * stages_per_rank
+    if stages == 1:
+        return None
+    effective = num_layers + first + last
+    where = (
+        f"the archon engine splits {num_layers:,} layers + {first} (embedding) + {last} "
+        f"(output) = {effective:,} over p{pp} × {stages_per_rank} = {stages:,} virtual stages "
+        f"(generate_llm_fqn_per_model_part)"
+    )
+    if stages > effective:
+        return (
+            f"{where}: more stages than effective layers; use a smaller p or fewer stages "
+            f"per rank (archon.pp_schedule=1F1B runs 1)"
+        )
+    per = effective // stages
+    for end, less in (("first", first), ("last", last)):
+        if less > per:
+            return (
+                f"{where}: {key}.pp_{end}_stage_less_layers={less} exceeds the {per} layers "
+                f"per stage ({effective:,} // {stages:,}; the engine raises '{end}_stage_less_"
+                f"layers ({less}) exceeds layers_per_stage ({per})'); lower it"
+            )
+    return None
+
+
 #: ArchonEngineConfig.ac_mode's choices (areal/api/cli_args.py line 631 at cbff54d6)
 _ARCHON_AC_MODES = ("none", "full", "selective", "memory_budget")
 

@@ -574,6 +574,43 @@ def megatron_bridge_splits_evenly(run: Run) -> str | None:
     return None
 
 
+# --- archon's pipeline split ----------------------------------------------------------------------
+# pipeline_llm (areal/experimental/models/archon/pipeline_parallel.py l.409-453, AReaL cbff54d6)
+# derives the virtual stages per rank from archon.pp_schedule and pp_layers_per_stage and
+# refuses what does not fit (read.archon_stages_per_rank); generate_llm_fqn_per_model_part
+# (l.118-155) then refuses more stages than layers + first + last, and a
+# pp_{first,last}_stage_less_layers above the layers per stage (read.archon_split_refusal),
+# with the configured values (the estimate's split falls back to the default 1 and 1).
+
+
+def archon_layers_fill_the_stages(run: Run) -> str | None:
+    """archon with p > 1: its p × (stages per rank) virtual stages are built."""
+    from areal_alloc.errors import AllocationError
+    from areal_alloc.experiment.read import archon_split_refusal, archon_stages_per_rank
+
+    for engine in run.engines:
+        training = engine.training
+        p = engine.allocation.parallel.pp_size
+        if not engine.active or engine.allocation.backend != "archon" or training is None:
+            continue
+        arch = _architecture(engine) if p > 1 else None
+        if arch is None:
+            continue
+        try:
+            stages = archon_stages_per_rank(training, arch.num_layers, p, engine.path)
+        except AllocationError as error:
+            return error.message
+        if stages is None:
+            continue
+        first, last = training.archon_less_layers
+        refusal = archon_split_refusal(
+            arch.num_layers, p, stages, first, last, f"{engine.path}.archon"
+        )
+        if refusal is not None:
+            return f"{engine.backend_key}={engine.spec!r}: {refusal}"
+    return None
+
+
 def versions_are_known(run: Run) -> str | None:
     """``_version`` is 'v1' or 'v2' (TrainEngineConfig / InferenceEngineConfig.__post_init__)."""
     for key in ("actor", "critic", "ref", "rollout"):
@@ -861,6 +898,12 @@ RULES: tuple[Rule, ...] = (
         "megatron-bridge: the layers split evenly over p (and vpp)",
         "areal/models/mcore/registry.py make_mcore_model (lines 425-500)",
         megatron_bridge_splits_evenly,
+    ),
+    Rule(
+        "archon: the layers + embedding + output fill p × (stages per rank) virtual stages",
+        "areal/experimental/models/archon/pipeline_parallel.py pipeline_llm (lines 409-453), "
+        "generate_llm_fqn_per_model_part (lines 118-155)",
+        archon_layers_fill_the_stages,
     ),
     Rule(
         "mbridge: megatron.moe_enable_deepep needs moe_token_dispatcher_type flex",

@@ -335,6 +335,31 @@ REFUSED: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
             "Qwen/Qwen3-30B-A3B",
         ),
     ),
+    (  # generate_llm_fqn_per_model_part l.148-151 (archon/pipeline_parallel.py at cbff54d6):
+        # Qwen3-8B, 36 + 30 + 1 = 67 effective layers over p4 × 2 = 8 stages, 67 // 8 = 8 < 30
+        "archon: the layers + embedding + output fill p × (stages per rank) virtual stages",
+        cfg(
+            rollout={"backend": "vllm:d8"},
+            actor={
+                "backend": "archon:d2p4",
+                "path": "Qwen/Qwen3-8B",
+                "archon": {"pp_first_stage_less_layers": 30},
+            },
+        ),
+        "actor.backend='archon:d2p4': the archon engine splits 36 layers + 30 (embedding) + 1 "
+        "(output) = 67 over p4 × 2 = 8 virtual stages (generate_llm_fqn_per_model_part): "
+        "actor.archon.pp_first_stage_less_layers=30 exceeds the 8 layers per stage (67 // 8; "
+        "the engine raises 'first_stage_less_layers (30) exceeds layers_per_stage (8)'); lower "
+        "it",
+        cfg(  # 36 + 5 + 1 = 42, 42 // 8 = 5: the largest that runs
+            rollout={"backend": "vllm:d8"},
+            actor={
+                "backend": "archon:d2p4",
+                "path": "Qwen/Qwen3-8B",
+                "archon": {"pp_first_stage_less_layers": 5},
+            },
+        ),
+    ),
     (  # registry.py make_mcore_model: megatron-bridge's new provider gets no layout, so
         # megatron-core's get_num_layers_to_build splits evenly (transformer_block.py l.151-153)
         "megatron-bridge: the layers split evenly over p (and vpp)",
