@@ -1158,3 +1158,47 @@ def test_check_and_the_hook_refuse_moe_act_on_a_dense_model(
     exp.write_text(exp.read_text().replace("[core_attn, moe_act]", "[core_attn, layernorm]"))
     modules = ["+actor.megatron.recompute_modules=[core_attn,layernorm]"] if hook else []
     assert main([*(a.replace("{exp}", str(exp)) for a in argv), *modules]) == 0
+
+
+def _archon(backend: str, archon: dict[str, Any]) -> dict[str, Any]:
+    return cfg(
+        rollout={"backend": "vllm:d8"},
+        actor={"backend": backend, "path": "Qwen/Qwen3-8B", "archon": archon},
+    )
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (  # l.152-155: 36 + 1 + 9 = 46, 46 // 8 = 5 < 9
+            _archon("archon:d2p4", {"pp_last_stage_less_layers": 9}),
+            "actor.backend='archon:d2p4': the archon engine splits 36 layers + 1 (embedding) + 9 "
+            "(output) = 46 over p4 × 2 = 8 virtual stages (generate_llm_fqn_per_model_part): "
+            "actor.archon.pp_last_stage_less_layers=9 exceeds the 5 layers per stage (46 // 8; "
+            "the engine raises 'last_stage_less_layers (9) exceeds layers_per_stage (5)'); lower "
+            "it",
+        ),
+        (  # pipeline_llm l.418-423, at start-up now (without the memory estimate)
+            _archon("archon:d2p4", {"pp_layers_per_stage": 7}),
+            "actor.archon.pp_layers_per_stage=7: ceil((36 layers + 1 + 1) / 7) = 6 virtual "
+            "stages, not a multiple of p4 (the archon engine refuses it); choose "
+            "pp_layers_per_stage so that p divides the stages",
+        ),
+    ],
+)
+def test_archons_split_is_refused_at_start_up(config: dict[str, Any], message: str) -> None:
+    with pytest.raises(AllocationValidationError) as info:
+        validate(config, on_memory="off")
+    assert info.value.message == message
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        _archon("archon:d2p4", {"pp_last_stage_less_layers": 5}),  # 42 // 8 = 5: equal runs
+        _archon("archon:d2p4", {"pp_layers_per_stage": 5}),  # ceil(38 / 5) = 8 = 4 × 2
+        _archon("archon:d8", {"pp_first_stage_less_layers": 30}),  # p1: one stage, no split
+    ],
+)
+def test_archons_split_that_builds(config: dict[str, Any]) -> None:
+    assert validate(config, on_memory="off").warnings == ()
