@@ -600,8 +600,8 @@ def archon_layers_fill_the_stages(run: Run) -> str | None:
             stages = archon_stages_per_rank(training, arch.num_layers, p, engine.path)
         except AllocationError as error:
             return error.message
-        if stages is None:
-            continue
+        if stages is None or p * stages > arch.num_layers + 2:
+            continue  # the model-shape check refuses more stages than layers + 2 (model_shape.py)
         first, last = training.archon_less_layers
         refusal = archon_split_refusal(
             arch.num_layers, p, stages, first, last, f"{engine.path}.archon"
