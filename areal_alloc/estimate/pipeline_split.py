@@ -126,10 +126,6 @@ class PipelineSplit:
             starts.append(starts[-1] + n)
         return tuple(range(starts[s], starts[s + 1]) for s in self.stages_of(rank))
 
-    def layer_ids(self, rank: int) -> tuple[int, ...]:
-        """The decoder layers (0-based, in model order) on pipeline rank ``rank``."""
-        return tuple(i for r in self.layer_ranges(rank) for i in r)
-
     def moe_layers_of(self, rank: int, first_dense_layers: int, moe: bool) -> int:
         """The mixture-of-experts layers on ``rank`` (layers from ``first_dense_layers`` on,
         for a model with experts)."""
@@ -138,12 +134,6 @@ class PipelineSplit:
         return sum(
             max(0, r.stop - max(r.start, first_dense_layers)) for r in self.layer_ranges(rank)
         )
-
-    @property
-    def heaviest_rank(self) -> int:
-        """The rank with the most decoder layers (the lowest of equals)."""
-        counts = [self.layers_of(r) for r in range(self.pp)]
-        return counts.index(max(counts))
 
     def describe(self, rank: int, limit: int | None = None) -> str:
         """One rank's share, e.g. ``11 of 94 layers (stages 7, 15, 23, 31: 3+3+3+2) + output
@@ -230,8 +220,11 @@ def reference_weights(arch: Architecture, ep: int = 1) -> tuple[tuple[float, ...
     ``estimate_stage_parameter_buckets`` approximates them: attention h·(heads·d) +
     2·h·(kv·d) + h·h (its output projection counted h × h) + 2h norms; a gated MLP 3·h·f;
     an MoE layer's router h·E and ceil(E / ep) local experts plus its shared experts; the
-    output layer vocab·h (tied: the embedding's). Attention biases count there only where
-    a config sets ``attention_bias`` (Qwen2's configs do not; areal-alloc leaves them out)."""
+    output layer vocab·h (tied: the embedding's). Left out, as no catalogue model's split
+    changes by them: attention biases, which count there only where a config sets
+    ``attention_bias`` (Qwen2's configs do not), and the router's expert bias
+    (``moe_router_enable_expert_bias``, DeepSeek-V3's E more per MoE layer); for MLA the
+    head dim is the config's ``head_dim`` or h / heads as the reference reads it."""
     h = arch.hidden_size
     heads, d = arch.num_attention_heads, arch.head_size
     kv = arch.kv_heads

@@ -134,8 +134,7 @@ def test_ranks_hold_every_pp_th_virtual_stage() -> None:
     split = reference_split(MODELS["qwen/qwen3-8b"].architecture, 8, 4)
     assert split.stages_of(4) == (4, 12, 20, 28)
     assert [split.layers_of(r) for r in range(8)] == [3, 4, 4, 4, 6, 6, 6, 3]
-    assert split.heaviest_rank == 4
-    assert split.layer_ids(4) == (3, 11, 19, 27, 28, 29)
+    assert split.layer_ranges(4) == (range(3, 4), range(11, 12), range(19, 20), range(27, 30))
     assert split.describe(0) == "3 of 36 layers (virtual stages 0, 8, 16, 24: 0+1+1+1) + embedding"
     assert split.describe(7).endswith("+ output layer")
 
