@@ -220,11 +220,12 @@ def reference_weights(arch: Architecture, ep: int = 1) -> tuple[tuple[float, ...
     ``estimate_stage_parameter_buckets`` approximates them: attention h·(heads·d) +
     2·h·(kv·d) + h·h (its output projection counted h × h) + 2h norms; a gated MLP 3·h·f;
     an MoE layer's router h·E and ceil(E / ep) local experts plus its shared experts; the
-    output layer vocab·h (tied: the embedding's). Left out, as no catalogue model's split
-    changes by them: attention biases, which count there only where a config sets
+    output layer vocab·h (tied: the embedding's). Left out (no catalogue model's split changes
+    by them): attention biases, which count there only where a config sets
     ``attention_bias`` (Qwen2's configs do not), and the router's expert bias
-    (``moe_router_enable_expert_bias``, DeepSeek-V3's E more per MoE layer); for MLA the
-    head dim is the config's ``head_dim`` or h / heads as the reference reads it."""
+    (``moe_router_enable_expert_bias``, DeepSeek-V3's E more per MoE layer); and for MLA
+    models the head dim here is h / heads, where the reference reads the ``head_dim`` its
+    transformers config carries, which may differ."""
     h = arch.hidden_size
     heads, d = arch.num_attention_heads, arch.head_size
     kv = arch.kv_heads
