@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from areal_alloc.errors import AllocationValidationError, shown
-from areal_alloc.model_shape import even_split_builds
+from areal_alloc.model_shape import engine_micro_batches, even_split_builds
 
 if TYPE_CHECKING:
     from areal_alloc.architecture import Architecture
@@ -682,6 +682,50 @@ def batch_splits_over_data_parallel(run: Run) -> str | None:
     )
 
 
+def minibatches_fill_their_micro_batches(run: Run) -> str | None:
+    """Each data-parallel rank of the actor splits its trajectories into
+    ``actor.ppo_n_minibatches`` minibatches (areal/trainer/ppo/actor.py l.454–457), and its
+    engine packs each into at least its micro-batches: the Megatron engine at p > 1 at least
+    2·p, a multiple of p (``min_n_mbs``, areal/engine/megatron_engine.py l.2705–2716), any
+    engine at least ``mb_spec.n_mbs`` (model_shape.engine_micro_batches). seqpack's
+    allocation raises with fewer sequences than groups ("Number of values … is smaller than
+    min_groups …", areal/utils/seqpack.py ffd_allocate l.241–244, kk_allocate l.503–504).
+    With fewer trajectories per rank than minibatches × that, some minibatch is short for
+    certain. Left out: archon at p > 1 (its stages per rank set the count), ``dynamic_bs``."""
+    found = _batch(run)
+    if found is None or run.startup.dynamic_bs:
+        return None
+    batch, items, dp, actor = found
+    training = actor.training
+    if training is None:
+        return None
+    backend, pp = actor.allocation.backend, actor.allocation.parallel.pp_size
+    if backend == "archon" and pp > 1:
+        return None
+    least = engine_micro_batches(backend, pp, 1, training.n_mbs) or training.n_mbs
+    minibatches = max(1, run.startup.ppo_n_minibatches)
+    per_rank = items // max(1, dp)
+    need = minibatches * least
+    if per_rank >= need:
+        return None
+    if backend == "megatron" and pp > 1 and least > training.n_mbs:
+        packed = f"{least} micro-batches (the Megatron engine's at least 2·p{pp}, a multiple of p)"
+    else:
+        packed = f"{least} micro-batches ({actor.path}.mb_spec.n_mbs)"
+    samples = max(1, items // max(1, batch))
+    prompts = -(-need * dp // samples)
+    enough = -(-prompts // dp) * dp  # a multiple of dp, as batch_splits_over_data_parallel needs
+    return (
+        f"{items} trajectories a step over the {dp} data-parallel ranks of {actor.backend_key}="
+        f"{actor.spec!r} are {per_rank} per rank, split into actor.ppo_n_minibatches="
+        f"{minibatches} minibatches, each packed into {packed}: {per_rank} < {minibatches} × "
+        f"{least} = {need}, so a minibatch has fewer sequences than micro-batches and the "
+        f"reference's seqpack raises 'Number of values … is smaller than min_groups'; set "
+        f"train_dataset.batch_size={enough} or more, or use fewer data-parallel ranks or "
+        f"minibatches"
+    )
+
+
 # --- the launchers and schedulers -----------------------------------------------------------------
 
 
@@ -925,6 +969,12 @@ RULES: tuple[Rule, ...] = (
         "areal/utils/dataloader.py create_dataloader; areal/utils/seqpack.py "
         "balanced_greedy_partition",
         batch_splits_over_data_parallel,
+    ),
+    Rule(
+        "each minibatch has a sequence for each of the actor's micro-batches",
+        "areal/trainer/ppo/actor.py; areal/engine/megatron_engine.py min_n_mbs; "
+        "areal/utils/seqpack.py ffd_allocate",
+        minibatches_fill_their_micro_batches,
     ),
     Rule(
         "an inference server wider than a node spans whole nodes",

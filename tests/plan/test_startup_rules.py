@@ -458,9 +458,31 @@ REFUSED: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
         "train_dataset.batch_size=12 is not a multiple of the 8 data-parallel ranks of "
         "actor.backend='fsdp:d8' (12 % 8 = 4): the reference splits each step evenly over them; "
         "set train_dataset.batch_size=16",
-        cfg(
+        cfg(  # 32, not 16: 16 / d8 = 2 per rank, fewer than the 4 minibatches (the next rule)
             rollout={"backend": "sglang:d8"},
             actor={"backend": "fsdp:d8"},
+            train_dataset={"batch_size": 32},
+        ),
+    ),
+    (  # areal/trainer/ppo/actor.py ppo_n_minibatches; megatron_engine.py min_n_mbs = 2·p;
+        # areal/utils/seqpack.py ffd_allocate: 8 trajectories over d4 are 2 a rank, in 4
+        # minibatches of at least 2·p2 = 4 micro-batches each: 2 < 4 × 4 = 16; 16 a rank is
+        # 64 prompts of one sample over d4
+        "each minibatch has a sequence for each of the actor's micro-batches",
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={"backend": "megatron:d4p2"},
+            train_dataset={"batch_size": 8},
+        ),
+        "8 trajectories a step over the 4 data-parallel ranks of actor.backend='megatron:d4p2' "
+        "are 2 per rank, split into actor.ppo_n_minibatches=4 minibatches, each packed into 4 "
+        "micro-batches (the Megatron engine's at least 2·p2, a multiple of p): 2 < 4 × 4 = 16, "
+        "so a minibatch has fewer sequences than micro-batches and the reference's seqpack "
+        "raises 'Number of values … is smaller than min_groups'; set train_dataset.batch_size=64 "
+        "or more, or use fewer data-parallel ranks or minibatches",
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={"backend": "megatron:d4p2", "ppo_n_minibatches": 1},
             train_dataset={"batch_size": 16},
         ),
     ),
