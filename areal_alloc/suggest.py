@@ -30,6 +30,7 @@ from areal_alloc.architecture import Architecture
 from areal_alloc.defaults import (
     CONTEXT_LENGTH,
     NEW_TOKENS,
+    PPO_MINIBATCHES,
     PROMPT_TOKENS,
     SAMPLES,
     STEP_PROMPTS,
@@ -89,6 +90,9 @@ class RunShape:
     #: the rollout server's own bound on the requests it runs at once (a config's
     #: ``areal_alloc.estimate.execution.server_limit``; else the servers' defaults)
     server: ServerLimit = SERVER_DEFAULTS
+    #: ``actor.ppo_n_minibatches``: each rank's trajectories split into this many
+    #: minibatches before the engine packs each into its micro-batches
+    minibatches: int = PPO_MINIBATCHES
 
     def __post_init__(self) -> None:
         for name in ("batch", "prompt_len", "gen_len"):
@@ -458,13 +462,15 @@ def suggest(
         return dp <= shape.batch and shape.batch % dp == 0
 
     def builds(parallel: ParallelStrategy, settings: TrainingSettings) -> bool:
-        # each data-parallel rank packs its sequences into at least the micro-batches its
-        # engine runs (model_shape.engine_micro_batches): seqpack's allocation raises with
-        # fewer sequences than that (areal/utils/seqpack.py ffd_allocate / kk_allocate)
+        # each data-parallel rank splits its sequences into ``minibatches`` and packs each
+        # into at least the micro-batches its engine runs (model_shape.engine_micro_batches):
+        # seqpack's allocation raises with fewer sequences than that (the start-up rule
+        # minibatches_fill_their_micro_batches; areal/utils/seqpack.py ffd_allocate)
         least = engine_micro_batches(
             train_backend, parallel.pp_size, settings.virtual_pipeline, settings.micro_batches
         )
-        if least is not None and shape.batch // max(1, parallel.dp_size) < least:
+        need = max(1, shape.minibatches) * (least or 1)
+        if shape.batch // max(1, parallel.dp_size) < need:  # minibatches_fill_their_micro_…
             return False
         # an engine split evenly (megatron-bridge's path: execution sets layer_split "even")
         # starts only where p divides the layers and vpp each rank's (the start-up rule

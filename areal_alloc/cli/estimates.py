@@ -21,6 +21,7 @@ from areal_alloc.defaults import (
     MEMORY_FRACTION,
     MICRO_BATCH_TOKENS,
     NEW_TOKENS,
+    PPO_MINIBATCHES,
     PROMPT_TOKENS,
     SAMPLES,
     STEP_PROMPTS,
@@ -772,6 +773,7 @@ def _suggest_from_config(ns: argparse.Namespace) -> tuple[bool, bool]:
         "server": server_limit(experiment.get("rollout")),
         "recompute_logprob": bool(run.recompute_logprob),
         "update_mode": experiment.update_mode,
+        "minibatches": experiment.startup.ppo_n_minibatches,
     }
     ns.current = pace
     _config_execution(ns, experiment)
@@ -1012,6 +1014,7 @@ def suggest_command(args: list[str]) -> int:
         recompute_logprob=bool(step.get("recompute_logprob", False)),
         update_mode=str(step.get("update_mode", WEIGHT_UPDATE_MODE)),
         mode=rl_step.SYNCHRONOUS if ns.sync else step.get("mode"),  # type: ignore[arg-type]
+        minibatches=int(step.get("minibatches", PPO_MINIBATCHES)),  # type: ignore[call-overload]
     )
     training, ref_training, critic_training, inference = _suggest_settings(ns)
     reserve = machine(ns).memory_reserve  # --memory-reserve-gib, the environment, cluster keys

@@ -406,8 +406,8 @@ class Experiment:
     #: the config as given: its ``cluster`` keys are the settings' last source
     #: (:meth:`resolved`); nothing else reads it
     config: object = field(default=None, compare=False, repr=False)
-    #: what only the start-up rules read (``areal_alloc.experiment.rules``), with the
-    #: reference's defaults (``areal_alloc.defaults``)
+    #: what the start-up rules read (``areal_alloc.experiment.rules``; ``suggest --config``
+    #: also takes its ``ppo_n_minibatches``), with the reference's defaults
     startup: StartupConfig = field(default_factory=lambda: StartupConfig())
 
     def __getitem__(self, key: str) -> Engine:

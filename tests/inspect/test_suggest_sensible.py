@@ -76,7 +76,8 @@ def _problems(model: str, proposal: Proposal, shape: RunShape, unpadded: bool) -
         found.append(f"d{p.dp_size}: {shape.batch} sequences do not split evenly")
     # the reference's engine packs each rank's sequences into at least its micro-batches
     # (2·p for Megatron at p > 1), and seqpack raises with fewer sequences than that
-    least = engine_micro_batches("megatron", p.pp_size, 1, None) or 1
+    # in each of its ppo_n_minibatches (shape.minibatches, the reference's default 4)
+    least = (engine_micro_batches("megatron", p.pp_size, 1, None) or 1) * shape.minibatches
     if shape.batch // p.dp_size < least:
         found.append(f"d{p.dp_size}p{p.pp_size}: {shape.batch // p.dp_size} sequences < {least}")
     return found
@@ -122,7 +123,9 @@ def test_free_gpus_are_reported(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 0
     text = capsys.readouterr().out
     # every command's defaults: 32,768 tokens per micro-batch, no recomputation
-    assert "training 4096 GPUs megatron:d512c8e8, 24 GPUs free:" in text
+    # d128, not d512: 512 sequences over d512 are one a rank, fewer than the reference's
+    # default 4 PPO minibatches (minibatches_fill_their_micro_batches)
+    assert "training 4096 GPUs megatron:d128c32e8, 24 GPUs free:" in text
     assert "c103" not in text
     assert main([*argv, "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
