@@ -47,7 +47,6 @@ from areal_alloc.estimate.memory_sharding import (
     stage,
     states,
 )
-from areal_alloc.estimate.pipeline_split import PipelineSplit
 from areal_alloc.model_shape import engine_micro_batches
 from areal_alloc.strategy import ParallelStrategy
 
@@ -339,20 +338,16 @@ def _held_activations(e: Engine) -> tuple[tuple[int, int, int], ...]:
         ((e.rank_layers[0],),)
         if split is None
         else tuple(
-            tuple(_stage_kinds(split, st, e.arch) for st in split.stages_of(r)) for r in range(pp)
+            tuple(
+                split.stage_kinds(st, e.arch.first_dense_layers, e.arch.is_moe)
+                for st in split.stages_of(r)
+            )
+            for r in range(pp)
         )
     )
     weights = (e.per_token[False][0], e.per_token[True][0])
     m = engine_micro_batches(e.backend, pp, vpp, e.settings.micro_batches)
     return _held_forwards(chunks, pp, vpp, m, weights)
-
-
-def _stage_kinds(split: PipelineSplit, stage_index: int, arch: Architecture) -> tuple[int, int]:
-    """One virtual stage's (dense, MoE) decoder layers."""
-    starts = sum(split.stage_layers[:stage_index])
-    n = split.stage_layers[stage_index]
-    moe = max(0, starts + n - max(starts, arch.first_dense_layers)) if arch.is_moe else 0
-    return n - moe, moe
 
 
 @lru_cache(maxsize=4096)

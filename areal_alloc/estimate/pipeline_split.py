@@ -31,13 +31,12 @@ from itertools import pairwise
 from typing import Any
 
 from areal_alloc.architecture import Architecture
-from areal_alloc.defaults import ARCHON_PP_SCHEDULE, ARCHON_PP_SCHEDULES
+from areal_alloc.defaults import ARCHON_STAGES_PER_RANK
 from areal_alloc.errors import AllocationValidationError
+from areal_alloc.experiment.read import archon_split_refusal
 
 __all__ = [
     "ARCHON_RULE",
-    "ARCHON_SCHEDULE",
-    "ARCHON_SCHEDULES",
     "AREAL_RULE",
     "EVEN_RULE",
     "LISTED_RANKS",
@@ -58,11 +57,6 @@ ARCHON_RULE = (
     "the archon engine's generate_llm_fqn_per_model_part split, embedding and output "
     "counted as a layer each"
 )
-
-#: The archon engine's pipeline schedules and their virtual stages per rank by default
-#: (``defaults.ARCHON_PP_SCHEDULES``, cited there), and its default schedule.
-ARCHON_SCHEDULES = ARCHON_PP_SCHEDULES
-ARCHON_SCHEDULE = ARCHON_PP_SCHEDULE
 
 #: How an engine's layers are split over its pipeline stages (``TrainingSettings.layer_split``):
 #: "areal", the reference's own rule for its Megatron engine (the default); "even",
@@ -118,22 +112,25 @@ class PipelineSplit:
         """The decoder layers on pipeline rank ``rank``."""
         return sum(self.stage_layers[s] for s in self.stages_of(rank))
 
+    def stage_range(self, stage: int) -> range:
+        """The decoder layers (0-based, in model order) of virtual stage ``stage``."""
+        start = sum(self.stage_layers[:stage])
+        return range(start, start + self.stage_layers[stage])
+
     def layer_ranges(self, rank: int) -> tuple[range, ...]:
-        """The decoder layers (0-based, in model order) on pipeline rank ``rank``, one range
-        per virtual stage."""
-        starts = [0]
-        for n in self.stage_layers:
-            starts.append(starts[-1] + n)
-        return tuple(range(starts[s], starts[s + 1]) for s in self.stages_of(rank))
+        """The decoder layers on pipeline rank ``rank``, one range per virtual stage."""
+        return tuple(self.stage_range(s) for s in self.stages_of(rank))
+
+    def stage_kinds(self, stage: int, first_dense_layers: int, moe: bool) -> tuple[int, int]:
+        """Virtual stage ``stage``'s (dense, MoE) decoder layers: MoE from
+        ``first_dense_layers`` on, for a model with experts."""
+        r = self.stage_range(stage)
+        experts = max(0, r.stop - max(r.start, first_dense_layers)) if moe else 0
+        return len(r) - experts, experts
 
     def moe_layers_of(self, rank: int, first_dense_layers: int, moe: bool) -> int:
-        """The mixture-of-experts layers on ``rank`` (layers from ``first_dense_layers`` on,
-        for a model with experts)."""
-        if not moe:
-            return 0
-        return sum(
-            max(0, r.stop - max(r.start, first_dense_layers)) for r in self.layer_ranges(rank)
-        )
+        """The mixture-of-experts layers on ``rank`` (:meth:`stage_kinds`)."""
+        return sum(self.stage_kinds(s, first_dense_layers, moe)[1] for s in self.stages_of(rank))
 
     def describe(self, rank: int, limit: int | None = None) -> str:
         """One rank's share, e.g. ``11 of 94 layers (stages 7, 15, 23, 31: 3+3+3+2) + output
@@ -383,7 +380,7 @@ def even_split(
 def archon_split(
     num_layers: int,
     pp: int,
-    stages_per_rank: int = ARCHON_SCHEDULES[ARCHON_SCHEDULE],
+    stages_per_rank: int = ARCHON_STAGES_PER_RANK,
     first_stage_less_layers: int = 1,
     last_stage_less_layers: int = 1,
 ) -> PipelineSplit:
@@ -398,8 +395,6 @@ def archon_split(
     E.g. Qwen3-8B's 36 layers at p4 (8 stages): 38 = 8 × 4 + 6, stages 4, 5, 5, 5, 5, 5,
     4, 3. Refuses what the reference refuses (too many stages, a share below the
     embedding's or the output's)."""
-    from areal_alloc.experiment.read import archon_split_refusal
-
     stages = pp * stages_per_rank
     effective = num_layers + first_stage_less_layers + last_stage_less_layers
     if stages == 1:
