@@ -31,6 +31,9 @@ __all__ = [
     "OPTIMIZER_DTYPE",
     "PPO_MINIBATCHES",
     "PROMPT_TOKENS",
+    "PROX_LOGP_METHOD",
+    "PROX_LOGP_METHODS",
+    "PROX_LOGP_SKIPS_FORWARD",
     "RECOMPUTE",
     "RECOMPUTE_NUM_LAYERS",
     "REFERENCE_COMMIT",
@@ -107,8 +110,14 @@ TRAIN_EPOCHS = 1
 WEIGHT_UPDATE_MODE = "xccl"
 #: TrainEngineConfig._version (1419) and InferenceEngineConfig._version (2628)
 ENGINE_VERSION = "v1"
-#: PPOActorConfig.ppo_n_minibatches (1676)
+#: PPOActorConfig.ppo_n_minibatches (1676) and PPOCriticConfig.ppo_n_minibatches (1993)
 PPO_MINIBATCHES = 4
+#: PPOActorConfig.prox_logp_method (1833, PROX_LOGP_METHOD_RECOMPUTE) and its choices,
+#: areal/utils/constants.py ProxLogpMethod (l.36-55; PROX_LOGP_METHODS_ALL l.84); the two
+#: that skip the extra forward (ProxLogpMethod.skips_forward_pass, l.53-55)
+PROX_LOGP_METHOD = "recompute"
+PROX_LOGP_METHODS = ("recompute", "loglinear", "metrics", "reuse_train_logp")
+PROX_LOGP_SKIPS_FORWARD = ("loglinear", "reuse_train_logp")
 #: MegatronEngineConfig.bridge_type (1064)
 BRIDGE_TYPE = "mbridge"
 #: MegatronEngineConfig.moe_enable_deepep (980)
@@ -230,9 +239,15 @@ REFERENCE_DEFAULTS: tuple[ReferenceDefault, ...] = (
         f"{_CLI_ARGS} TrainEngineConfig._version (1419), InferenceEngineConfig._version (2628)",
     ),
     ReferenceDefault(
-        "actor.ppo_n_minibatches",
+        "actor.ppo_n_minibatches, critic.ppo_n_minibatches",
         PPO_MINIBATCHES,
-        f"{_CLI_ARGS} PPOActorConfig.ppo_n_minibatches (1676)",
+        f"{_CLI_ARGS} PPOActorConfig.ppo_n_minibatches (1676), "
+        f"PPOCriticConfig.ppo_n_minibatches (1993)",
+    ),
+    ReferenceDefault(
+        "actor.prox_logp_method",
+        PROX_LOGP_METHOD,
+        f"{_CLI_ARGS} PPOActorConfig.prox_logp_method (1833)",
     ),
     ReferenceDefault(
         "<engine>.megatron.bridge_type",

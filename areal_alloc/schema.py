@@ -23,6 +23,7 @@ __all__ = [
     "ActorConfig",
     "AgentConfig",
     "ClusterConfig",
+    "CriticConfig",
     "DatasetConfig",
     "DistributedDataParallelConfig",
     "EngineConfig",
@@ -195,6 +196,17 @@ class ActorConfig(EngineConfig):
     weight_update_mode: str | None = None
     enable_delta_weight_update: bool | None = None
     ppo_n_minibatches: int | None = None
+    # the actor's extra forward each step (PPOActorConfig.should_compute_prox_logp)
+    recompute_logprob: bool | None = None
+    use_decoupled_loss: bool | None = None
+    prox_logp_method: str | None = None
+
+
+@dataclass
+class CriticConfig(EngineConfig):
+    """The critic, with its own optimizer steps per RL step."""
+
+    ppo_n_minibatches: int | None = None
 
 
 @dataclass
@@ -247,7 +259,7 @@ class ExperimentConfig:
     rollout: EngineConfig = field(default_factory=EngineConfig)
     teacher: TeacherConfig = field(default_factory=TeacherConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
-    critic: EngineConfig = field(default_factory=EngineConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
     ref: EngineConfig = field(default_factory=EngineConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     model_shape: ModelShapeConfig = field(default_factory=ModelShapeConfig)

@@ -249,6 +249,9 @@ class RunConfig:
     max_new_tokens: int | None = None
     max_head_offpolicyness: int | None = None
     max_concurrent_rollouts: int | None = None
+    #: the actor's extra forward each step (``compute_logp``), as the reference decides it
+    #: from ``recompute_logprob``, ``use_decoupled_loss`` and ``prox_logp_method``
+    #: (:func:`_computes_prox_logp`); None: none of them written
     recompute_logprob: bool | None = None
 
     @property
@@ -291,8 +294,15 @@ class StartupConfig:
     return_routed_experts: bool = False
     #: ``actor.enable_delta_weight_update`` (TrainEngineConfig, default false)
     enable_delta_weight_update: bool = False
-    #: ``actor.ppo_n_minibatches`` (``defaults.PPO_MINIBATCHES``)
+    #: ``actor.ppo_n_minibatches`` (``defaults.PPO_MINIBATCHES``) as the actor runs it: 1
+    #: under ``prox_logp_method: reuse_train_logp``, which PPOActorConfig.__post_init__
+    #: forces to one minibatch, with a warning, before any check reads it
+    #: (areal/api/cli_args.py l.1911-1923 at cbff54d6)
     ppo_n_minibatches: int = defaults.PPO_MINIBATCHES
+    #: ``critic.ppo_n_minibatches`` (PPOCriticConfig, the same default)
+    critic_ppo_n_minibatches: int = defaults.PPO_MINIBATCHES
+    #: ``actor.prox_logp_method`` as written (None: not set; ``defaults.PROX_LOGP_METHOD``)
+    prox_logp_method: str | None = None
 
     @property
     def epochs(self) -> int:
@@ -1286,6 +1296,13 @@ def _startup(cfg: object) -> StartupConfig:
     actor = child(cfg, "actor")
     actor = actor if is_mapping(actor) else None
     minibatches = whole_number(actor, "ppo_n_minibatches", "actor.ppo_n_minibatches")
+    method = _prox_logp_method(actor)
+    if method == "reuse_train_logp":  # PPOActorConfig.__post_init__ l.1911-1923: forced to 1
+        minibatches = 1
+    critic = child(cfg, "critic")
+    critic_minibatches = whole_number(
+        critic if is_mapping(critic) else None, "ppo_n_minibatches", "critic.ppo_n_minibatches"
+    )
     return StartupConfig(
         enable_offload=_flag(cfg, "enable_offload", defaults.ENABLE_OFFLOAD, "enable_offload"),
         total_train_epochs=epochs,
@@ -1306,7 +1323,17 @@ def _startup(cfg: object) -> StartupConfig:
             actor, "enable_delta_weight_update", False, "actor.enable_delta_weight_update"
         ),
         ppo_n_minibatches=defaults.PPO_MINIBATCHES if minibatches is None else minibatches,
+        critic_ppo_n_minibatches=(
+            defaults.PPO_MINIBATCHES if critic_minibatches is None else critic_minibatches
+        ),
+        prox_logp_method=method,
     )
+
+
+def _prox_logp_method(actor: object) -> str | None:
+    """``actor.prox_logp_method`` as written (None: not set), as a string."""
+    value = child(actor, "prox_logp_method") if actor is not None else None
+    return None if value is None else str(value)
 
 
 # --- the cluster and the run -----------------------------------------------------------
@@ -1353,7 +1380,6 @@ def _run(cfg: object) -> RunConfig:
     actor = child(cfg, "actor")
     actor = actor if is_mapping(actor) else None
     offpolicy = setting_int(rollout, "rollout.max_head_offpolicyness", 0, 0, MAX_COUNT)
-    recompute = child(actor, "recompute_logprob") if actor is not None else None
     return RunConfig(
         batch_size=whole_number(dataset, "batch_size", "train_dataset.batch_size"),
         max_length=whole_number(dataset, "max_length", "train_dataset.max_length"),
@@ -1363,12 +1389,26 @@ def _run(cfg: object) -> RunConfig:
         max_concurrent_rollouts=whole_number(
             rollout, "max_concurrent_rollouts", "rollout.max_concurrent_rollouts"
         ),
-        recompute_logprob=(
-            None
-            if recompute is None
-            else _flag(actor, "recompute_logprob", False, "actor.recompute_logprob")
-        ),
+        recompute_logprob=_computes_prox_logp(actor),
     )
+
+
+def _computes_prox_logp(actor: object) -> bool | None:
+    """Whether the trainer runs the actor's extra forward (``compute_logp``) each step, as
+    PPOActorConfig.should_compute_prox_logp decides it (areal/api/cli_args.py l.1861-1872 at
+    cbff54d6; areal/trainer/rl_trainer.py l.784): with ``use_decoupled_loss``, unless
+    ``prox_logp_method`` skips the forward (loglinear, reuse_train_logp); without it, when
+    ``recompute_logprob``. None: none of the three keys is written."""
+    if actor is None or all(
+        child(actor, key) is None
+        for key in ("recompute_logprob", "use_decoupled_loss", "prox_logp_method")
+    ):
+        return None
+    decoupled = _flag(actor, "use_decoupled_loss", False, "actor.use_decoupled_loss")
+    if decoupled:
+        method = _prox_logp_method(actor) or defaults.PROX_LOGP_METHOD
+        return method not in defaults.PROX_LOGP_SKIPS_FORWARD
+    return _flag(actor, "recompute_logprob", False, "actor.recompute_logprob")
 
 
 # --- the model an engine runs: its shape and its architecture, from one reader ------------

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from areal_alloc.defaults import PROX_LOGP_METHODS
 from areal_alloc.errors import AllocationValidationError, shown
 from areal_alloc.model_shape import engine_micro_batches, even_split_builds
 
@@ -788,6 +789,17 @@ def epochs_are_positive(run: Run) -> str | None:
     return f"total_train_epochs={epochs!r}: must be ≥ 1 (the reference's loader refuses it)"
 
 
+def prox_logp_method_is_known(run: Run) -> str | None:
+    """PPOActorConfig.__post_init__ builds ``ProxLogpMethod(prox_logp_method)``, which raises
+    ValueError for any other value (areal/api/cli_args.py l.1911-1913, areal/utils/constants.py
+    l.36-55 at cbff54d6)."""
+    method = run.startup.prox_logp_method
+    if run.engine("actor") is None or method is None or method in PROX_LOGP_METHODS:
+        return None
+    choices = ", ".join(repr(m) for m in PROX_LOGP_METHODS)
+    return f"actor.prox_logp_method={shown(method)}: must be one of {choices}"
+
+
 def delta_update_needs_one_minibatch(run: Run) -> str | None:
     """PPOActorConfig.__post_init__ (areal/api/cli_args.py): delta updates need one minibatch."""
     if run.engine("actor") is None or not run.startup.enable_delta_weight_update:
@@ -863,6 +875,11 @@ RULES: tuple[Rule, ...] = (
         "_version is v1 or v2",
         "areal/api/cli_args.py TrainEngineConfig/InferenceEngineConfig.__post_init__",
         versions_are_known,
+    ),
+    Rule(
+        "actor.prox_logp_method is a ProxLogpMethod",
+        "areal/api/cli_args.py PPOActorConfig.__post_init__",
+        prox_logp_method_is_known,
     ),
     Rule(
         "actor.enable_delta_weight_update needs ppo_n_minibatches 1",

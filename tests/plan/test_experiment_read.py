@@ -907,3 +907,62 @@ def test_a_wrong_archon_pipeline_is_one_line(
     with pytest.raises(AllocationValidationError) as info:
         settings()
     assert info.value.message == message
+
+
+#: the actor's extra forward (compute_logp) as PPOActorConfig.should_compute_prox_logp
+#: decides it: (use_decoupled_loss and the method runs a forward) or (not use_decoupled_loss
+#: and recompute_logprob); loglinear and reuse_train_logp skip it (areal/api/cli_args.py
+#: l.1861-1872, areal/utils/constants.py l.53-55 at cbff54d6)
+PROX_LOGP: list[tuple[dict[str, Any], bool | None]] = [
+    ({}, None),
+    ({"recompute_logprob": True}, True),
+    ({"recompute_logprob": False}, False),
+    ({"use_decoupled_loss": True}, True),
+    ({"use_decoupled_loss": True, "recompute_logprob": False}, True),
+    ({"use_decoupled_loss": True, "prox_logp_method": "metrics"}, True),
+    ({"use_decoupled_loss": True, "prox_logp_method": "loglinear"}, False),
+    (
+        {
+            "use_decoupled_loss": True,
+            "prox_logp_method": "reuse_train_logp",
+            "recompute_logprob": True,
+        },
+        False,
+    ),
+    (
+        {"use_decoupled_loss": False, "prox_logp_method": "loglinear", "recompute_logprob": True},
+        True,
+    ),
+    ({"prox_logp_method": "metrics"}, False),
+]
+
+
+@pytest.mark.parametrize(("actor", "forward"), PROX_LOGP)
+def test_the_actors_extra_forward_is_the_references_decision(
+    actor: dict[str, Any], forward: bool | None
+) -> None:
+    cfg = {"rollout": {"backend": "sglang:d4"}, "actor": {"backend": "fsdp:d4", **actor}}
+    assert read_experiment(cfg).run.recompute_logprob is forward
+
+
+#: (actor, critic) -> the optimizer steps per RL step each takes (the reference's default 4;
+#: reuse_train_logp forces the actor's to 1, areal/api/cli_args.py l.1911-1923)
+MINIBATCHES: list[tuple[dict[str, Any], dict[str, Any], tuple[int, int]]] = [
+    ({}, {}, (4, 4)),
+    ({"ppo_n_minibatches": 2}, {"ppo_n_minibatches": 8}, (2, 8)),
+    ({"ppo_n_minibatches": 4, "prox_logp_method": "reuse_train_logp"}, {}, (1, 4)),
+    ({"ppo_n_minibatches": 4, "prox_logp_method": "loglinear"}, {}, (4, 4)),
+]
+
+
+@pytest.mark.parametrize(("actor", "critic", "counts"), MINIBATCHES)
+def test_the_minibatches_each_trainer_runs(
+    actor: dict[str, Any], critic: dict[str, Any], counts: tuple[int, int]
+) -> None:
+    cfg = {
+        "rollout": {"backend": "sglang:d4"},
+        "actor": {"backend": "fsdp:d4", **actor},
+        "critic": {"backend": "fsdp:d4", **critic},
+    }
+    startup = read_experiment(cfg).startup
+    assert (startup.ppo_n_minibatches, startup.critic_ppo_n_minibatches) == counts

@@ -67,6 +67,19 @@ REFUSED: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
         "actor._version='v3': must be 'v1' or 'v2'",
         cfg(actor={"backend": "fsdp:d4", "_version": "v2"}),
     ),
+    (  # areal/api/cli_args.py PPOActorConfig.__post_init__: ProxLogpMethod(value) raises
+        "actor.prox_logp_method is a ProxLogpMethod",
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={"backend": "fsdp:d8", "prox_logp_method": "reuse"},
+        ),
+        "actor.prox_logp_method='reuse': must be one of 'recompute', 'loglinear', 'metrics', "
+        "'reuse_train_logp'",
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={"backend": "fsdp:d8", "prox_logp_method": "reuse_train_logp"},
+        ),
+    ),
     (  # areal/api/cli_args.py PPOActorConfig.__post_init__ (ppo_n_minibatches defaults to 4)
         "actor.enable_delta_weight_update needs ppo_n_minibatches 1",
         cfg(
@@ -554,6 +567,22 @@ def test_every_rule_has_a_row_and_a_source() -> None:
     assert REFERENCE_COMMIT == "cbff54d645d2cd8ee1f1c358a82f3f473588433d"
 
 
+def test_reuse_train_logp_is_one_minibatch_as_the_reference_forces_it() -> None:
+    # PPOActorConfig.__post_init__ sets ppo_n_minibatches = 1 under reuse_train_logp (with a
+    # warning) before it checks the delta update (areal/api/cli_args.py l.1911-1930, cbff54d6)
+    actor = {
+        "backend": "megatron:d8",
+        "enable_delta_weight_update": True,
+        "prox_logp_method": "reuse_train_logp",
+    }
+    validate(cfg(rollout={"backend": "sglang:d8"}, actor=actor), on_memory="off")
+    with pytest.raises(AllocationValidationError, match=r"got 4: set actor\.ppo_n_minibatches=1$"):
+        validate(
+            cfg(rollout={"backend": "sglang:d8"}, actor={**actor, "prox_logp_method": "metrics"}),
+            on_memory="off",
+        )
+
+
 def test_rules_apply_in_the_reference_order() -> None:
     # enable_offload is checked before weight_update_mode in _validate_cfg
     config = cfg(rollout=colocated("sglang:d8"), actor={"backend": "fsdp:d8"})
@@ -856,6 +885,7 @@ def test_the_strict_schema_declares_every_key_the_rules_read(tmp_path: Any) -> N
         "  scheduling_strategy: {type: colocation, target: actor}\n"
         "actor:\n  backend: 'fsdp:d8'\n  weight_update_mode: disk\n  use_lora: false\n"
         "  _version: v1\n  enable_delta_weight_update: false\n  ppo_n_minibatches: 1\n"
+        "  prox_logp_method: recompute\n"
         "  init_from_scratch: false\n  fsdp: {memory_efficient_load: true}\n  offload: false\n"
         "  megatron: {bridge_type: megatron-bridge, moe_enable_deepep: false,\n"
         "    moe_token_dispatcher_type: alltoall, recompute_num_layers: null,\n"
