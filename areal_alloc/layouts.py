@@ -25,7 +25,7 @@ from areal_alloc.estimate.memory_training import training_memory
 from areal_alloc.estimate.rl_step import decode_batch
 from areal_alloc.estimate.speed import StepEstimate
 from areal_alloc.estimate.speed_inference import decode_step
-from areal_alloc.estimate.speed_training import training_step
+from areal_alloc.estimate.speed_training import settings_step
 from areal_alloc.estimate.system import Hardware, resolve_gpu
 from areal_alloc.format import format_spec
 from areal_alloc.limits import MAX_COUNT, MAX_GPUS, MAX_LAYOUTS, grouped
@@ -382,20 +382,17 @@ def _training_speed(
     tokens_per_step: int,
     sequence_length: int,
     training: TrainingSettings,
+    optimizer_steps: int = 1,
 ) -> StepEstimate:
-    return training_step(
+    return settings_step(
         backend,
         arch,
         parallel,
         hardware,
-        tokens_per_step=tokens_per_step,
-        tokens_per_micro_batch=training.tokens_per_micro_batch,
+        training,
+        tokens=tokens_per_step,
         sequence_length=sequence_length,
-        recompute=training.recompute,
-        virtual_pipeline=training.virtual_pipeline,
-        layer_split=training.layer_split,
-        token_dispatcher=training.token_dispatcher,
-        recompute_modules=training.recompute_modules,
+        optimizer_steps=optimizer_steps,
     )
 
 
@@ -447,6 +444,7 @@ def ranked_layouts(
     keep: Callable[[ParallelStrategy], bool] | None = None,
     limit: int | None = None,
     sequences: int | None = None,
+    optimizer_steps: int = 1,
 ) -> list[RankedLayout]:
     """The layouts that fit, fastest first (training: tokens per second of a step;
     inference: generated tokens per second of all instances at the batch the KV cache
@@ -454,7 +452,8 @@ def ranked_layouts(
 
     ``keep`` drops layouts before they are estimated. With ``limit``, more than
     ``limit`` valid layouts raise :class:`TooManyLayouts` (checked before any is
-    estimated); without, at most :data:`MAX_LAYOUTS` are ranked.
+    estimated); without, at most :data:`MAX_LAYOUTS` are ranked. ``optimizer_steps``: a
+    training step is that many optimizer steps over ``tokens_per_step`` in all.
     """
     training = training or TrainingSettings()
     inference = inference or InferenceSettings()
@@ -481,7 +480,14 @@ def ranked_layouts(
             )
         else:
             speed = _training_speed(
-                backend, arch, parallel, hardware, tokens_per_step, sequence_length, training
+                backend,
+                arch,
+                parallel,
+                hardware,
+                tokens_per_step,
+                sequence_length,
+                training,
+                optimizer_steps,
             )
         out.append(RankedLayout(format_spec(backend, parallel), memory, speed, parallel))
     out.sort(key=lambda r: -r.speed.tokens_per_second)
@@ -534,6 +540,7 @@ def fastest_layouts(
     accept: Callable[[RankedLayout], bool] | None = None,
     limit: int = MAX_LAYOUTS,
     sequences: int | None = None,
+    optimizer_steps: int = 1,
 ) -> FastestLayouts:
     """The first ``top`` of :func:`ranked_layouts` that ``accept`` takes, found by
     branch and bound instead of estimating every layout.
@@ -550,6 +557,9 @@ def fastest_layouts(
     a family, memory is estimated only for a layout fast enough to enter. An
     inference backend's few layouts are all estimated. At most ``limit`` valid
     layouts are searched, in the listing order; ``cut`` says the limit was hit.
+    ``optimizer_steps``: a training layout's step is that many optimizer steps over
+    ``tokens_per_step`` in all (an RL step's ``ppo_n_minibatches``); every term repeats,
+    so the bound holds for it as for one.
     """
     if top < 1:
         return FastestLayouts((), 0, False)
@@ -605,7 +615,14 @@ def fastest_layouts(
 
     def speed_of(parallel: ParallelStrategy) -> StepEstimate:
         return _training_speed(
-            backend, arch, parallel, hardware, tokens_per_step, sequence_length, training
+            backend,
+            arch,
+            parallel,
+            hardware,
+            tokens_per_step,
+            sequence_length,
+            training,
+            optimizer_steps,
         )
 
     index = 0

@@ -91,8 +91,10 @@ class RunShape:
     #: ``areal_alloc.estimate.execution.server_limit``; else the servers' defaults)
     server: ServerLimit = SERVER_DEFAULTS
     #: ``actor.ppo_n_minibatches``: each rank's trajectories split into this many
-    #: minibatches before the engine packs each into its micro-batches
+    #: minibatches before the engine packs each into its micro-batches, one optimizer
+    #: step each; ``critic.ppo_n_minibatches`` the critic's
     minibatches: int = PPO_MINIBATCHES
+    critic_minibatches: int = PPO_MINIBATCHES
 
     def __post_init__(self) -> None:
         for name in ("batch", "prompt_len", "gen_len"):
@@ -133,6 +135,8 @@ class RunShape:
             max_concurrent=None,
             in_flight=self.in_flight,
             server=self.server,
+            minibatches=self.minibatches,
+            critic_minibatches=self.critic_minibatches,
         )
 
 
@@ -533,6 +537,8 @@ def suggest(
             ),
             accept=colocated_fit,
             limit=SPLIT_LAYOUTS,
+            # the actor's ppo_update: its minibatches' optimizer steps, as the plan's pace
+            optimizer_steps=min(max(1, shape.minibatches), shape.batch),
         )
 
     def train_layout(train_gpus: int) -> RankedLayout | None:

@@ -793,6 +793,8 @@ def _rl_config(
             "recompute_logprob": bool(train.get("recompute_logprob")),
             "mb_spec": {"max_tokens_per_mb": int(tokens_mb) or 16384},
             "optimizer": {"type": "adam"},
+            # the run's optimizer steps per RL step, in the reference's key (_minibatches)
+            "ppo_n_minibatches": _minibatches(inputs),
         },
         "train_dataset": {"batch_size": int(inputs["prompts_per_step"]), "max_length": prompt},
         "gconfig": {
@@ -814,6 +816,19 @@ def _rl_config(
             "scheduling_strategy": {"type": "colocation", "target": "actor"},
         }
     return cfg
+
+
+def _minibatches(inputs: Mapping[str, Any]) -> int:
+    """The run's optimizer steps per RL step as ``actor.ppo_n_minibatches``: the row's own
+    count, else its generation batch over its training global batch (NeMo RL's
+    ``num_prompts_per_step × num_generations_per_prompt`` samples, trained
+    ``train_global_batch_size`` at a time: 2,048 / 512 = 4 steps)."""
+    if inputs.get("ppo_minibatches"):
+        return int(inputs["ppo_minibatches"])
+    generated, trained = inputs.get("generation_batch"), inputs.get("train_global_batch")
+    if not generated or not trained or int(generated) % int(trained):
+        raise NotCompared("the optimizer steps per RL step are not published")
+    return int(generated) // int(trained)
 
 
 #: How a colocated NeMo RL run updates the rollout's weights, and the reference's mode for it.

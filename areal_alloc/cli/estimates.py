@@ -774,6 +774,7 @@ def _suggest_from_config(ns: argparse.Namespace) -> tuple[bool, bool]:
         "recompute_logprob": bool(run.recompute_logprob),
         "update_mode": experiment.update_mode,
         "minibatches": experiment.startup.ppo_n_minibatches,
+        "critic_minibatches": experiment.startup.critic_ppo_n_minibatches,
     }
     ns.current = pace
     _config_execution(ns, experiment)
@@ -1015,6 +1016,7 @@ def suggest_command(args: list[str]) -> int:
         update_mode=str(step.get("update_mode", WEIGHT_UPDATE_MODE)),
         mode=rl_step.SYNCHRONOUS if ns.sync else step.get("mode"),  # type: ignore[arg-type]
         minibatches=int(step.get("minibatches", PPO_MINIBATCHES)),  # type: ignore[call-overload]
+        critic_minibatches=int(step.get("critic_minibatches", PPO_MINIBATCHES)),  # type: ignore[call-overload]
     )
     training, ref_training, critic_training, inference = _suggest_settings(ns)
     reserve = machine(ns).memory_reserve  # --memory-reserve-gib, the environment, cluster keys

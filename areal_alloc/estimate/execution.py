@@ -631,6 +631,16 @@ class StepShape:
     assumptions: tuple[str, ...] = ()
     #: the rollout server's own bound on the requests it runs at once (:class:`ServerLimit`)
     server: ServerLimit = SERVER_DEFAULTS
+    #: the actor's and the critic's optimizer steps per RL step: ``ppo_update`` splits the
+    #: step's data into ``ppo_n_minibatches`` minibatches and runs ``train_batch`` on each
+    #: (areal/trainer/ppo/actor.py l.454-457, critic.py l.63-66 at cbff54d6)
+    minibatches: int = 1
+    critic_minibatches: int = 1
+
+    def minibatches_of(self, key: str) -> int:
+        """The optimizer steps engine ``key`` takes per RL step (1 for a forward-only one)."""
+        count = {"actor": self.minibatches, "critic": self.critic_minibatches}.get(key, 1)
+        return max(1, count)
 
     @property
     def length(self) -> int:
@@ -674,6 +684,8 @@ def step_shape(experiment: Experiment, machine: Resolved) -> StepShape:
         in_flight=sequences_in_flight(run),
         assumptions=tuple(assumptions),
         server=server_limit(experiment.get("rollout")),
+        minibatches=experiment.startup.ppo_n_minibatches,
+        critic_minibatches=experiment.startup.critic_ppo_n_minibatches,
     )
 
 

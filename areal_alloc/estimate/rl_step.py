@@ -42,7 +42,7 @@ from areal_alloc.estimate.execution import (
 from areal_alloc.estimate.memory import KVCache, MemoryEstimate
 from areal_alloc.estimate.speed import StepEstimate, StepTerm
 from areal_alloc.estimate.speed_inference import decode_step, generation
-from areal_alloc.estimate.speed_training import training_step
+from areal_alloc.estimate.speed_training import settings_step
 from areal_alloc.estimate.step_mode import (
     ASYNCHRONOUS,
     COLOCATED,
@@ -602,33 +602,33 @@ def training_pace(
     tokens, length = shape.tokens, shape.length
     ts = settings or TrainingSettings()
     forward_only = ts.optimizer is None
-    step = training_step(
-        backend,
-        model,
-        parallel,
-        hardware,
-        tokens_per_step=tokens,
-        tokens_per_micro_batch=ts.tokens_per_micro_batch,
-        sequence_length=min(length, ts.tokens_per_micro_batch),
-        recompute="none" if forward_only else ts.recompute,  # nothing to recompute
-        virtual_pipeline=ts.virtual_pipeline,
-        layer_split=ts.layer_split,
-        token_dispatcher=ts.token_dispatcher,
-        recompute_modules=ts.recompute_modules,
-    )
+
+    # ppo_update runs train_batch once per minibatch (speed_training.settings_step)
+    count = 1 if forward_only else min(shape.minibatches_of(key), shape.sequences)
+    args = (backend, model, parallel, hardware, ts)
+    whole = settings_step(*args, tokens=tokens, sequence_length=length, key=key)
+    step = whole
+    if count > 1:
+        step = settings_step(
+            *args, tokens=tokens, sequence_length=length, optimizer_steps=count, key=key
+        )
     seconds = step.seconds / 3 if forward_only else step.seconds
     what = (
         f"forward pass over {tokens:,} tokens (a third of a training step)"
         if forward_only
         else f"one optimizer step over {tokens:,} tokens"
+        if count == 1
+        else f"{count} optimizer steps (ppo_n_minibatches) over {tokens:,} tokens"
     )
     if key == "actor" and shape.recompute_logprob:
-        extra = step.seconds / 3
+        # compute_logp: one forward over the whole step's data, before the minibatches
+        extra = whole.seconds / 3
         recompute = StepTerm(
             "log-prob recomputation",
             extra,
-            "actor.recompute_logprob: one forward of the actor (a third of its "
-            f"{step.seconds:.4g} s step)",
+            "the actor's compute_logp (recompute_logprob, or use_decoupled_loss): one "
+            f"forward over the step's {tokens:,} tokens (a third of a {whole.seconds:.4g} s "
+            f"step over them)",
         )
         step = replace(step, terms=(*step.terms, recompute))
         seconds += extra

@@ -14,7 +14,7 @@ width × sequence length per token and layer for causal attention,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationValidationError
@@ -74,6 +74,24 @@ class StepEstimate:
     @property
     def bottleneck(self) -> str:
         return max((t for t in self.terms if not t.hidden), key=lambda t: t.seconds).name
+
+    def repeated(self, count: int, tokens: int, why: str) -> StepEstimate:
+        """This step run ``count`` times over ``tokens`` in all (``why``: what repeats it,
+        said as an assumption): every term ``count`` × its own, each printed as such."""
+        if count == 1:
+            return self
+        terms = tuple(
+            replace(t, seconds=t.seconds * count, formula=f"{count} × ({t.formula})")
+            for t in self.terms
+        )
+        return StepEstimate(
+            terms,
+            tokens,
+            self.model_flops * tokens / max(1, self.tokens),
+            self.gpus,
+            self.peak_tflops,
+            (*self.assumptions, why),
+        )
 
     def terms_dict(self) -> list[dict[str, object]]:
         return [

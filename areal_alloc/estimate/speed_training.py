@@ -34,6 +34,7 @@ from areal_alloc.estimate.execution import (
     DEFAULT_RECOMPUTE_MODULES,
     RECOMPUTE,
     TOKEN_DISPATCHERS,
+    TrainingSettings,
     one_of,
 )
 from areal_alloc.estimate.memory_sharding import pipeline_ranks
@@ -59,6 +60,7 @@ from areal_alloc.strategy import ParallelStrategy
 __all__ = [
     "RECOMPUTATIONS",
     "expected_groups_reached",
+    "settings_step",
     "training_step",
 ]
 
@@ -152,6 +154,54 @@ def training_step(
         )
     return StepEstimate(
         tuple(terms), tokens_per_step, flops, step.world, hardware.peak_tflops, assumptions
+    )
+
+
+def settings_step(
+    backend: str,
+    arch: Architecture,
+    parallel: ParallelStrategy,
+    hardware: Hardware,
+    settings: TrainingSettings,
+    *,
+    tokens: int,
+    sequence_length: int,
+    optimizer_steps: int = 1,
+    key: str = "actor",
+) -> StepEstimate:
+    """``optimizer_steps`` optimizer steps of engine ``key`` with its own ``settings`` over
+    ``tokens`` in all: ``ppo_update`` splits a step's data into ``ppo_n_minibatches`` and
+    runs ``train_batch`` on each (areal/trainer/ppo/actor.py l.454-457, critic.py l.63-66 at
+    cbff54d6), each with its own micro-batches (at least the engine's minimum), pipeline
+    fill and drain, gradient synchronisation and optimizer step. Without an optimizer (a
+    forward-only engine) nothing is recomputed."""
+
+    def over(tokens_here: int) -> StepEstimate:
+        return training_step(
+            backend,
+            arch,
+            parallel,
+            hardware,
+            tokens_per_step=tokens_here,
+            tokens_per_micro_batch=settings.tokens_per_micro_batch,
+            sequence_length=min(sequence_length, settings.tokens_per_micro_batch),
+            recompute="none" if settings.optimizer is None else settings.recompute,
+            virtual_pipeline=settings.virtual_pipeline,
+            layer_split=settings.layer_split,
+            token_dispatcher=settings.token_dispatcher,
+            recompute_modules=settings.recompute_modules,
+        )
+
+    if optimizer_steps <= 1:
+        return over(tokens)
+    each = math.ceil(tokens / optimizer_steps)
+    return over(each).repeated(
+        optimizer_steps,
+        tokens,
+        f"{key}.ppo_n_minibatches={optimizer_steps}: {optimizer_steps} optimizer steps per RL "
+        f"step, each train_batch over {each:,} tokens with its own micro-batches, pipeline "
+        f"fill and drain and gradient synchronisation (areal/trainer/ppo/actor.py l.454-457 "
+        f"at cbff54d6)",
     )
 
 

@@ -409,3 +409,73 @@ def test_a_synchronous_step_is_never_below_its_floor() -> None:
     gen = rl_step.rollout(QWEN, parallel, H100, max_new_tokens=1000, mean_gen_len=100, **args)  # type: ignore[arg-type]
     assert gen.seconds == gen.floor_seconds
     assert gen.tail_seconds == pytest.approx(gen.floor_seconds - gen.throughput_seconds)
+
+
+def _terms(step: object) -> dict[str, float]:
+    return {t.name: t.seconds for t in step.terms}  # type: ignore[attr-defined]
+
+
+def test_each_ppo_minibatch_is_its_own_optimizer_step() -> None:
+    # ppo_update runs train_batch once per minibatch (areal/trainer/ppo/actor.py l.454-457):
+    # 4 minibatches are 4 steps over a quarter of the tokens each, so the GEMMs cost what
+    # one step over all the tokens costs, while the gradient sync (Megatron's: a
+    # reduce-scatter and an all-gather of the parameters, whatever the tokens) and the
+    # pipeline's fill and drain are paid 4 times
+    from dataclasses import replace
+
+    from areal_alloc.estimate.execution import StepShape
+    from areal_alloc.estimate.speed_training import training_step
+
+    arch = find_model("Qwen3-8B")
+    parallel = ModelAllocation.from_str("megatron:d2p4").parallel
+    shape = StepShape(
+        sequences=512,
+        prompt=1024,
+        new_tokens=1024,
+        mean=1024,
+        recompute_logprob=True,
+        offpolicyness=1,
+        colocated=False,
+        max_concurrent=None,
+        minibatches=4,
+    )
+    settings = TrainingSettings(tokens_per_micro_batch=8192)
+    four = rl_step.training_pace("actor", "megatron", parallel, arch, H100, shape, settings)
+    one = rl_step.training_pace(
+        "actor", "megatron", parallel, arch, H100, replace(shape, minibatches=1), settings
+    )
+    tokens = 512 * 2048
+    quarter = training_step(
+        "megatron",
+        arch,
+        parallel,
+        H100,
+        tokens_per_step=tokens // 4,
+        tokens_per_micro_batch=8192,
+        sequence_length=2048,
+    )
+    four_terms, one_terms = _terms(four.estimate), _terms(one.estimate)
+    quarter_terms = _terms(quarter)
+    assert four_terms["compute"] == pytest.approx(one_terms["compute"], rel=1e-9)
+    assert four_terms["data parallel"] == pytest.approx(4 * one_terms["data parallel"], rel=1e-9)
+    assert four_terms["pipeline bubble"] == pytest.approx(4 * quarter_terms["pipeline bubble"])
+    assert four_terms["pipeline bubble"] > one_terms["pipeline bubble"]
+    # the log-prob forward is one compute_logp over the whole step, not per minibatch
+    assert four_terms["log-prob recomputation"] == one_terms["log-prob recomputation"]
+    # one step over all the tokens, whole, and its third for the forward: one = whole × 4/3
+    assert one_terms["log-prob recomputation"] == pytest.approx(one.seconds / 4)
+    assert four.seconds == pytest.approx(4 * quarter.seconds + one.seconds / 4)
+    said = four.estimate.assumptions[-1]
+    assert said.startswith("actor.ppo_n_minibatches=4: 4 optimizer steps per RL step, each")
+    assert four.what == (
+        "4 optimizer steps (ppo_n_minibatches) over 1,048,576 tokens + one forward to "
+        "recompute the log-probs"
+    )
+    # a forward-only engine (the ref) runs one forward over the step whatever the count
+    ref = TrainingSettings(tokens_per_micro_batch=8192, optimizer=None)
+    assert (
+        rl_step.training_pace("ref", "megatron", parallel, arch, H100, shape, ref).seconds
+        == rl_step.training_pace(
+            "ref", "megatron", parallel, arch, H100, replace(shape, minibatches=1), ref
+        ).seconds
+    )

@@ -310,8 +310,17 @@ def test_the_plan_gains_each_engines_pace_and_the_balance() -> None:
     assert set(seconds) == {"rollout", "actor", "ref"}
     assert pace.generate_seconds == seconds["rollout"]
     assert pace.train_seconds == pytest.approx(seconds["actor"] + seconds["ref"])
-    # the ref runs forward only: a third of the same layout's training step
-    assert seconds["ref"] == pytest.approx(seconds["actor"] / 3)
+    # the ref runs forward only: a third of the same layout's training step over the whole
+    # step's data; the actor's ppo_update is 4 such steps over a quarter each (the reference's
+    # default ppo_n_minibatches), the same GEMMs and micro-batches (512 × 9,216 tokens / 4 /
+    # (d2 × 16,384) = 36 a minibatch), its gradient sync 4 times instead of once
+    actor = {**_run()["actor"], "ppo_n_minibatches": 1}  # type: ignore[dict-item]
+    whole = plan_config(_run(actor=actor)).pace
+    assert whole is not None
+    one = {e.key: e for e in whole.engines}
+    assert seconds["ref"] == pytest.approx(one["actor"].seconds / 3)
+    sync = next(t.seconds for t in one["actor"].estimate.terms if t.name == "data parallel")
+    assert seconds["actor"] == pytest.approx(one["actor"].seconds + 3 * sync)
     assert pace.balance == pytest.approx(pace.train_seconds / pace.generate_seconds)
     data = plan.to_dict()["pace"]
     assert isinstance(data, dict)
