@@ -415,21 +415,36 @@ def _bubble_term(
 
 
 def _tensor_parallel_term(step: _TrainingShape) -> StepTerm | None:
-    """Tensor/sequence parallelism: 4 all-gathers / reduce-scatters per layer forward, 4
-    backward, over the links of the tensor-parallel group."""
-    tp, hardware = step.parallel.tp_size, step.hardware
+    """Tensor/sequence parallelism: per layer, the attention's all-gather and reduce-scatter
+    forward and backward (4), and the MLP's 4 more. An MoE layer's routed experts have
+    their own tensor-parallel group, etp (megatron-core 0.17.0 token_dispatcher.py l.72-76:
+    ``self.tp_group = pg_collection.expt_tp``): at etp 1 its tokens stay sharded over the
+    attention's t, so only a shared expert (a tensor-parallel MLP) adds its 4."""
+    tp, hardware, arch = step.parallel.tp_size, step.hardware, step.arch
     if tp <= 1:
         return None
     inside = _inside(tp, step.node)
     members = _members_per_node(tp, 1, step.node)
     act, layers_here, micro_batches = step.act, step.layers_here, step.micro_batches
-    volume = 8 * layers_here * micro_batches * act * (tp - 1) / tp
+    moe_here = arch.moe_layer_count / step.parallel.pp_size if arch.is_moe else 0.0
+    quiet = (
+        moe_here
+        if moe_here and step.parallel.etp_size == 1 and not arch.shared_expert_intermediate_size
+        else 0.0
+    )
+    collectives = 8 * layers_here - 4 * quiet
+    volume = collectives * micro_batches * act * (tp - 1) / tp
+    count = (
+        f"8 all-gathers/reduce-scatters × {layers_here:g} layers"
+        if not quiet
+        else f"(8 all-gathers/reduce-scatters × {layers_here - quiet:g} dense layers + 4 (the "
+        f"attention's; the experts' etp1 has none) × {quiet:g} MoE layers)"
+    )
     return StepTerm(
         "tensor parallel",
         volume / hardware.link_bytes_per_second(inside, members),
-        f"8 all-gathers/reduce-scatters × {layers_here:g} layers × {micro_batches} "
-        f"micro-batches × {act / 2**20:.1f} MiB × (t{tp} − 1)/t{tp} over "
-        f"{hardware.link_name(inside, members)}",
+        f"{count} × {micro_batches} micro-batches × {act / 2**20:.1f} MiB × (t{tp} − 1)/t{tp} "
+        f"over {hardware.link_name(inside, members)}",
     )
 
 

@@ -499,3 +499,43 @@ def test_deepep_states_its_routing_assumption() -> None:
     assert line in _step("megatron:d8e8", token_dispatcher="deepep").assumptions
     assert line not in _step("megatron:d8e8").assumptions
     assert line not in _step("megatron:d8", token_dispatcher="deepep").assumptions  # e1
+
+
+# --- the tensor-parallel collectives of an MoE layer ------------------------------------
+
+NVLINK = 900e9 / 2 * 0.7  # one direction, at the achievable fraction
+
+
+def _tp_seconds(arch: Architecture, spec: str) -> float:
+    step = training_step(
+        "megatron",
+        arch,
+        ModelAllocation.from_str(spec).parallel,
+        H100,
+        tokens_per_step=TOKENS,
+        tokens_per_micro_batch=16384,
+        sequence_length=4096,
+    )
+    return next(t.seconds for t in step.terms if t.name == "tensor parallel")
+
+
+# (model, layout, collectives of a micro-batch over the layers): every layer's attention
+# all-gathers and reduce-scatters 4 times (forward, backward); a dense MLP 4 more; an MoE
+# layer's routed experts only at etp > 1 (megatron-core 0.17.0 token_dispatcher.py
+# l.72-76: their group is expt_tp), a shared expert (a tensor-parallel MLP) always
+TP_COLLECTIVES = [
+    (LLAMA, "megatron:d4t2", 8 * 32),  # 32 dense layers
+    (QWEN_MOE, "megatron:d4t2e8", 4 * 48),  # 48 MoE layers, etp 1, no shared expert
+    (DEEPSEEK, "megatron:d4t2e8", 8 * 61),  # 3 dense + 58 MoE with a shared expert
+]
+
+
+@pytest.mark.parametrize(("arch", "spec", "collectives"), TP_COLLECTIVES)
+def test_the_tensor_parallel_collectives_of_each_layer(
+    arch: Architecture, spec: str, collectives: int
+) -> None:
+    # d4: 2^20 tokens / 4 ranks / 16,384 = 16 micro-batches of 16,384 tokens, h × 2 B each,
+    # (t2 − 1)/t2 of them over NVLink
+    act = 16384 * arch.hidden_size * 2
+    expected = collectives * 16 * act / 2 / NVLINK
+    assert _tp_seconds(arch, spec) == pytest.approx(expected, rel=1e-12)
