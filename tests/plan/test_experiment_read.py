@@ -152,7 +152,7 @@ EXPECTED = [
     (
         "tests/data/reference/dte__gsm8k_grpo_qwen3_30b_a3b.yaml",
         [
-            "cluster 2x8 run batch_size=8 max_length=1024 n_samples=4 max_new_tokens=2048 max_concurrent_rollouts=64",
+            "cluster 2x8 run batch_size=8 max_length=1024 n_samples=4 max_new_tokens=2048 max_concurrent_rollouts=64 recompute_logprob=False",
             "rollout sglang:d2t4 inference active on=- offload=False model=sglang.model_path=Qwen/Qwen3-30B-A3B arch=Qwen/Qwen3-30B-A3B | memory_fraction=0.65 max_concurrent_rollouts=64",
             "actor megatron:d2t4e8 training active on=- offload=False model=actor.path=Qwen/Qwen3-30B-A3B arch=Qwen/Qwen3-30B-A3B | gradient_checkpointing=True recompute=full max_tokens_per_mb=6144",
             "ref megatron:d2t4e8 training inactive on=actor offload=False model=ref.path=Qwen/Qwen3-30B-A3B arch=- | -",
