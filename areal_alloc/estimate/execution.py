@@ -340,7 +340,8 @@ class InferenceSettings:
     max_num_seqs: int = VLLM_MAX_NUM_SEQS
     #: vllm.max_num_batched_tokens: the tokens of vLLM's profile forward; None: vLLM's
     #: server default, 8,192 on a GPU of ≥ 70 GiB other than an A100, else 2,048
-    #: (vllm/engine/arg_utils.py ``default_max_num_batched_tokens``, OPENAI_API_SERVER)
+    #: (vllm/engine/arg_utils.py ``default_max_num_batched_tokens``, OPENAI_API_SERVER,
+    #: vllm-project/vllm@99d7eb5d6a512cfcc5a2b104f24ebf2d6cda772b)
     max_num_batched_tokens: int | None = None
     #: the total memory the device reports (catalogue.REPORTED_GIB); None: the capacity
     device_bytes: int | None = None

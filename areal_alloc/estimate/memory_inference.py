@@ -103,7 +103,9 @@ def non_torch_bytes(tp: int) -> int:
 def vllm_default_batched_tokens(device_bytes: int, gpu_name: str = "") -> int:
     """vLLM's server default ``max_num_batched_tokens``: 8,192 on a GPU of ≥ 70 GiB that is
     not an A100, else 2,048 (vllm/engine/arg_utils.py ``_set_default_args``,
-    ``UsageContext.OPENAI_API_SERVER``)."""
+    ``UsageContext.OPENAI_API_SERVER``, vllm-project/vllm@99d7eb5d6a512cfcc5a2b104f24ebf2d6cda772b:
+    ``if device_memory >= 70 * GiB_bytes and "a100" not in device_name``; the reference's
+    vLLMConfig passes no max_num_batched_tokens, areal/api/cli_args.py at cbff54d6)."""
     return 8192 if device_bytes >= 70 * GIB and "a100" not in gpu_name.lower() else 2048
 
 
