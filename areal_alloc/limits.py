@@ -18,6 +18,7 @@ __all__ = [
     "MAX_NODES",
     "MAX_RANKED",
     "MAX_SEARCHED",
+    "counted",
     "grouped",
     "readable",
 ]
@@ -47,6 +48,11 @@ MAX_SEARCHED = 10_000
 def grouped(number: int) -> str:
     """``1048576`` → ``'1,048,576'`` (the form every bound is quoted in)."""
     return f"{number:,}"
+
+
+def counted(number: int, noun: str) -> str:
+    """``counted(1, "GPU")`` → ``'1 GPU'``, ``counted(16, "GPU")`` → ``'16 GPUs'``."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def readable(number: int) -> str:

@@ -54,6 +54,7 @@ from areal_alloc.layouts import (
     enumerate_layouts,
 )
 from areal_alloc.legacy import migration_overrides
+from areal_alloc.limits import counted
 from areal_alloc.model import ModelAllocation
 from areal_alloc.model_shape import ModelShape
 from areal_alloc.plan import plan_config
@@ -101,12 +102,13 @@ def _explain_text(spec: str, order: str, show: int) -> tuple[str, AllocationErro
     lines.extend("  " + row for row in table(rows))
     lines.append("")
     lines.append(
-        f"world size: d{p.dp_size}·t{p.tp_size}·p{p.pp_size}·c{p.cp_size} = {p.world_size} GPUs"
+        f"world size: d{p.dp_size}·t{p.tp_size}·p{p.pp_size}·c{p.cp_size} = "
+        f"{counted(p.world_size, 'GPU')}"
     )
     if alloc.is_inference:
         lines.append(
             f"inference: {alloc.n_instances} server instance(s) of t{p.tp_size}·p{p.pp_size} = "
-            f"{alloc.instance_size} GPUs each"
+            f"{counted(alloc.instance_size, 'GPU')} each"
         )
         return "\n".join(lines), None
     if p.ep_size > 1 or p.etp_size > 1:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from areal_alloc.estimate.memory import MemoryEstimate, readable_bytes
 from areal_alloc.estimate.pipeline_split import LISTED_RANK_STAGES, PipelineSplit
 from areal_alloc.format import describe_dims
+from areal_alloc.limits import counted
 from areal_alloc.plan import Plan
 from areal_alloc.report._grid import MAX_ROWS, Cell, Gap, map_rows
 
@@ -49,8 +50,8 @@ def render_plan(plan: Plan, title: str = "allocation plan") -> str:
         lines.append(f"{title}: CPU-only run (cluster.n_gpus_per_node=0): no GPU capacity check")
     else:
         lines.append(
-            f"{title}: {plan.n_nodes} node{'s' if plan.n_nodes != 1 else ''} × "
-            f"{plan.n_gpus_per_node} GPUs = {plan.capacity} GPUs"
+            f"{title}: {counted(plan.n_nodes, 'node')} × {counted(plan.n_gpus_per_node, 'GPU')} "
+            f"= {counted(plan.capacity, 'GPU')}"
         )
     rows = [["engine", "backend", "dims", "world", "instances", "scheduling", "GPUs", "note"]]
     for e in plan.engines:
@@ -72,10 +73,14 @@ def render_plan(plan: Plan, title: str = "allocation plan") -> str:
     lines.extend("  " + line for line in table(rows))
     lines.append("")
     if plan.cpu_only:
-        lines.append(f"total: {plan.total_gpus} GPUs of layout (not checked: CPU-only run)")
+        lines.append(
+            f"total: {counted(plan.total_gpus, 'GPU')} of layout (not checked: CPU-only run)"
+        )
     else:
         free = plan.capacity - plan.total_gpus
-        lines.append(f"total: {plan.total_gpus} of {plan.capacity} GPUs used, {free} free")
+        lines.append(
+            f"total: {plan.total_gpus} of {counted(plan.capacity, 'GPU')} used, {free} free"
+        )
         lines.extend(_node_map(plan))
     lines.extend(_memory_table(plan))
     lines.extend(_pace_lines(plan))

@@ -336,3 +336,28 @@ def test_explain_says_why_megatron_core_refuses_an_order(main_cli: MainCli) -> N
     assert bad.returncode == 1
     assert bad.stdout == ""
     assert bad.stderr.startswith("areal-alloc explain: order 'tp-xx' is not allowed")
+
+
+@pytest.mark.parametrize(
+    ("cluster", "first"),
+    [
+        ("{n_nodes: 1, n_gpus_per_node: 1}", "one.yaml: 1 node × 1 GPU = 1 GPU"),
+        ("{n_nodes: 2, n_gpus_per_node: 1}", "one.yaml: 2 nodes × 1 GPU = 2 GPUs"),
+        ("{n_nodes: 1, n_gpus_per_node: 8}", "one.yaml: 1 node × 8 GPUs = 8 GPUs"),
+    ],
+)
+def test_the_plans_first_line_counts_in_words(
+    tmp_path: Path, main_cli: MainCli, cluster: str, first: str
+) -> None:
+    (tmp_path / "one.yaml").write_text(f"cluster: {cluster}\nactor: {{backend: 'fsdp:d1'}}\n")
+    ran = main_cli("check", "one.yaml")
+    assert ran.returncode == 0, ran
+    assert ran.stdout.splitlines()[0] == first
+
+
+def test_explain_counts_one_gpu_in_words(main_cli: MainCli) -> None:
+    ran = main_cli("explain", "fsdp:d1")
+    assert ran.returncode == 0, ran
+    assert "world size: d1·t1·p1·c1 = 1 GPU\n" in ran.stdout
+    served = main_cli("explain", "sglang:d2")
+    assert "2 server instance(s) of t1·p1 = 1 GPU each" in served.stdout
