@@ -23,6 +23,7 @@ __all__ = [
     "Term",
     "dtype_bytes",
     "readable_bytes",
+    "short_count",
 ]
 
 #: Bytes per element of the dtypes the reference's configs name.
@@ -59,7 +60,7 @@ def readable_bytes(n: float) -> str:
     return f"{n / (1 << 20):.1f} MiB"
 
 
-def _b(n: float) -> str:
+def short_count(n: float) -> str:
     """A parameter or element count, short: 7.62e9 → 7.62B."""
     for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if abs(n) >= size:

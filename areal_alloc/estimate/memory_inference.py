@@ -18,9 +18,9 @@ from areal_alloc.estimate.memory import (
     MemoryEstimate,
     Phase,
     Term,
-    _b,
     dtype_bytes,
     readable_bytes,
+    short_count,
 )
 from areal_alloc.strategy import ParallelStrategy
 
@@ -190,7 +190,7 @@ def inference_memory(
     )
     p = arch.parameters
     weights = p.total * compute / (tp * pp)
-    weights_text = f"{_b(p.total)} params / (t{tp}·p{pp}) × {compute} B ({settings.dtype})"
+    weights_text = f"{short_count(p.total)} params / (t{tp}·p{pp}) × {compute} B ({settings.dtype})"
     if settings.dtype == "fp8":
         # an fp8 checkpoint quantizes the linear and MoE layers only; the embedding and
         # the output layer stay in bf16 (Fp8Config.get_quant_method: LinearBase ->
@@ -199,8 +199,8 @@ def inference_memory(
         vocab = p.embedding + p.output
         weights = ((p.total - vocab) * compute + vocab * 2) / (tp * pp)
         weights_text = (
-            f"({_b(p.total - vocab)} linear and expert params × {compute} B (fp8) + "
-            f"{_b(vocab)} embedding and output × 2 B (bf16)) / (t{tp}·p{pp})"
+            f"({short_count(p.total - vocab)} linear and expert params × {compute} B (fp8) + "
+            f"{short_count(vocab)} embedding and output × 2 B (bf16)) / (t{tp}·p{pp})"
         )
     per_token, formula = kv_bytes_per_token(arch, tp, pp, kv_dtype)
     device = settings.device_bytes if settings.device_bytes is not None else capacity

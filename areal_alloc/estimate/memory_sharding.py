@@ -17,7 +17,7 @@ from functools import lru_cache
 
 from areal_alloc.architecture import Architecture, ParameterCount
 from areal_alloc.estimate.execution import TrainingSettings
-from areal_alloc.estimate.memory import Term, _b, dtype_bytes
+from areal_alloc.estimate.memory import Term, dtype_bytes, short_count
 from areal_alloc.estimate.pipeline_split import PipelineSplit, engine_split
 from areal_alloc.strategy import ParallelStrategy
 
@@ -172,13 +172,13 @@ def stage(e: Engine, rank: int = 0) -> Stage:
     if e.backend != "fsdp":  # megatron and archon split experts over etp·ep
         on_gpu = tp_part / tp + rep + exp / (etp * ep)
         shard_text = (
-            f"({_b(tp_part)}/t{tp} + {_b(rep)} replicated"
-            + (f" + {_b(exp)} experts/(etp{etp}·ep{ep})" if exp else "")
+            f"({short_count(tp_part)}/t{tp} + {short_count(rep)} replicated"
+            + (f" + {short_count(exp)} experts/(etp{etp}·ep{ep})" if exp else "")
             + ")"
         )
     else:
         on_gpu = (tp_part + exp) / tp + rep
-        shard_text = f"({_b(tp_part + exp)}/t{tp} + {_b(rep)} replicated)"
+        shard_text = f"({short_count(tp_part + exp)}/t{tp} + {short_count(rep)} replicated)"
     lora = None if e.lora is None else e.lora.on(dense_l, moe_l)
     return Stage(rank, pp, dense_l, moe_l, tp_part, rep, exp, ends, lora, where, on_gpu, shard_text)
 
@@ -215,8 +215,8 @@ def _megatron_weights(e: Engine, s: Stage) -> Term:
     return Term(
         "weights",
         int((s.on_gpu + adapters) * compute),
-        f"frozen {s.shard_text} params on this GPU [{s.where}] + {_b(adapters)} LoRA adapter "
-        f"params ({s.lora.text}, /t{tp}) × {compute} B ({dtype})",
+        f"frozen {s.shard_text} params on this GPU [{s.where}] + {short_count(adapters)} "
+        f"LoRA adapter params ({s.lora.text}, /t{tp}) × {compute} B ({dtype})",
     )
 
 
@@ -224,14 +224,17 @@ def _megatron_gradients(e: Engine, s: Stage) -> Term:
     """float32 main gradients (``main_grads_dtype``) of what trains."""
     if s.lora is None:
         return Term(
-            "gradients", int(s.on_gpu * 4), f"{_b(s.on_gpu)} params × 4 B (float32 main gradients)"
+            "gradients",
+            int(s.on_gpu * 4),
+            f"{short_count(s.on_gpu)} params × 4 B (float32 main gradients)",
         )
     dense, experts = _megatron_adapters(e, s.lora)
     adapters = dense + experts
     return Term(
         "gradients",
         int(adapters * 4),
-        f"{_b(adapters)} adapter params × 4 B (float32 main gradients; the base is frozen)",
+        f"{short_count(adapters)} adapter params × 4 B (float32 main gradients; the base is "
+        f"frozen)",
     )
 
 
@@ -252,7 +255,7 @@ def _megatron_optimizer(e: Engine, s: Stage) -> Term:
         dense, experts = _megatron_adapters(e, s.lora)
         adapters = dense + experts
         opt = dense * per_param / (dp * cp) + experts * per_param / edp
-        text = f"{_b(adapters)} adapter params × {per_param} B ({states})"
+        text = f"{short_count(adapters)} adapter params × {per_param} B ({states})"
         if not distributed:
             return Term("optimizer", int(adapters * per_param), f"{text} not distributed")
         return Term("optimizer", int(opt), f"{text} / {over}")
@@ -260,12 +263,12 @@ def _megatron_optimizer(e: Engine, s: Stage) -> Term:
         return Term(
             "optimizer",
             int(s.on_gpu * per_param),
-            f"{_b(s.on_gpu)} params × {per_param} B ({states}), not distributed",
+            f"{short_count(s.on_gpu)} params × {per_param} B ({states}), not distributed",
         )
     dense, experts = s.tensor / tp + s.replicated, s.experts / (etp * ep)
     opt = dense * per_param / (dp * cp) + experts * per_param / edp
-    text = f"{_b(dense)} params × {per_param} B ({states}) / {over}" + (
-        f" + {_b(experts)} expert params × {per_param} B / expert-dp{edp} "
+    text = f"{short_count(dense)} params × {per_param} B ({states}) / {over}" + (
+        f" + {short_count(experts)} expert params × {per_param} B / expert-dp{edp} "
         f"(world {world}/(etp{etp}·ep{ep}·p{pp}))"
         if experts
         else ""
@@ -363,7 +366,7 @@ def _sharded_weights(e: Engine, shard: _Shard) -> Term:
             "weights",
             int(gathered * compute),
             f"offload_params: parameters live on the CPU; gathered root + 2 layers "
-            f"{_b(gathered)} × {compute} B",
+            f"{short_count(gathered)} × {compute} B",
         )
     storage, lora = shard.storage, e.lora
     return Term(
@@ -372,11 +375,12 @@ def _sharded_weights(e: Engine, shard: _Shard) -> Term:
         f"{'frozen ' if lora is not None else ''}{shard.where} × {storage} B "
         f"({shard.storage_name} storage)"
         + (
-            f" + {_b(shard.adapters)} LoRA adapter params ({lora.text}) × {storage} B"
+            f" + {short_count(shard.adapters)} LoRA adapter params ({lora.text}) × {storage} B"
             if lora is not None
             else ""
         )
-        + f" + gathered root and 2 layers {_b(gathered)} × {compute} B ({e.settings.dtype})",
+        + f" + gathered root and 2 layers {short_count(gathered)} × {compute} B "
+        f"({e.settings.dtype})",
     )
 
 
@@ -392,13 +396,13 @@ def _sharded_gradients(e: Engine, shard: _Shard) -> Term:
             "gradients",
             int(largest * storage),
             f"optimizer in the backward: one parameter's gradient at a time, the largest "
-            f"{_b(largest)} × {storage} B ({name})",
+            f"{short_count(largest)} × {storage} B ({name})",
         )
     what = "adapter params (the base is frozen)" if shard.lora else "params"
     return Term(
         "gradients",
         int(shard.trained * storage),
-        f"{_b(shard.trained)} {what} × {storage} B ({name})",
+        f"{short_count(shard.trained)} {what} × {storage} B ({name})",
     )
 
 
@@ -416,7 +420,7 @@ def _sharded_optimizer(e: Engine, shard: _Shard) -> Term:
     return Term(
         "optimizer",
         int(shard.trained * state_bytes),
-        f"{_b(shard.trained)} {what} × {state_bytes} B ({name})",
+        f"{short_count(shard.trained)} {what} × {state_bytes} B ({name})",
     )
 
 
@@ -436,6 +440,7 @@ def fsdp_load_peak(e: Engine) -> Term:
     return Term(
         "load",
         int(params * storage),
-        f"{_b(params)} params × {storage} B ({settings.optimizer_dtype}): every rank builds the "
-        f"whole model on its GPU before sharding ({key}.fsdp.memory_efficient_load=false)",
+        f"{short_count(params)} params × {storage} B ({settings.optimizer_dtype}): every rank "
+        f"builds the whole model on its GPU before sharding "
+        f"({key}.fsdp.memory_efficient_load=false)",
     )

@@ -33,9 +33,9 @@ from areal_alloc.estimate.memory import (
     MemoryEstimate,
     Phase,
     Term,
-    _b,
     dtype_bytes,
     readable_bytes,
+    short_count,
 )
 from areal_alloc.estimate.memory_sharding import (
     Engine,
@@ -223,7 +223,7 @@ def _adapters(
     lora = LayerAdapters(dense_a, moe_a, exp_a, lora_text)
     return lora, [
         f"LoRA rank {settings.lora_rank}: the base model is frozen; "
-        f"{_b(dense_a * p.dense_layers + (moe_a + exp_a) * p.moe_layers)} adapter "
+        f"{short_count(dense_a * p.dense_layers + (moe_a + exp_a) * p.moe_layers)} adapter "
         f"parameters train ({lora_text})"
     ]
 

@@ -30,7 +30,9 @@ __all__ = [
     "fit_decode",
     "fit_training",
     "layer_flops",
+    "members_per_node",
     "model_flops",
+    "within_node",
 ]
 
 
@@ -199,11 +201,12 @@ def attention_efficiency(
     return base * ATTENTION_KERNELS[kernel]
 
 
-def _inside(group_span: int, gpus_per_node: int) -> bool:
+def within_node(group_span: int, gpus_per_node: int) -> bool:
+    """A group of ``group_span`` consecutive ranks fits in one node."""
     return group_span <= gpus_per_node
 
 
-def _members_per_node(size: int, stride: int, gpus_per_node: int) -> int:
+def members_per_node(size: int, stride: int, gpus_per_node: int) -> int:
     """How many ranks of a group of ``size`` ranks, ``stride`` apart, share a node."""
     if stride >= gpus_per_node:
         return 1

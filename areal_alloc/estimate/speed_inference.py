@@ -11,9 +11,9 @@ from areal_alloc.errors import AllocationValidationError
 from areal_alloc.estimate.speed import (
     StepEstimate,
     StepTerm,
-    _inside,
-    _members_per_node,
     attention_flops,
+    members_per_node,
+    within_node,
 )
 from areal_alloc.estimate.system import Hardware
 from areal_alloc.strategy import ParallelStrategy
@@ -85,8 +85,8 @@ def decode_step(
         ),
     ]
     if tp > 1:
-        inside = _inside(tp, hardware.gpus_per_node)
-        members = _members_per_node(tp, 1, hardware.gpus_per_node)
+        inside = within_node(tp, hardware.gpus_per_node)
+        members = members_per_node(tp, 1, hardware.gpus_per_node)
         volume = 2 * arch.num_layers * batch * arch.hidden_size * 2 * 2 * (tp - 1) / tp
         latency = all_reduce_latency(tp)
         terms.append(
@@ -148,8 +148,8 @@ def generation(
         )
     ]
     if tp > 1 and prompt_tokens:
-        inside = _inside(tp, hardware.gpus_per_node)
-        members = _members_per_node(tp, 1, hardware.gpus_per_node)
+        inside = within_node(tp, hardware.gpus_per_node)
+        members = members_per_node(tp, 1, hardware.gpus_per_node)
         volume = 2 * arch.num_layers * prompt_tokens * arch.hidden_size * 2 * 2 * (tp - 1) / tp
         terms.append(
             StepTerm(

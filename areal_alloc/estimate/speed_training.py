@@ -45,12 +45,12 @@ from areal_alloc.estimate.speed import (
     LayerFlops,
     StepEstimate,
     StepTerm,
-    _inside,
-    _members_per_node,
     attention_efficiency,
     attention_flops,
     layer_flops,
+    members_per_node,
     model_flops,
+    within_node,
 )
 from areal_alloc.estimate.system import DEFAULT_INTER_NODE_GBPS, Hardware
 from areal_alloc.experiment.read import recompute_module_names
@@ -423,8 +423,8 @@ def _tensor_parallel_term(step: _TrainingShape) -> StepTerm | None:
     tp, hardware, arch = step.parallel.tp_size, step.hardware, step.arch
     if tp <= 1:
         return None
-    inside = _inside(tp, step.node)
-    members = _members_per_node(tp, 1, step.node)
+    inside = within_node(tp, step.node)
+    members = members_per_node(tp, 1, step.node)
     act, layers_here, micro_batches = step.act, step.layers_here, step.micro_batches
     moe_here = arch.moe_layer_count / step.parallel.pp_size if arch.is_moe else 0.0
     quiet = (
@@ -453,7 +453,7 @@ def _context_parallel_term(step: _TrainingShape) -> StepTerm | None:
     tp, cp, hardware = step.parallel.tp_size, step.parallel.cp_size, step.hardware
     if cp <= 1:
         return None
-    inside = _inside(tp * cp, step.node)
+    inside = within_node(tp * cp, step.node)
     kv = step.tokens_mb / cp * step.arch.kv_width * 2 * 2  # k and v, bf16
     volume = 3 * step.layers_here * step.micro_batches * kv * (cp - 1)
     return StepTerm(
@@ -506,7 +506,7 @@ def _expert_term(step: _TrainingShape) -> StepTerm | None:
         return None
     # the expert group lies within a stage: never wider than its world // pp GPUs
     span = min(etp * ep, step.world // pp)
-    inside = _inside(span, step.node)
+    inside = within_node(span, step.node)
     moe_here = arch.moe_layer_count / pp
     tokens = step.act * etp / parallel.tp_size  # bf16 hidden states one GPU dispatches
     passes = 6 if step.recomputes("moe") else 4
@@ -519,7 +519,7 @@ def _expert_term(step: _TrainingShape) -> StepTerm | None:
     if step.token_dispatcher == "allgather":
         share = step.act / parallel.tp_size
         volume = passes * moe_here * step.micro_batches * share * (span - 1)
-        members = _members_per_node(span, 1, step.node)
+        members = members_per_node(span, 1, step.node)
         return StepTerm(
             "expert all-gather",
             volume / hardware.link_bytes_per_second(inside, members),
@@ -528,7 +528,7 @@ def _expert_term(step: _TrainingShape) -> StepTerm | None:
             f" (the allgather dispatcher: every token of the group)",
         )
     if step.token_dispatcher == "deepep":
-        per_node = _members_per_node(ep, etp, step.node) if not inside else ep
+        per_node = members_per_node(ep, etp, step.node) if not inside else ep
         nodes = math.ceil(ep / per_node)
         sizes = [experts // ep * min(per_node, ep - n * per_node) for n in range(nodes)]
         gpus = (ep - 1) * expected_groups_reached(experts, top_k, (experts // ep,))
@@ -602,7 +602,7 @@ def _pipeline_p2p_term(step: _TrainingShape) -> StepTerm | None:
     tp, pp, hardware = step.parallel.tp_size, step.parallel.pp_size, step.hardware
     if pp <= 1:
         return None
-    inside = _inside(step.world // pp, step.node) and step.world // pp < step.node
+    inside = within_node(step.world // pp, step.node) and step.world // pp < step.node
     volume = 2 * step.micro_batches * step.act / tp
     return StepTerm(
         "pipeline p2p",
@@ -630,8 +630,8 @@ def _data_parallel_term(step: _TrainingShape, busy: float) -> StepTerm | None:
     shards = parallel.dp_size * parallel.cp_size
     if shards <= 1:
         return None
-    inside = _inside(step.world // parallel.pp_size, step.node)
-    members = _members_per_node(shards, parallel.tp_size, step.node)  # ranks t apart
+    inside = within_node(step.world // parallel.pp_size, step.node)
+    members = members_per_node(shards, parallel.tp_size, step.node)  # ranks t apart
     link = hardware.link_bytes_per_second(inside, members)
     params_here = _params_here(step)
     if step.backend != "fsdp":

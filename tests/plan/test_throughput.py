@@ -14,7 +14,7 @@ from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import find_gpu, find_model
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.estimate.execution import GIB, TrainingSettings
-from areal_alloc.estimate.speed import StepEstimate, _members_per_node, attention_flops, model_flops
+from areal_alloc.estimate.speed import StepEstimate, attention_flops, members_per_node, model_flops
 from areal_alloc.estimate.speed_inference import decode_step
 from areal_alloc.estimate.speed_training import training_step
 from areal_alloc.estimate.system import Hardware
@@ -141,7 +141,7 @@ def test_link_bandwidth(inside: bool, members: int, bytes_per_second: float) -> 
     ],
 )
 def test_members_per_node(size: int, stride: int, node: int, members: int) -> None:
-    assert _members_per_node(size, stride, node) == members
+    assert members_per_node(size, stride, node) == members
 
 
 def test_a_data_parallel_group_across_nodes_uses_every_members_port() -> None:
