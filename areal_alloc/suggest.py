@@ -97,7 +97,7 @@ class RunShape:
     critic_minibatches: int = PPO_MINIBATCHES
 
     def __post_init__(self) -> None:
-        for name in ("batch", "prompt_len", "gen_len"):
+        for name in ("batch", "prompt_len", "gen_len", "minibatches", "critic_minibatches"):
             value = getattr(self, name)
             number = read_int(value, name, minimum=1, maximum=MAX_COUNT)  # the one reader
             if number is not value:  # "512" given directly: kept as the number it names
@@ -473,7 +473,11 @@ def suggest(
         least = engine_micro_batches(
             train_backend, parallel.pp_size, settings.virtual_pipeline, settings.micro_batches
         )
-        need = max(1, shape.minibatches) * (least or 1)
+        # the critic, placed on the actor's layout, splits its share into its own count
+        splits = step.minibatches_of("actor")
+        if shape.critic:
+            splits = max(splits, step.minibatches_of("critic"))
+        need = splits * (least or 1)
         if shape.batch // max(1, parallel.dp_size) < need:  # minibatches_fill_their_micro_…
             return False
         # an engine split evenly (megatron-bridge's path: execution sets layer_split "even")
@@ -538,7 +542,7 @@ def suggest(
             accept=colocated_fit,
             limit=SPLIT_LAYOUTS,
             # the actor's ppo_update: its minibatches' optimizer steps, as the plan's pace
-            optimizer_steps=min(max(1, shape.minibatches), shape.batch),
+            optimizer_steps=step.minibatches_of("actor"),
         )
 
     def train_layout(train_gpus: int) -> RankedLayout | None:

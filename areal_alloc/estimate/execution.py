@@ -673,6 +673,13 @@ def step_shape(experiment: Experiment, machine: Resolved) -> StepShape:
             f"give --mean-gen-len or the hook's mean_gen_len)"
         )
     recompute = run.recompute_logprob
+    startup = experiment.startup
+    if startup.forced_minibatches is not None:
+        assumptions.append(
+            f"actor.prox_logp_method=reuse_train_logp: actor.ppo_n_minibatches="
+            f"{startup.forced_minibatches} taken as 1, as PPOActorConfig.__post_init__ forces "
+            f"it with a warning (areal/api/cli_args.py l.1911-1923 at cbff54d6)"
+        )
     return StepShape(
         sequences=run.batch * run.samples,
         prompt=prompt,
@@ -685,8 +692,8 @@ def step_shape(experiment: Experiment, machine: Resolved) -> StepShape:
         in_flight=sequences_in_flight(run),
         assumptions=tuple(assumptions),
         server=server_limit(experiment.get("rollout")),
-        minibatches=experiment.startup.ppo_n_minibatches,
-        critic_minibatches=experiment.startup.critic_ppo_n_minibatches,
+        minibatches=startup.minibatches_of("actor"),
+        critic_minibatches=startup.minibatches_of("critic"),
     )
 
 

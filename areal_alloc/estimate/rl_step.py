@@ -601,39 +601,61 @@ def training_pace(
     there."""
     tokens, length = shape.tokens, shape.length
     ts = settings or TrainingSettings()
-    forward_only = ts.optimizer is None
-
+    args = (backend, model, parallel, hardware)
+    # one forward over the step's data (a ref's or a teacher's, the actor's compute_logp, the
+    # critic's compute_values): a third of a step over it, nothing recomputed
+    forward = settings_step(
+        *args, replace(ts, optimizer=None), tokens=tokens, sequence_length=length, key=key
+    )
+    if ts.optimizer is None:
+        seconds = forward.seconds / 3
+        what = f"forward pass over {tokens:,} tokens (a third of a training step)"
+        return EnginePace(key, seconds, tokens / seconds, what, forward)
     # ppo_update runs train_batch once per minibatch (speed_training.settings_step)
-    count = 1 if forward_only else min(shape.minibatches_of(key), shape.sequences)
-    args = (backend, model, parallel, hardware, ts)
-    whole = settings_step(*args, tokens=tokens, sequence_length=length, key=key)
-    step = whole
-    if count > 1:
-        step = settings_step(
-            *args, tokens=tokens, sequence_length=length, optimizer_steps=count, key=key
-        )
-    seconds = step.seconds / 3 if forward_only else step.seconds
+    count = shape.minibatches_of(key)
+    step = settings_step(
+        *args, ts, tokens=tokens, sequence_length=length, optimizer_steps=count, key=key
+    )
+    seconds = step.seconds
     what = (
-        f"forward pass over {tokens:,} tokens (a third of a training step)"
-        if forward_only
-        else f"one optimizer step over {tokens:,} tokens"
+        f"one optimizer step over {tokens:,} tokens"
         if count == 1
         else f"{count} optimizer steps (ppo_n_minibatches) over {tokens:,} tokens"
     )
-    if key == "actor" and shape.recompute_logprob:
-        # compute_logp: one forward over the whole step's data, before the minibatches
-        extra = whole.seconds / 3
-        recompute = StepTerm(
-            "log-prob recomputation",
-            extra,
-            "the actor's compute_logp (recompute_logprob, or use_decoupled_loss): one "
-            f"forward over the step's {tokens:,} tokens (a third of a {whole.seconds:.4g} s "
-            f"step over them)",
+    extra = _forward_before_update(key, shape, forward, tokens)
+    if extra is not None:
+        step = replace(step, terms=(*step.terms, extra))
+        seconds += extra.seconds
+        what += (
+            " + one forward to recompute the log-probs"
+            if key == "actor"
+            else " + one forward for the values"
         )
-        step = replace(step, terms=(*step.terms, recompute))
-        seconds += extra
-        what += " + one forward to recompute the log-probs"
     return EnginePace(key, seconds, tokens / seconds, what, step)
+
+
+def _forward_before_update(
+    key: str, shape: StepShape, forward: StepEstimate, tokens: int
+) -> StepTerm | None:
+    """The forward a trainer runs over the whole step before its ``ppo_update``: the
+    actor's ``compute_logp`` when the reference's should_compute_prox_logp says so
+    (``shape.recompute_logprob``), the critic's ``compute_values`` every step
+    (areal/trainer/rl_trainer.py l.723 and l.784-793 at cbff54d6); None otherwise."""
+    third = f"a third of a {forward.seconds:.4g} s step over them, nothing recomputed"
+    if key == "actor" and shape.recompute_logprob:
+        return StepTerm(
+            "log-prob recomputation",
+            forward.seconds / 3,
+            f"the actor's compute_logp (recompute_logprob, or use_decoupled_loss): one "
+            f"forward over the step's {tokens:,} tokens ({third})",
+        )
+    if key == "critic":
+        return StepTerm(
+            "value forward",
+            forward.seconds / 3,
+            f"the critic's compute_values: one forward over the step's {tokens:,} tokens ({third})",
+        )
+    return None
 
 
 def _update_terms(

@@ -195,13 +195,13 @@ def settings_step(
     if optimizer_steps <= 1:
         return over(tokens)
     each = math.ceil(tokens / optimizer_steps)
+    where = "critic.py l.63-66" if key == "critic" else "actor.py l.454-457"
     return over(each).repeated(
         optimizer_steps,
         tokens,
         f"{key}.ppo_n_minibatches={optimizer_steps}: {optimizer_steps} optimizer steps per RL "
         f"step, each train_batch over {each:,} tokens with its own micro-batches, pipeline "
-        f"fill and drain and gradient synchronisation (areal/trainer/ppo/actor.py l.454-457 "
-        f"at cbff54d6)",
+        f"fill and drain and gradient synchronisation (areal/trainer/ppo/{where} at cbff54d6)",
     )
 
 

@@ -303,10 +303,19 @@ class StartupConfig:
     critic_ppo_n_minibatches: int = defaults.PPO_MINIBATCHES
     #: ``actor.prox_logp_method`` as written (None: not set; ``defaults.PROX_LOGP_METHOD``)
     prox_logp_method: str | None = None
+    #: the ``actor.ppo_n_minibatches`` written when reuse_train_logp forced it to 1 (None:
+    #: nothing forced), for the estimate to say so as the reference warns
+    forced_minibatches: int | None = None
 
     @property
     def epochs(self) -> int:
         return defaults.TRAIN_EPOCHS if self.total_train_epochs is None else self.total_train_epochs
+
+    def minibatches_of(self, key: str) -> int:
+        """The optimizer steps trainer ``key`` takes per RL step (its ``ppo_n_minibatches``;
+        1 for an engine without ``ppo_update``)."""
+        count = {"actor": self.ppo_n_minibatches, "critic": self.critic_ppo_n_minibatches}
+        return max(1, count.get(key, 1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -1297,8 +1306,10 @@ def _startup(cfg: object) -> StartupConfig:
     actor = actor if is_mapping(actor) else None
     minibatches = whole_number(actor, "ppo_n_minibatches", "actor.ppo_n_minibatches")
     method = _prox_logp_method(actor)
-    if method == "reuse_train_logp":  # PPOActorConfig.__post_init__ l.1911-1923: forced to 1
-        minibatches = 1
+    forced = None
+    written = defaults.PPO_MINIBATCHES if minibatches is None else minibatches
+    if method == "reuse_train_logp" and written > 1:  # __post_init__ l.1911-1923: forced to 1
+        forced, minibatches = written, 1
     critic = child(cfg, "critic")
     critic_minibatches = whole_number(
         critic if is_mapping(critic) else None, "ppo_n_minibatches", "critic.ppo_n_minibatches"
@@ -1327,6 +1338,7 @@ def _startup(cfg: object) -> StartupConfig:
             defaults.PPO_MINIBATCHES if critic_minibatches is None else critic_minibatches
         ),
         prox_logp_method=method,
+        forced_minibatches=forced,
     )
 
 

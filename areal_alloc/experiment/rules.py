@@ -684,41 +684,53 @@ def batch_splits_over_data_parallel(run: Run) -> str | None:
 
 
 def minibatches_fill_their_micro_batches(run: Run) -> str | None:
-    """Each data-parallel rank of the actor splits its trajectories into
-    ``actor.ppo_n_minibatches`` minibatches (areal/trainer/ppo/actor.py l.454–457), and its
-    engine packs each into at least its micro-batches: the Megatron engine at p > 1 at least
-    2·p, a multiple of p (``min_n_mbs``, areal/engine/megatron_engine.py l.2705–2716), any
-    engine at least ``mb_spec.n_mbs`` (model_shape.engine_micro_batches). seqpack's
-    allocation raises with fewer sequences than groups ("Number of values … is smaller than
-    min_groups …", areal/utils/seqpack.py ffd_allocate l.241–244, kk_allocate l.503–504).
-    With fewer trajectories per rank than minibatches × that, some minibatch is short for
-    certain. Left out: archon at p > 1 (its stages per rank set the count), ``dynamic_bs``."""
+    """Each data-parallel rank of the actor (and of a critic) splits its trajectories into
+    its ``ppo_n_minibatches`` minibatches (areal/trainer/ppo/actor.py l.454–457, critic.py
+    l.63–66), and its engine packs each into at least its micro-batches: the Megatron engine
+    at p > 1 at least 2·p, a multiple of p (``min_n_mbs``, areal/engine/megatron_engine.py
+    l.2705–2716), any engine at least ``mb_spec.n_mbs`` (model_shape.engine_micro_batches).
+    seqpack's allocation raises with fewer sequences than groups ("Number of values … is
+    smaller than min_groups …", areal/utils/seqpack.py ffd_allocate l.241–244, kk_allocate
+    l.503–504). With fewer trajectories per rank than minibatches × that, some minibatch is
+    short for certain. Left out: archon at p > 1 (its stages per rank set the count),
+    ``dynamic_bs``."""
     found = _batch(run)
     if found is None or run.startup.dynamic_bs:
         return None
-    batch, items, dp, actor = found
-    training = actor.training
-    if training is None:
-        return None
-    backend, pp = actor.allocation.backend, actor.allocation.parallel.pp_size
-    if backend == "archon" and pp > 1:
+    batch, items, _, _ = found
+    for key in ("actor", "critic"):
+        engine = run.engine(key)
+        if engine is None or not engine.active or engine.training is None:
+            continue
+        message = _short_minibatch(engine, run.startup.minibatches_of(key), batch, items)
+        if message is not None:
+            return message
+    return None
+
+
+def _short_minibatch(engine: Engine, minibatches: int, batch: int, items: int) -> str | None:
+    """The message of :func:`minibatches_fill_their_micro_batches` for one trainer, or None."""
+    training = engine.training
+    backend, parallel = engine.allocation.backend, engine.allocation.parallel
+    pp, dp = parallel.pp_size, parallel.dp_size
+    if training is None or (backend == "archon" and pp > 1):
         return None
     least = engine_micro_batches(backend, pp, 1, training.n_mbs) or training.n_mbs
-    minibatches = max(1, run.startup.ppo_n_minibatches)
     per_rank = items // max(1, dp)
     need = minibatches * least
     if per_rank >= need:
         return None
+    unit = "micro-batch" if least == 1 else "micro-batches"
     if backend == "megatron" and pp > 1 and least > training.n_mbs:
-        packed = f"{least} micro-batches (the Megatron engine's at least 2·p{pp}, a multiple of p)"
+        packed = f"{least} {unit} (the Megatron engine's at least 2·p{pp}, a multiple of p)"
     else:
-        packed = f"{least} micro-batches ({actor.path}.mb_spec.n_mbs)"
+        packed = f"{least} {unit} ({engine.path}.mb_spec.n_mbs)"
     samples = max(1, items // max(1, batch))
     prompts = -(-need * dp // samples)
     enough = -(-prompts // dp) * dp  # a multiple of dp, as batch_splits_over_data_parallel needs
     return (
-        f"{items} trajectories a step over the {dp} data-parallel ranks of {actor.backend_key}="
-        f"{actor.spec!r} are {per_rank} per rank, split into actor.ppo_n_minibatches="
+        f"{items} trajectories a step over the {dp} data-parallel ranks of {engine.backend_key}="
+        f"{engine.spec!r} are {per_rank} per rank, split into {engine.key}.ppo_n_minibatches="
         f"{minibatches} minibatches, each packed into {packed}: {per_rank} < {minibatches} × "
         f"{least} = {need}, so a minibatch has fewer sequences than micro-batches and the "
         f"reference's seqpack raises 'Number of values … is smaller than min_groups'; set "

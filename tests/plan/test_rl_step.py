@@ -479,3 +479,90 @@ def test_each_ppo_minibatch_is_its_own_optimizer_step() -> None:
             "ref", "megatron", parallel, arch, H100, replace(shape, minibatches=1), ref
         ).seconds
     )
+
+
+def test_the_critic_runs_its_values_forward_and_its_own_minibatches() -> None:
+    # rl_trainer.py l.723: compute_values, one forward over the step, before ppo_update's
+    # critic.ppo_n_minibatches optimizer steps (critic.py l.63-66)
+    from dataclasses import replace
+
+    from areal_alloc.estimate.execution import StepShape
+
+    arch = find_model("Qwen3-8B")
+    parallel = ModelAllocation.from_str("megatron:d2p4").parallel
+    shape = StepShape(
+        sequences=512,
+        prompt=1024,
+        new_tokens=1024,
+        mean=1024,
+        recompute_logprob=False,
+        offpolicyness=1,
+        colocated=False,
+        max_concurrent=None,
+        minibatches=4,
+        critic_minibatches=2,
+    )
+    trains = TrainingSettings(tokens_per_micro_batch=8192, recompute="full")
+    forward = TrainingSettings(tokens_per_micro_batch=8192, recompute="full", optimizer=None)
+    critic = rl_step.training_pace("critic", "megatron", parallel, arch, H100, shape, trains)
+    ref = rl_step.training_pace("ref", "megatron", parallel, arch, H100, shape, forward)
+    terms = _terms(critic.estimate)
+    # the values forward is the ref's forward on the same layout: nothing recomputed
+    assert terms["value forward"] == pytest.approx(ref.seconds)
+    assert critic.what.startswith("2 optimizer steps (ppo_n_minibatches)")
+    assert critic.what.endswith(" + one forward for the values")
+    assert "areal/trainer/ppo/critic.py l.63-66" in critic.estimate.assumptions[-1]
+    # the actor's count is not the critic's
+    two = rl_step.training_pace(
+        "critic", "megatron", parallel, arch, H100, replace(shape, minibatches=1), trains
+    )
+    assert two.seconds == critic.seconds
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("minibatches", 0, "minibatches=0: must be an integer from 1 to 1,099,511,627,776"),
+        (
+            "critic_minibatches",
+            -2,
+            "critic_minibatches=-2: must be an integer from 1 to 1,099,511,627,776",
+        ),
+    ],
+)
+def test_a_run_shapes_minibatches_are_whole_numbers(field: str, value: int, message: str) -> None:
+    with pytest.raises(AllocationError) as info:
+        RunShape(**{field: value})  # type: ignore[arg-type]
+    assert info.value.message == message
+    assert RunShape(minibatches="2").minibatches == 2  # type: ignore[arg-type]
+
+
+def test_a_forced_single_minibatch_is_said() -> None:
+    # reuse_train_logp forces ppo_n_minibatches to 1 with a warning (areal/api/cli_args.py
+    # l.1911-1923): the pace takes one optimizer step and says why
+    from areal_alloc.plan import plan_config
+
+    config = {
+        "cluster": {"n_nodes": 2, "n_gpus_per_node": 8, "gpu": "H100-80GB"},
+        "rollout": {"backend": "sglang:d8"},
+        "actor": {
+            "backend": "fsdp:d8",
+            "path": "Qwen/Qwen3-8B",
+            "ppo_n_minibatches": 4,
+            "use_decoupled_loss": True,
+            "prox_logp_method": "reuse_train_logp",
+            "gradient_checkpointing": True,
+            "mb_spec": {"max_tokens_per_mb": 16384},
+        },
+    }
+    pace = plan_config(config).pace
+    assert pace is not None
+    actor = next(e for e in pace.engines if e.key == "actor")
+    # the reference's defaults: batch_size 1 × n_samples 1 sequence of 1,024 (assumed) +
+    # 16,384 tokens; and no extra forward (reuse_train_logp skips it)
+    assert actor.what == "one optimizer step over 17,408 tokens"
+    assert (
+        "actor.prox_logp_method=reuse_train_logp: actor.ppo_n_minibatches=4 taken as 1, as "
+        "PPOActorConfig.__post_init__ forces it with a warning (areal/api/cli_args.py "
+        "l.1911-1923 at cbff54d6)"
+    ) in pace.assumptions

@@ -583,6 +583,29 @@ def test_reuse_train_logp_is_one_minibatch_as_the_reference_forces_it() -> None:
         )
 
 
+def test_the_critics_minibatches_fill_their_micro_batches_too() -> None:
+    # critic.py l.63-66 splits the critic's share into its own ppo_n_minibatches: 64 prompts
+    # of one sample over the critic's d8 are 8 a rank, fewer than 16 minibatches of one
+    # micro-batch each (mb_spec.n_mbs 1); 8 minibatches fit
+    config = cfg(
+        rollout={"backend": "sglang:d8"},
+        actor={"backend": "fsdp:d8", "ppo_n_minibatches": 1},
+        critic={"backend": "fsdp:d8", "is_critic": True, "ppo_n_minibatches": 16},
+        train_dataset={"batch_size": 64},
+        scheduler={"type": "local"},
+        cluster={"n_nodes": 3, "n_gpus_per_node": 8},
+    )
+    with pytest.raises(AllocationValidationError) as info:
+        validate(config, on_memory="off")
+    assert info.value.message.startswith(
+        "64 trajectories a step over the 8 data-parallel ranks of critic.backend='fsdp:d8' are 8 "
+        "per rank, split into critic.ppo_n_minibatches=16 minibatches, each packed into 1 "
+        "micro-batch (critic.mb_spec.n_mbs): 8 < 16 × 1 = 16"
+    )
+    config["critic"]["ppo_n_minibatches"] = 8
+    validate(config, on_memory="off")
+
+
 def test_rules_apply_in_the_reference_order() -> None:
     # enable_offload is checked before weight_update_mode in _validate_cfg
     config = cfg(rollout=colocated("sglang:d8"), actor={"backend": "fsdp:d8"})
