@@ -47,7 +47,7 @@ from areal_alloc.estimate.pipeline_split import PipelineSplit, engine_split
 from areal_alloc.estimate.rl_step import Pace
 from areal_alloc.estimate.speed import fit_decode, fit_training
 from areal_alloc.estimate.speed_inference import decode_step, generation
-from areal_alloc.estimate.speed_training import training_step
+from areal_alloc.estimate.speed_training import settings_step
 from areal_alloc.estimate.system import GPUSpec, Hardware, build_hardware
 from areal_alloc.experiment.read import Experiment, read_experiment
 from areal_alloc.layouts import (
@@ -638,19 +638,14 @@ def calibrate(args: list[str]) -> int:
                 f"{alloc.spec} is a training layout: give --step-seconds"
             )
         sequence = ns.seq_len or min(training.tokens_per_micro_batch, CONTEXT_LENGTH)
-        estimate = training_step(
+        estimate = settings_step(
             alloc.backend,
             arch,
             alloc.parallel,
             hardware,
-            tokens_per_step=ns.tokens_per_step,
-            tokens_per_micro_batch=training.tokens_per_micro_batch,
+            training,
+            tokens=ns.tokens_per_step,
             sequence_length=sequence,
-            recompute=training.recompute,
-            virtual_pipeline=training.virtual_pipeline,
-            layer_split=training.layer_split,
-            token_dispatcher=training.token_dispatcher,
-            recompute_modules=training.recompute_modules,
         )
         efficiency = fit_training(ns.step_seconds, estimate, hardware)
         source = (
@@ -1178,19 +1173,14 @@ def explain_speed(alloc: ModelAllocation, ns: argparse.Namespace) -> dict[str, o
         )
         return {"generation": run}
     tokens_mb = training.tokens_per_micro_batch
-    step = training_step(
+    step = settings_step(
         alloc.backend,
         arch,
         alloc.parallel,
         hardware,
-        tokens_per_step=ns.tokens_per_step or TOKENS_PER_STEP,
-        tokens_per_micro_batch=tokens_mb,
+        training,
+        tokens=ns.tokens_per_step or TOKENS_PER_STEP,
         sequence_length=ns.seq_len or min(tokens_mb, CONTEXT_LENGTH),
-        recompute=training.recompute,
-        virtual_pipeline=training.virtual_pipeline,
-        layer_split=training.layer_split,
-        token_dispatcher=training.token_dispatcher,
-        recompute_modules=training.recompute_modules,
     )
     return {
         "training": {
