@@ -62,6 +62,7 @@ __all__ = [
     "DEFAULT_OFFPOLICYNESS",
     "DEFAULT_RECOMPUTE_LOGPROB",
     "DEFAULT_RECOMPUTE_MODULES",
+    "FSDP_WHOLE_MLP_MODEL_TYPES",
     "GIB",
     "LOGITS",
     "LORA_TARGETS",
@@ -77,6 +78,7 @@ __all__ = [
     "ServerLimit",
     "StepShape",
     "TrainingSettings",
+    "fsdp_keeps_mlp_whole",
     "inference_settings",
     "one_of",
     "sequences_in_flight",
@@ -178,6 +180,30 @@ def server_limit(engine: Engine | None) -> ServerLimit:
 #: op (torchtitan's and the archon engine's per-op selective checkpointing, see
 #: :func:`areal_alloc.estimate.activations.op_sac_bytes_per_token`)
 RECOMPUTE = ("none", "selective", "full", "op")
+
+#: The model types whose MLPs the reference's FSDP engine leaves out of its tensor-parallel
+#: plan: ``apply_non_moe_tp`` adds the MLP's all-gather, column- and row-parallel projections
+#: only ``if not is_moe_model(model_config.model_type)`` (areal/engine/fsdp_utils/parallel.py
+#: l.279-293), and ``is_moe_model`` is this list (``VALID_MOE_MODELS``,
+#: areal/engine/core/model.py l.66-79, AReaL cbff54d645d2cd8ee1f1c358a82f3f473588433d). Their
+#: MLP blocks (router, routed and shared experts, a dense layer's MLP) run whole on each
+#: rank's sequence shard: sharded over d·c by FSDP, not split by t, and with no
+#: tensor-parallel collective of their own.
+FSDP_WHOLE_MLP_MODEL_TYPES = (
+    "qwen3_moe",
+    "qwen3_vl_moe",
+    "qwen3_5_moe",
+    "qwen3_5_moe_text",
+    "bailing_moe_v2",
+    "bailing_moe_linear",
+    "bailing_hybrid",
+)
+
+
+def fsdp_keeps_mlp_whole(backend: str, model_type: str) -> bool:
+    """The reference's FSDP engine leaves this model's MLPs out of tensor parallelism
+    (:data:`FSDP_WHOLE_MLP_MODEL_TYPES`)."""
+    return backend == "fsdp" and model_type in FSDP_WHOLE_MLP_MODEL_TYPES
 
 
 OPTIMIZERS = ("adam", "adam_bf16", "sgd")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from areal_alloc.architecture import Architecture, ParameterCount
-from areal_alloc.estimate.execution import TrainingSettings
+from areal_alloc.estimate.execution import TrainingSettings, fsdp_keeps_mlp_whole
 from areal_alloc.estimate.memory import Term, dtype_bytes, short_count
 from areal_alloc.estimate.pipeline_split import PipelineSplit, engine_split
 from areal_alloc.strategy import ParallelStrategy
@@ -101,7 +101,7 @@ class Stage:
     dense_layers: int
     moe_layers: int
     tensor: float  # split by t
-    replicated: float  # norms, routers, the final norm
+    replicated: float  # norms, routers, the final norm (and MLPs FSDP keeps whole)
     experts: float  # routed experts
     ends: float  # of ``tensor``: the embedding and the output layer on this rank
     lora: Adapters | None  # the rank's LoRA adapters
@@ -147,7 +147,8 @@ def _share(split: PipelineSplit, rank: int) -> str:
 def stage(e: Engine, rank: int = 0) -> Stage:
     """Pipeline rank ``rank``'s parameters: its decoder layers (:func:`pipeline_ranks`),
     the embedding on rank 0, the output layer and the final norm on rank pp − 1; Megatron
-    and archon split the experts over etp·ep, FSDP splits them by t like the rest."""
+    and archon split the experts over etp·ep, FSDP splits them by t like the rest, but for
+    the model types whose MLPs its plan leaves whole (``fsdp_keeps_mlp_whole``)."""
     p, pp, tp = e.p, e.parallel.pp_size, e.parallel.tp_size
     ep, etp = e.parallel.ep_size, e.parallel.etp_size
     dense_l, moe_l = e.rank_layers[rank]
@@ -156,6 +157,14 @@ def stage(e: Engine, rank: int = 0) -> Stage:
     )
     rep = float(p.norms * (dense_l + moe_l) + p.router * moe_l)
     exp = float(p.routed_experts * moe_l)
+    whole = ""
+    if tp > 1 and fsdp_keeps_mlp_whole(e.backend, e.arch.model_type):
+        # its MLP blocks stay whole on every tensor-parallel rank (execution.py)
+        mlps = float(p.dense_mlp * dense_l + p.shared_experts * moe_l) + exp
+        tp_part -= mlps - exp
+        rep += mlps
+        exp = 0.0
+        whole = f", the {e.arch.model_type} MLPs whole: the reference's FSDP plan leaves them"
     ends = 0.0
     if e.split is None:
         ends = float(p.embedding + p.output)
@@ -178,7 +187,7 @@ def stage(e: Engine, rank: int = 0) -> Stage:
         )
     else:
         on_gpu = (tp_part + exp) / tp + rep
-        shard_text = f"({short_count(tp_part + exp)}/t{tp} + {short_count(rep)} replicated)"
+        shard_text = f"({short_count(tp_part + exp)}/t{tp} + {short_count(rep)} replicated{whole})"
     lora = None if e.lora is None else e.lora.on(dense_l, moe_l)
     return Stage(rank, pp, dense_l, moe_l, tp_part, rep, exp, ends, lora, where, on_gpu, shard_text)
 
@@ -356,11 +365,22 @@ def _on_rank(e: Engine, s: Stage) -> str:
     return f" [{s.where}]" if e.split is not None else ""
 
 
+def _gathered_layer(e: Engine) -> float:
+    """The largest decoder layer one GPU gathers at once: split by t, but for the MLPs the
+    reference's FSDP plan keeps whole (``fsdp_keeps_mlp_whole``)."""
+    p, tp = e.p, e.parallel.tp_size
+    if tp == 1 or not fsdp_keeps_mlp_whole(e.backend, e.arch.model_type):
+        return p.largest_layer / tp
+    dense = (p.attention + p.norms) / tp + p.dense_mlp if p.dense_layers else 0.0
+    moe = p.attention / tp + p.norms + p.shared_experts + p.routed_experts + p.router
+    return max(dense, moe if p.moe_layers else 0.0)
+
+
 def _sharded_weights(e: Engine, shard: _Shard) -> Term:
     """The stored shard, and the gathered root module (the rank's embedding and output
     layer) and two decoder layers (the current one and the prefetched next) in ``dtype``."""
-    p, tp, compute = e.p, e.parallel.tp_size, e.compute
-    gathered = shard.root + 2 * p.largest_layer / tp
+    compute = e.compute
+    gathered = shard.root + 2 * _gathered_layer(e)
     if e.settings.offload_params:
         return Term(
             "weights",

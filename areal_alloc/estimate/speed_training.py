@@ -35,6 +35,7 @@ from areal_alloc.estimate.execution import (
     RECOMPUTE,
     TOKEN_DISPATCHERS,
     TrainingSettings,
+    fsdp_keeps_mlp_whole,
     one_of,
 )
 from areal_alloc.estimate.memory_sharding import pipeline_ranks
@@ -427,19 +428,24 @@ def _tensor_parallel_term(step: _TrainingShape) -> StepTerm | None:
     members = members_per_node(tp, 1, step.node)
     act, layers_here, micro_batches = step.act, step.layers_here, step.micro_batches
     moe_here = arch.moe_layer_count / step.parallel.pp_size if arch.is_moe else 0.0
-    quiet = (
-        moe_here
-        if moe_here and step.parallel.etp_size == 1 and not arch.shared_expert_intermediate_size
-        else 0.0
-    )
+    whole = fsdp_keeps_mlp_whole(step.backend, arch.model_type)
+    if whole:  # no MLP in the plan: only the attention's collectives, in every layer
+        quiet, why = layers_here, f"the reference's FSDP plan leaves {arch.model_type} MLPs whole"
+    elif moe_here and step.parallel.etp_size == 1 and not arch.shared_expert_intermediate_size:
+        quiet, why = moe_here, "the experts' etp1 has none"
+    else:
+        quiet, why = 0.0, ""
     collectives = 8 * layers_here - 4 * quiet
     volume = collectives * micro_batches * act * (tp - 1) / tp
-    count = (
-        f"8 all-gathers/reduce-scatters × {layers_here:g} layers"
-        if not quiet
-        else f"(8 all-gathers/reduce-scatters × {layers_here - quiet:g} dense layers + 4 (the "
-        f"attention's; the experts' etp1 has none) × {quiet:g} MoE layers)"
-    )
+    if not quiet:
+        count = f"8 all-gathers/reduce-scatters × {layers_here:g} layers"
+    elif whole:
+        count = f"4 all-gathers/reduce-scatters (the attention's; {why}) × {layers_here:g} layers"
+    else:
+        count = (
+            f"(8 all-gathers/reduce-scatters × {layers_here - quiet:g} dense layers + 4 (the "
+            f"attention's; {why}) × {quiet:g} MoE layers)"
+        )
     return StepTerm(
         "tensor parallel",
         volume / hardware.link_bytes_per_second(inside, members),
@@ -613,9 +619,14 @@ def _pipeline_p2p_term(step: _TrainingShape) -> StepTerm | None:
 
 
 def _params_here(step: _TrainingShape) -> float:
-    """Parameters one GPU holds: tensor- and pipeline-sharded, experts over e·etp."""
-    p, parallel = step.arch.parameters, step.parallel
+    """Parameters one GPU holds: tensor- and pipeline-sharded, experts over e·etp (FSDP:
+    the MLPs it keeps whole, ``fsdp_keeps_mlp_whole``, over p only)."""
+    p, parallel, arch = step.arch.parameters, step.parallel, step.arch
     tp, pp = parallel.tp_size, parallel.pp_size
+    if fsdp_keeps_mlp_whole(step.backend, arch.model_type):
+        moe = p.shared_experts + p.routed_experts + p.router
+        mlps = p.dense_mlp * p.dense_layers + moe * p.moe_layers
+        return (p.total - mlps) / (tp * pp) + mlps / pp
     if not step.arch.is_moe:
         return p.total / (tp * pp)
     return (p.total - p.expert_sharded) / (tp * pp) + p.expert_sharded / (

@@ -507,10 +507,11 @@ NVLINK = 900e9 / 2 * 0.7  # one direction, at the achievable fraction
 
 
 def _tp_seconds(arch: Architecture, spec: str) -> float:
+    allocation = ModelAllocation.from_str(spec)
     step = training_step(
-        "megatron",
+        allocation.backend,
         arch,
-        ModelAllocation.from_str(spec).parallel,
+        allocation.parallel,
         H100,
         tokens_per_step=TOKENS,
         tokens_per_micro_batch=16384,
@@ -527,6 +528,10 @@ TP_COLLECTIVES = [
     (LLAMA, "megatron:d4t2", 8 * 32),  # 32 dense layers
     (QWEN_MOE, "megatron:d4t2e8", 4 * 48),  # 48 MoE layers, etp 1, no shared expert
     (DEEPSEEK, "megatron:d4t2e8", 8 * 61),  # 3 dense + 58 MoE with a shared expert
+    # the reference's FSDP plan leaves qwen3_moe's MLPs out (areal/engine/fsdp_utils/
+    # parallel.py l.279-293): the attention's 4 in each of the 48 layers
+    (QWEN_MOE, "fsdp:d4t2", 4 * 48),
+    (LLAMA, "fsdp:d4t2", 8 * 32),  # a dense model's MLP is in the plan
 ]
 
 
@@ -539,3 +544,28 @@ def test_the_tensor_parallel_collectives_of_each_layer(
     act = 16384 * arch.hidden_size * 2
     expected = collectives * 16 * act / 2 / NVLINK
     assert _tp_seconds(arch, spec) == pytest.approx(expected, rel=1e-12)
+
+
+def test_fsdp_keeps_the_listed_moe_models_mlps_whole_over_t() -> None:
+    """qwen3_moe under the reference's FSDP with t2: its MLP blocks (routed experts here) are
+    sharded over d only, so against the same model under a type the plan splits, each GPU
+    stores the routed experts' other half: 48 layers × 128 experts × 3 × 2,048 × 768 =
+    28,991,029,248 params × (1 − 1/2) / d4 = 3,623,878,656 params × 4 B (float32 storage),
+    and gathers two whole layers' MLP blocks where the split one gathers 1/t of each layer:
+    2 × (routed 603,979,776 + router 2,048 × 128 = 262,144 + norms 2 × 2,048 + 2 × 128 =
+    4,352) / 2 × 2 B (bfloat16)."""
+    from dataclasses import replace
+
+    from areal_alloc.estimate.engines import estimate_allocation
+
+    settings = TrainingSettings(tokens_per_micro_batch=4096, recompute="full")
+    alloc = ModelAllocation.from_str("fsdp:d4t2")
+
+    def weights(arch: Architecture) -> int:
+        found = estimate_allocation(alloc, arch, 80 * 2**30, settings, None)
+        backward = next(phase for phase in found.phases if phase.name == "backward")
+        return next(t.bytes for t in backward.terms if t.name == "weights")
+
+    split = replace(QWEN_MOE, model_type="qwen3_moe_not_listed")
+    gathered = 2 * (603_979_776 + 262_144 + 4_352) // 2 * 2
+    assert weights(QWEN_MOE) - weights(split) == 3_623_878_656 * 4 + gathered
