@@ -515,13 +515,21 @@ def suggest(
             best_rollout[rollout_gpus] = found.layouts[0] if found.layouts else None
         return best_rollout[rollout_gpus]
 
-    def at_dp(settings: TrainingSettings, dp: int) -> TrainingSettings:
+    def at_dp(settings: TrainingSettings, dp: int, key: str = "actor") -> TrainingSettings:
         """``mb_spec.max_tokens_per_mb`` unset (the config's micro_batches given): each
-        rank's whole share of the step is its micro-batch, so its tokens follow d."""
+        rank's whole share of the step is a forward's micro-batch, a minibatch of it an
+        update's (``execution.whole_local_batch_tokens``), so its tokens follow d."""
         if settings.micro_batches is None:
             return settings
-        tokens = whole_local_batch_tokens(shape.batch, dp, sequence, settings.micro_batches)
-        return replace(settings, tokens_per_micro_batch=tokens)
+        splits = step.minibatches_of(key) if settings.optimizer is not None else 1
+        count = settings.micro_batches
+        tokens = whole_local_batch_tokens(shape.batch, dp, sequence, count, splits)
+        forward = whole_local_batch_tokens(shape.batch, dp, sequence, count)
+        return replace(
+            settings,
+            tokens_per_micro_batch=tokens,
+            forward_tokens_per_micro_batch=forward if forward != tokens else None,
+        )
 
     def train_search(train_gpus: int, settings: TrainingSettings, dp: int | None) -> FastestLayouts:
         return fastest_layouts(
@@ -590,7 +598,13 @@ def suggest(
         train = rl_step.training_side(  # each engine with its own settings, as the plan does
             [
                 rl_step.training_pace(
-                    key, train_backend, actor.parallel, arch, hardware, step, at_dp(settings, dp)
+                    key,
+                    train_backend,
+                    actor.parallel,
+                    arch,
+                    hardware,
+                    step,
+                    at_dp(settings, dp, key),
                 )
                 for key, settings in side
             ]

@@ -806,7 +806,9 @@ def _config_execution(ns: argparse.Namespace, experiment: Experiment) -> None:
     engines = {e.key: e for e in experiment.engines if e.active}
     notes: list[str] = []  # what the plan says of them; suggest's own figures follow
     ns.config_training = {
-        key: training_settings(engine, experiment.run, reserve, notes)
+        key: training_settings(
+            engine, experiment.run, reserve, notes, experiment.startup.minibatches_of(key)
+        )
         for key, engine in engines.items()
         if key in ("actor", "ref", "critic") and not engine.allocation.is_inference
     }

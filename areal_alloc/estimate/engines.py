@@ -158,7 +158,8 @@ def estimate_memory(experiment: Experiment, settings: Resolved | None = None) ->
                 estimate_allocation(allocation, arch, capacity, None, serve, engine.key)
             )
         else:
-            train = training_settings(engine, experiment.run, reserve, notes)
+            minibatches = experiment.startup.minibatches_of(engine.key)
+            train = training_settings(engine, experiment.run, reserve, notes, minibatches)
             trainings[-1] = train
             estimates.append(
                 estimate_allocation(allocation, arch, capacity, train, None, engine.key)

@@ -275,6 +275,11 @@ class TrainingSettings:
     recompute: str = defaults.RECOMPUTE  # one of RECOMPUTE
     tokens_per_micro_batch: int = defaults.CONTEXT_LENGTH
     micro_batches: int | None = None  # None: enough to fill the pipeline
+    #: the micro-batch of the forwards over the whole step (compute_logp, compute_values)
+    #: when it differs from the update's: with ``mb_spec.max_tokens_per_mb`` unset, the
+    #: update packs each of ``ppo_n_minibatches`` minibatches by count, the forwards the
+    #: whole share (:func:`whole_local_batch_tokens`); None: ``tokens_per_micro_batch``
+    forward_tokens_per_micro_batch: int | None = None
     virtual_pipeline: int = 1
     #: how the layers are split over the pipeline stages (pipeline_split.SPLITS): the
     #: reference's own rule ("areal"), megatron-core's even one for its megatron-bridge
@@ -339,13 +344,24 @@ class TrainingSettings:
             raise AllocationValidationError(
                 f"optimizer.type={self.optimizer!r}: must be one of {', '.join(OPTIMIZERS)}"
             )
-        for name in ("tokens_per_micro_batch", "virtual_pipeline", "lora_rank"):
+        for name in (
+            "tokens_per_micro_batch",
+            "virtual_pipeline",
+            "lora_rank",
+            "forward_tokens_per_micro_batch",
+        ):
             value = getattr(self, name)
-            if name == "lora_rank" and value is None:
+            if name in ("lora_rank", "forward_tokens_per_micro_batch") and value is None:
                 continue
             number = read_int(value, name, minimum=1, maximum=MAX_COUNT)  # the one reader
             if number is not value:  # "8192" given directly: kept as the number it names
                 object.__setattr__(self, name, number)
+
+    @property
+    def forward_tokens(self) -> int:
+        """Tokens of a micro-batch of a forward over the whole step."""
+        found = self.forward_tokens_per_micro_batch
+        return self.tokens_per_micro_batch if found is None else found
 
 
 @dataclass(frozen=True, slots=True)
@@ -471,9 +487,10 @@ def _layer_split(engine: Engine) -> str:
 
 
 def training_settings(
-    engine: Engine, run: RunConfig, reserve: int | None, notes: list[str]
+    engine: Engine, run: RunConfig, reserve: int | None, notes: list[str], minibatches: int = 1
 ) -> TrainingSettings:
-    """The memory model's settings of a training engine, from its one reading."""
+    """The memory model's settings of a training engine, from its one reading;
+    ``minibatches``: its update's ``ppo_n_minibatches`` (``StartupConfig.minibatches_of``)."""
     read, path = engine.training or TrainConfig(), engine.path
     if read.optimizer_assumed:
         notes.append(f"{path}.optimizer unset: assumed adam (the run trains {engine.key})")
@@ -486,10 +503,11 @@ def training_settings(
             f"with {read.recompute} recomputation (its megatron.recompute_granularity; null "
             f"turns it off)"
         )
-    tokens, micro_batches = read.max_tokens_per_mb, None
+    tokens, micro_batches, forward = read.max_tokens_per_mb, None, None
     if tokens is None:
         dp = engine.allocation.parallel.dp_size
-        tokens, micro_batches, note = _whole_local_batch(run, read.n_mbs, path, dp)
+        splits = minibatches if read.optimizer is not None else 1
+        tokens, forward, micro_batches, note = _whole_local_batch(run, read.n_mbs, path, dp, splits)
         notes.append(note)
     lora_rank: int | None = None
     if read.use_lora:
@@ -508,6 +526,7 @@ def training_settings(
             recompute=read.recompute,
             tokens_per_micro_batch=tokens,
             micro_batches=micro_batches,
+            forward_tokens_per_micro_batch=forward if forward != tokens else None,
             virtual_pipeline=vpp,
             layer_split=_layer_split(engine),
             offload_params=read.offload_params,
@@ -554,15 +573,22 @@ def _archon_stages(engine: Engine, read: TrainConfig, notes: list[str]) -> int:
     return per_rank
 
 
-def whole_local_batch_tokens(sequences: int, dp: int, length: int, n_mbs: int) -> int:
+def whole_local_batch_tokens(
+    sequences: int, dp: int, length: int, n_mbs: int, minibatches: int = 1
+) -> int:
     """Tokens of one micro-batch when ``mb_spec.max_tokens_per_mb`` is unset: each of the
-    ``dp`` ranks' share of the step's ``sequences``, each ``length`` tokens at most, in
-    ``n_mbs`` micro-batches (:func:`_whole_local_batch` says where the reference does it).
-    It depends on the layout's d: ``suggest`` calls it for each layout it estimates."""
-    return max(1, math.ceil(math.ceil(sequences / max(1, dp)) * length / max(1, n_mbs)))
+    ``dp`` ranks' share of the step's ``sequences``, each ``length`` tokens at most, cut
+    into ``minibatches`` (an update's ``ppo_n_minibatches``; 1: a forward over the whole
+    share) and each into ``n_mbs`` micro-batches (:func:`_whole_local_batch` says where the
+    reference does it). It depends on the layout's d: ``suggest`` calls it for each layout
+    it estimates."""
+    share = math.ceil(math.ceil(sequences / max(1, dp)) / max(1, minibatches))
+    return max(1, math.ceil(share * length / max(1, n_mbs)))
 
 
-def _whole_local_batch(run: RunConfig, n_mbs: int, path: str, dp: int) -> tuple[int, int, str]:
+def _whole_local_batch(
+    run: RunConfig, n_mbs: int, path: str, dp: int, minibatches: int = 1
+) -> tuple[int, int, int, str]:
     """Tokens of one micro-batch when ``mb_spec.max_tokens_per_mb`` is unset.
 
     The reference then caps a micro-batch at DEFAULT_MAX_TOKENS_PER_MB = 10**12
@@ -571,7 +597,9 @@ def _whole_local_batch(run: RunConfig, n_mbs: int, path: str, dp: int) -> tuple[
     allocate_balanced_mbs, lines 697-721 and 467-474, reference commit cbff54d6):
     each data-parallel rank's whole share of the step is one micro-batch. That
     share: train_dataset.batch_size × gconfig.n_samples sequences over d, each at
-    most train_dataset.max_length + gconfig.max_new_tokens tokens.
+    most train_dataset.max_length + gconfig.max_new_tokens tokens. An update packs one
+    of its ``minibatches`` at a time (areal/trainer/ppo/actor.py l.454-457), so its
+    micro-batch is 1/minibatches of that: (update tokens, forward tokens, n_mbs, note).
     """
     batch, samples, new_tokens = run.batch, run.samples, run.new_tokens
     prompt_text = (
@@ -580,16 +608,23 @@ def _whole_local_batch(run: RunConfig, n_mbs: int, path: str, dp: int) -> tuple[
         else f"a {defaults.PROMPT_TOKENS:,}-token prompt (train_dataset.max_length unset)"
     )
     sequences = math.ceil(batch * samples / dp)
-    tokens = whole_local_batch_tokens(batch * samples, dp, run.prompt + new_tokens, n_mbs)
+    length = run.prompt + new_tokens
+    forward = whole_local_batch_tokens(batch * samples, dp, length, n_mbs)
+    tokens = whole_local_batch_tokens(batch * samples, dp, length, n_mbs, minibatches)
     split = f" / mb_spec.n_mbs {n_mbs}" if n_mbs > 1 else ""
     note = (
         f"{path}.mb_spec.max_tokens_per_mb unset: the reference packs each data-parallel rank's "
         f"whole batch into {n_mbs} micro-batch{'es' if n_mbs > 1 else ''} (areal/utils/data.py): "
         f"train_dataset.batch_size {batch:,} × gconfig.n_samples {samples:,} / d{dp} = "
         f"{sequences:,} sequence{'s' if sequences != 1 else ''} × ({prompt_text} + "
-        f"gconfig.max_new_tokens {new_tokens:,}){split} = {tokens:,} tokens per micro-batch"
+        f"gconfig.max_new_tokens {new_tokens:,}){split} = {forward:,} tokens per micro-batch"
     )
-    return tokens, n_mbs, note
+    if tokens != forward:
+        note += (
+            f"; its update packs one of its {minibatches} minibatches at a time: "
+            f"{tokens:,} tokens per micro-batch"
+        )
+    return tokens, forward, n_mbs, note
 
 
 def _lora_targets(targets: tuple[str, ...], path: str, notes: list[str]) -> None:

@@ -517,7 +517,10 @@ def _backward_phase(e: Engine, terms: list[Term]) -> tuple[Term, ...]:
 def _forward_phase(e: Engine, s: Stage, terms: list[Term]) -> tuple[Term, ...]:
     """A forward before training (``recompute_logprob``, a critic's values): what is
     held (:func:`_optimizer_step_phase`), one layer's working set and the logits without
-    gradients."""
+    gradients, at the forward's own micro-batch (``TrainingSettings.forward_tokens``)."""
+    forward_tokens = math.ceil(e.settings.forward_tokens / e.parallel.cp_size)
+    if forward_tokens != e.tokens:
+        e = replace(e, tokens=forward_tokens)
     logits = _logits(e, s, True)
     forward = (_forward_activations(e), *((logits,) if logits else ()))
     return (*_held(terms), *forward, *_reserve_of(terms))

@@ -604,9 +604,8 @@ def training_pace(
     args = (backend, model, parallel, hardware)
     # one forward over the step's data (a ref's or a teacher's, the actor's compute_logp, the
     # critic's compute_values): a third of a step over it, nothing recomputed
-    forward = settings_step(
-        *args, replace(ts, optimizer=None), tokens=tokens, sequence_length=length, key=key
-    )
+    whole = replace(ts, optimizer=None, tokens_per_micro_batch=ts.forward_tokens)
+    forward = settings_step(*args, whole, tokens=tokens, sequence_length=length, key=key)
     if ts.optimizer is None:
         seconds = forward.seconds / 3
         what = f"forward pass over {tokens:,} tokens (a third of a training step)"

@@ -199,27 +199,31 @@ def _grpo(**actor: Any) -> dict[str, Any]:
 
 
 # areal/utils/data.py (lines 697, 718-721): max_tokens_per_mb None → 10**12, packed by
-# count into mb_spec.n_mbs (default 1) groups: 256 × 4 / d8 = 128 sequences × 2048 tokens
+# count into mb_spec.n_mbs (default 1) groups: 256 × 4 / d8 = 128 sequences × 2048 tokens;
+# the update packs one of ppo_n_minibatches (default 4) minibatches at a time
+# (areal/trainer/ppo/actor.py l.454-457): 32 sequences × 2,048 = 65,536 tokens
 @pytest.mark.parametrize(
     ("cfg", "tokens", "note"),
     [
         (
             _grpo(),
-            262_144,
+            65_536,
             "actor.mb_spec.max_tokens_per_mb unset: the reference packs each data-parallel "
             "rank's whole batch into 1 micro-batch (areal/utils/data.py): "
             "train_dataset.batch_size 256 × gconfig.n_samples 4 / d8 = 128 sequences × "
             "(train_dataset.max_length 1,024 + gconfig.max_new_tokens 1,024) = 262,144 tokens "
-            "per micro-batch",
+            "per micro-batch; its update packs one of its 4 minibatches at a time: 65,536 "
+            "tokens per micro-batch",
         ),
         (
             _grpo(mb_spec={"n_mbs": 4}),
-            65_536,
+            16_384,
             "actor.mb_spec.max_tokens_per_mb unset: the reference packs each data-parallel "
             "rank's whole batch into 4 micro-batches (areal/utils/data.py): "
             "train_dataset.batch_size 256 × gconfig.n_samples 4 / d8 = 128 sequences × "
             "(train_dataset.max_length 1,024 + gconfig.max_new_tokens 1,024) / mb_spec.n_mbs 4 "
-            "= 65,536 tokens per micro-batch",
+            "= 65,536 tokens per micro-batch; its update packs one of its 4 minibatches at a "
+            "time: 16,384 tokens per micro-batch",
         ),
         (
             # the reference's defaults: batch 1, n_samples 1, max_new_tokens 16384
@@ -241,6 +245,21 @@ def test_unset_max_tokens_per_mb_budgets_the_whole_local_batch(
     memory = plan["actor"].memory
     assert memory is not None
     assert memory.term("logits") == tokens * 152064 * 6  # memory.LOGITS "areal"
+
+
+def test_the_forward_before_the_update_packs_the_whole_share() -> None:
+    # compute_logp runs over the whole step (rl_trainer.py l.784-793): its micro-batch is
+    # the rank's whole share, 128 sequences × 2,048 = 262,144 tokens, its bf16 logits 2 B
+    # each; the update's backward the minibatch's 65,536 tokens at 6 B
+    plan = plan_config(_grpo(recompute_logprob=True))
+    memory = plan["actor"].memory
+    assert memory is not None
+    logits = {
+        phase.name: next(t.bytes for t in phase.terms if t.name == "logits")
+        for phase in memory.phases
+        if phase.name in ("forward", "backward")
+    }
+    assert logits == {"forward": 262_144 * 152064 * 2, "backward": 65_536 * 152064 * 6}
 
 
 # --- offload: each engine alone, or the resident sum ----------------------------------------
