@@ -36,6 +36,7 @@ __all__ = [
     "layout_problems",
     "local_config",
     "local_path",
+    "minibatch_micro_batches",
     "read_config_json",
     "read_model_config",
     "shape_problems",
@@ -250,6 +251,17 @@ def engine_micro_batches(backend: str, pp: int, vpp: int, micro_batches: int | N
     least = 2 * pp if backend == "megatron" else pp * max(vpp, 1)
     count = max(least, micro_batches or least)
     return -(-count // pp) * pp
+
+
+def minibatch_micro_batches(backend: str, pp: int, vpp: int, n_mbs: int) -> int | None:
+    """The micro-batches each of a trainer's ``ppo_n_minibatches`` minibatches is packed
+    into at least (:func:`engine_micro_batches`, ``mb_spec.n_mbs`` otherwise), or None where
+    the count is not certain: archon at pp > 1 (its stages per rank set it). A rank with
+    fewer sequences than minibatches × that leaves a minibatch short, and the reference's
+    seqpack raises (the start-up rule ``minibatches_fill_their_micro_batches``)."""
+    if backend == "archon" and pp > 1:
+        return None
+    return engine_micro_batches(backend, pp, vpp, n_mbs) or n_mbs
 
 
 def even_split_builds(num_layers: int, pp: int, vpp: int = 1) -> bool:

@@ -51,7 +51,7 @@ from areal_alloc.estimate.memory import Term
 from areal_alloc.estimate.system import Hardware
 from areal_alloc.layouts import FastestLayouts, LayoutConstraints, RankedLayout, fastest_layouts
 from areal_alloc.limits import MAX_COUNT
-from areal_alloc.model_shape import engine_micro_batches, even_split_builds
+from areal_alloc.model_shape import even_split_builds, minibatch_micro_batches
 from areal_alloc.numbers import read_int
 from areal_alloc.strategy import ParallelStrategy
 from areal_alloc.vocab import BACKEND_DIMS
@@ -95,6 +95,9 @@ class RunShape:
     #: step each; ``critic.ppo_n_minibatches`` the critic's
     minibatches: int = PPO_MINIBATCHES
     critic_minibatches: int = PPO_MINIBATCHES
+    #: the config's ``dynamic_bs``: the count per minibatch varies, and the start-up rule
+    #: on it is not checked
+    dynamic_bs: bool = False
 
     def __post_init__(self) -> None:
         for name in ("batch", "prompt_len", "gen_len", "minibatches", "critic_minibatches"):
@@ -466,20 +469,19 @@ def suggest(
         return dp <= shape.batch and shape.batch % dp == 0
 
     def builds(parallel: ParallelStrategy, settings: TrainingSettings) -> bool:
-        # each data-parallel rank splits its sequences into ``minibatches`` and packs each
-        # into at least the micro-batches its engine runs (model_shape.engine_micro_batches):
-        # seqpack's allocation raises with fewer sequences than that (the start-up rule
-        # minibatches_fill_their_micro_batches; areal/utils/seqpack.py ffd_allocate)
-        least = engine_micro_batches(
-            train_backend, parallel.pp_size, settings.virtual_pipeline, settings.micro_batches
-        )
-        # the critic, placed on the actor's layout, splits its share into its own count
-        splits = step.minibatches_of("actor")
-        if shape.critic:
-            splits = max(splits, step.minibatches_of("critic"))
-        need = splits * (least or 1)
-        if shape.batch // max(1, parallel.dp_size) < need:  # minibatches_fill_their_micro_…
-            return False
+        # each trainer on the actor's layout (the actor, a critic) splits a rank's sequences
+        # into its ppo_n_minibatches and packs each into at least its micro-batches
+        # (model_shape.minibatch_micro_batches): the start-up rule
+        # minibatches_fill_their_micro_batches refuses fewer (not under dynamic_bs)
+        per_rank = shape.batch // max(1, parallel.dp_size)
+        for key, own in side:
+            if own.optimizer is None or shape.dynamic_bs:
+                continue
+            least = minibatch_micro_batches(
+                train_backend, parallel.pp_size, own.virtual_pipeline, own.n_mbs
+            )
+            if least is not None and per_rank < step.minibatches_of(key) * least:
+                return False
         # an engine split evenly (megatron-bridge's path: execution sets layer_split "even")
         # starts only where p divides the layers and vpp each rank's (the start-up rule
         # megatron_bridge_splits_evenly refuses the rest)

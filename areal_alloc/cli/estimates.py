@@ -770,6 +770,7 @@ def _suggest_from_config(ns: argparse.Namespace) -> tuple[bool, bool]:
         "update_mode": experiment.update_mode,
         "minibatches": experiment.startup.ppo_n_minibatches,
         "critic_minibatches": experiment.startup.critic_ppo_n_minibatches,
+        "dynamic_bs": experiment.startup.dynamic_bs,
     }
     ns.current = pace
     _config_execution(ns, experiment)
@@ -829,7 +830,11 @@ def _suggest_settings(
     found: dict[str, TrainingSettings] = getattr(ns, "config_training", None) or {}
     given: dict[str, object] = {}
     if ns.tokens is not None:  # every training engine's micro-batch
-        given.update(tokens_per_micro_batch=ns.tokens, micro_batches=None)
+        given.update(
+            tokens_per_micro_batch=ns.tokens,
+            micro_batches=None,
+            forward_tokens_per_micro_batch=None,
+        )
     if ns.recompute is not None:
         given["recompute"] = ns.recompute
 
@@ -1014,6 +1019,7 @@ def suggest_command(args: list[str]) -> int:
         mode=rl_step.SYNCHRONOUS if ns.sync else step.get("mode"),  # type: ignore[arg-type]
         minibatches=int(step.get("minibatches", PPO_MINIBATCHES)),  # type: ignore[call-overload]
         critic_minibatches=int(step.get("critic_minibatches", PPO_MINIBATCHES)),  # type: ignore[call-overload]
+        dynamic_bs=bool(step.get("dynamic_bs", False)),
     )
     training, ref_training, critic_training, inference = _suggest_settings(ns)
     reserve = machine(ns).memory_reserve  # --memory-reserve-gib, the environment, cluster keys

@@ -275,6 +275,9 @@ class TrainingSettings:
     recompute: str = defaults.RECOMPUTE  # one of RECOMPUTE
     tokens_per_micro_batch: int = defaults.CONTEXT_LENGTH
     micro_batches: int | None = None  # None: enough to fill the pipeline
+    #: ``mb_spec.n_mbs``: the micro-batches the engine packs at least (MicroBatchSpec.n_mbs,
+    #: default 1); what each of its minibatches needs sequences for
+    n_mbs: int = 1
     #: the micro-batch of the forwards over the whole step (compute_logp, compute_values)
     #: when it differs from the update's: with ``mb_spec.max_tokens_per_mb`` unset, the
     #: update packs each of ``ppo_n_minibatches`` minibatches by count, the forwards the
@@ -349,6 +352,7 @@ class TrainingSettings:
             "virtual_pipeline",
             "lora_rank",
             "forward_tokens_per_micro_batch",
+            "n_mbs",
         ):
             value = getattr(self, name)
             if name in ("lora_rank", "forward_tokens_per_micro_batch") and value is None:
@@ -526,6 +530,7 @@ def training_settings(
             recompute=read.recompute,
             tokens_per_micro_batch=tokens,
             micro_batches=micro_batches,
+            n_mbs=read.n_mbs,
             forward_tokens_per_micro_batch=forward if forward != tokens else None,
             virtual_pipeline=vpp,
             layer_split=_layer_split(engine),

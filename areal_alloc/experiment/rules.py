@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from areal_alloc.defaults import PROX_LOGP_METHODS
 from areal_alloc.errors import AllocationValidationError, shown
-from areal_alloc.model_shape import engine_micro_batches, even_split_builds
+from areal_alloc.model_shape import even_split_builds, minibatch_micro_batches
 
 if TYPE_CHECKING:
     from areal_alloc.architecture import Architecture
@@ -713,9 +713,9 @@ def _short_minibatch(engine: Engine, minibatches: int, batch: int, items: int) -
     training = engine.training
     backend, parallel = engine.allocation.backend, engine.allocation.parallel
     pp, dp = parallel.pp_size, parallel.dp_size
-    if training is None or (backend == "archon" and pp > 1):
+    least = None if training is None else minibatch_micro_batches(backend, pp, 1, training.n_mbs)
+    if training is None or least is None:
         return None
-    least = engine_micro_batches(backend, pp, 1, training.n_mbs) or training.n_mbs
     per_rank = items // max(1, dp)
     need = minibatches * least
     if per_rank >= need:

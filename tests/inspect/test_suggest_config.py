@@ -142,3 +142,62 @@ def test_a_colocated_configs_proposals_are_separate_splits_in_its_offpolicyness_
         assert proposal["step_seconds"] == pytest.approx(
             proposal["generate_seconds"] + proposal["train_seconds"] + proposal["update_seconds"]
         )
+
+
+def test_a_tokens_flag_sets_every_micro_batch_of_a_config_without_a_budget(
+    main_cli: MainCli,
+) -> None:
+    """--tokens over a config without max_tokens_per_mb is that budget written: the update's
+    and the forwards' micro-batches both (the forward phase included)."""
+    config = str(ROOT / CONFIGS[1])
+    unset = (*WHOLE_BATCH, "actor.ppo_n_minibatches=4")
+    flagged = _suggest(main_cli, "--config", config, *unset, "--tokens", "4096", "--top", "1")
+    written = (*unset[1:], "actor.mb_spec.max_tokens_per_mb=4096")
+    budget = _suggest(main_cli, "--config", config, *written, "--top", "1")
+    assert flagged["proposals"][0]["actor"]["backend"] == budget["proposals"][0]["actor"]["backend"]
+    assert flagged["proposals"][0]["actor"]["memory"] == budget["proposals"][0]["actor"]["memory"]
+
+
+@pytest.mark.parametrize(
+    ("critic_n_mbs", "dynamic_bs", "actor"),
+    [
+        (1, False, "megatron:d8"),  # 32 sequences over d8: 4 a rank ≥ 2 minibatches × 1
+        (4, False, "megatron:d4t2"),  # 4 < 2 × 4: check refuses d8, so suggest skips it
+        (4, True, "megatron:d8"),  # dynamic_bs: the rule is not checked
+    ],
+)
+def test_each_trainer_on_the_actors_layout_needs_its_own_sequences(
+    critic_n_mbs: int, dynamic_bs: bool, actor: str
+) -> None:
+    """The critic on the actor's layout splits a rank's sequences into its own
+    ppo_n_minibatches, each packed into its own mb_spec.n_mbs (the start-up rule
+    minibatches_fill_their_micro_batches, one check: model_shape.minibatch_micro_batches)."""
+    from areal_alloc.catalogue import find_gpu, find_model
+    from areal_alloc.estimate.execution import TrainingSettings
+    from areal_alloc.estimate.system import Hardware
+    from areal_alloc.suggest import RunShape, suggest
+
+    gpu = find_gpu("H100-80GB")
+    shape = RunShape(
+        batch=32,
+        prompt_len=1024,
+        gen_len=1024,
+        critic=True,
+        minibatches=1,
+        critic_minibatches=2,
+        dynamic_bs=dynamic_bs,
+    )
+    trains = TrainingSettings(tokens_per_micro_batch=8192, recompute="full")
+    (best,) = suggest(
+        find_model("Qwen3-0.6B"),
+        16,
+        gpu.memory_bytes,
+        Hardware.from_gpu(gpu, 8),
+        shape,
+        training=trains,
+        critic_training=TrainingSettings(
+            tokens_per_micro_batch=8192, recompute="full", n_mbs=critic_n_mbs
+        ),
+        top=1,
+    )
+    assert best.actor.spec == actor
