@@ -55,6 +55,7 @@ from areal_alloc.experiment.read import (
     recompute_module_names,
 )
 from areal_alloc.limits import MAX_COUNT
+from areal_alloc.model_shape import engine_micro_batches
 from areal_alloc.numbers import read_float, read_int
 from areal_alloc.settings import Resolved
 
@@ -367,6 +368,18 @@ class TrainingSettings:
         found = self.forward_tokens_per_micro_batch
         return self.tokens_per_micro_batch if found is None else found
 
+    def packed(self, tokens: int, backend: str, pp: int) -> int:
+        """A micro-batch of ``tokens`` as ``backend`` at ``pp`` packs it: by the tokens
+        budget as given; by count (``micro_batches``: ``mb_spec.max_tokens_per_mb``
+        unset) the same share over the micro-batches the engine really runs, at least
+        2·p for the Megatron engine and p × stages for archon, a multiple of p
+        (``model_shape.engine_micro_batches``)."""
+        count = self.micro_batches
+        if count is None:
+            return tokens
+        runs = engine_micro_batches(backend, pp, self.virtual_pipeline, count) or count
+        return max(1, math.ceil(tokens * count / runs))
+
 
 @dataclass(frozen=True, slots=True)
 class InferenceSettings:
@@ -512,6 +525,14 @@ def training_settings(
         dp = engine.allocation.parallel.dp_size
         splits = minibatches if read.optimizer is not None else 1
         tokens, forward, micro_batches, note = _whole_local_batch(run, read.n_mbs, path, dp, splits)
+        backend, pp = engine.allocation.backend, engine.allocation.parallel.pp_size
+        runs = engine_micro_batches(backend, pp, read.virtual_pipeline_size or 1, read.n_mbs)
+        if runs is not None and runs > read.n_mbs:
+            packed = math.ceil(tokens * read.n_mbs / runs)
+            note += (
+                f"; at p{pp} the {backend} engine runs {runs} micro-batches "
+                f"(model_shape.engine_micro_batches): {packed:,} tokens each"
+            )
         notes.append(note)
     lora_rank: int | None = None
     if read.use_lora:

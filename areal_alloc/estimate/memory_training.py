@@ -137,7 +137,10 @@ def _engine(
             f"{key}.optimizer.type='adam_bf16': the archon engine takes adam or sgd "
             f"(areal/experimental/engine/archon_utils.py create_optimizer)"
         )
-    tokens = math.ceil(settings.tokens_per_micro_batch / parallel.cp_size)
+    pp = parallel.pp_size
+    tokens = math.ceil(
+        settings.packed(settings.tokens_per_micro_batch, backend, pp) / parallel.cp_size
+    )
     per_token = _per_token(arch, backend, parallel.tp_size, settings, tokens, settings.recompute)
     # a forward pass without gradients keeps one layer's working set at a time
     no_grad = _per_token(arch, backend, parallel.tp_size, settings, tokens, "none")
@@ -518,7 +521,8 @@ def _forward_phase(e: Engine, s: Stage, terms: list[Term]) -> tuple[Term, ...]:
     """A forward before training (``recompute_logprob``, a critic's values): what is
     held (:func:`_optimizer_step_phase`), one layer's working set and the logits without
     gradients, at the forward's own micro-batch (``TrainingSettings.forward_tokens``)."""
-    forward_tokens = math.ceil(e.settings.forward_tokens / e.parallel.cp_size)
+    packed = e.settings.packed(e.settings.forward_tokens, e.backend, e.parallel.pp_size)
+    forward_tokens = math.ceil(packed / e.parallel.cp_size)
     if forward_tokens != e.tokens:
         e = replace(e, tokens=forward_tokens)
     logits = _logits(e, s, True)

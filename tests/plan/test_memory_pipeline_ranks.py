@@ -56,7 +56,18 @@ def _per_token(t: int) -> float:
 # embedding and the untied output 622,329,856 each. The reference's split of pp4 is 7, 11,
 # 11, 7 layers; of pp8 vpp4 ranks hold 3, 4, 4, 4, 6, 6, 6, 3 (tests/plan/test_pipeline_split).
 @pytest.mark.parametrize(
-    ("backend", "allocation", "vpp", "micro_batches", "split", "rank", "share", "params", "held"),
+    (
+        "backend",
+        "allocation",
+        "vpp",
+        "micro_batches",
+        "split",
+        "rank",
+        "share",
+        "params",
+        "held",
+        "mb_tokens",
+    ),
     [
         # t2 d2: 12 B of states per parameter (2 + 4 + 12/2), a layer 96,477,440 on a GPU
         # and 63,488 B/token of activations: rank 0 (7 layers + embedding 311,164,928,
@@ -64,10 +75,33 @@ def _per_token(t: int) -> float:
         # (11 layers, 3 in flight: 33 layer-forwards) 1,061.3M × 12 + 11·3·8192·63,488 =
         # 12.74 + 17.16 = 29.90 GB; rank 2 (11, 2 in flight) less; rank 3 (7 + output, 1,
         # + logits 8192·75,968·8 B = 4.98 GB) 11.84 + 3.64 + 4.98 = 20.46 GB
-        ("megatron", "d2p4t2", 1, None, AREAL, 1, "11 of 36 layers", _rank_params(11, 2), 33),
-        # n_mbs 2: the reference's Megatron engine runs at least 2·pp = 8 micro-batches
-        # (megatron_engine.py min_n_mbs), so 3 in flight on rank 1 again, not min(3, 2)
-        ("megatron", "d2p4t2", 1, 2, AREAL, 1, "11 of 36 layers", _rank_params(11, 2), 33),
+        (
+            "megatron",
+            "d2p4t2",
+            1,
+            None,
+            AREAL,
+            1,
+            "11 of 36 layers",
+            _rank_params(11, 2),
+            33,
+            TOKENS,
+        ),
+        # packed by count into n_mbs 2 (max_tokens_per_mb unset): the reference's Megatron
+        # engine runs at least 2·pp = 8 micro-batches (megatron_engine.py min_n_mbs), so 3
+        # in flight on rank 1 again, not min(3, 2), each of the share 2 × 8,192 over 8
+        (
+            "megatron",
+            "d2p4t2",
+            1,
+            2,
+            AREAL,
+            1,
+            "11 of 36 layers",
+            _rank_params(11, 2),
+            33,
+            2 * TOKENS // 8,
+        ),
         # t1 d1, vpp 4: the virtual stages hold 0, 1 × 27, 3, 3, 3, 0 layers, rank r the
         # stages r, r + 8, r + 16, r + 24; interleaved 1F1B holds 2·(8 − r − 1) + 3·8 + 1 =
         # 39 − 2r chunk forwards, in the schedule table's order (8 of chunk 0, 8 of chunk 1,
@@ -88,6 +122,7 @@ def _per_token(t: int) -> float:
             "6 of 36 layers (virtual stages 4, 12, 20, 28: 1+1+1+3)",
             _rank_params(6, 1),
             45,
+            TOKENS,
         ),
     ],
 )
@@ -101,6 +136,7 @@ def test_the_most_loaded_rank_of_the_reference_split(
     share: str,
     params: int,
     held: int,
+    mb_tokens: int,
 ) -> None:
     parallel = ModelAllocation.from_str(f"{backend}:{allocation}").parallel
     training = TrainingSettings(
@@ -112,7 +148,7 @@ def test_the_most_loaded_rank_of_the_reference_split(
     assert f"most-loaded GPU: pipeline rank {rank} of {pp}, {share}; {split}" in (
         estimate.assumptions
     )
-    assert estimate.term("activations") == int(TOKENS * held * _per_token(t))
+    assert estimate.term("activations") == int(mb_tokens * held * _per_token(t))
     assert estimate.term("logits") == 0  # only the last rank holds them
 
 

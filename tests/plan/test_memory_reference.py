@@ -528,3 +528,28 @@ def test_lora_adds_adapters_and_trains_only_them(spec: str, rank: int) -> None:
     assert lora["gradients"] < full["gradients"] / 10
     assert lora["optimizer"] < full["optimizer"] / 10
     assert (lora["activations"], lora["logits"]) == (full["activations"], full["logits"])
+
+
+def test_unset_budget_packs_into_the_micro_batches_the_megatron_engine_runs() -> None:
+    # the Megatron engine at p2 runs at least 2·p = 4 micro-batches (megatron_engine.py
+    # l.2705-2716), so mb_spec.n_mbs 1 packs as n_mbs 4 does: 64 × 4 / d2 = 128 sequences ×
+    # 2,048 tokens / 4 minibatches / 4 = 16,384 tokens a micro-batch either way
+    def cfg(**mb: int) -> dict[str, Any]:
+        actor = {"backend": "megatron:d2p2t2", "path": "Qwen/Qwen3-8B"}
+        return {
+            "cluster": {"n_nodes": 2, "n_gpus_per_node": 8},
+            "rollout": {"backend": "sglang:d8"},
+            "actor": {**actor, "gradient_checkpointing": True, "mb_spec": mb},
+            "train_dataset": {"batch_size": 64, "max_length": 1024},
+            "gconfig": {"n_samples": 4, "max_new_tokens": 1024},
+        }
+
+    one, four = plan_config(cfg()), plan_config(cfg(n_mbs=4))
+    assert one["actor"].memory == four["actor"].memory
+    assert any(
+        a.endswith(
+            "at p2 the megatron engine runs 4 micro-batches "
+            "(model_shape.engine_micro_batches): 16,384 tokens each"
+        )
+        for a in one.assumptions
+    )
