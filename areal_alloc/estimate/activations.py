@@ -35,6 +35,7 @@ def activation_bytes_per_token(
     sequence_length: int,
     gathered_inputs: bool = False,
     recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES,
+    mlp_gathered: bool = True,
 ) -> tuple[float, str]:
     """Bytes one token leaves stored in one layer, per GPU, and how they were counted.
 
@@ -50,7 +51,9 @@ def activation_bytes_per_token(
     their weight gradient, so those 2h + 2h stay on every GPU (areal/engine/fsdp_utils/
     parallel.py ``model_tp_plan``, areal-project/AReaL@cbff54d645d2cd8ee1f1c358a82f3f473588
     433d; torchtitan/parallelisms/parallelize_llama.py at 9dec370a). Megatron's sequence
-    parallelism keeps them sharded and gathers them again in the backward.
+    parallelism keeps them sharded and gathers them again in the backward. ``mlp_gathered``
+    False: the plan has no MLP (the reference's FSDP on the model types whose MLPs it keeps
+    whole, ``execution.fsdp_keeps_mlp_whole``): only the attention's 2h is gathered.
 
     Korthikanti et al. 2022, section 4 and Table 2, counts per token of one layer
     (2 bytes an element, 1 byte a dropout mask): attention 11h + 5as (the a·s²
@@ -113,7 +116,7 @@ def activation_bytes_per_token(
     if recompute == "op":
         return op_sac_bytes_per_token(arch, moe=moe, tp=tp, sequence_parallel=sequence_parallel)
     if gathered_inputs and sequence_parallel and tp > 1:
-        whole = 2 * h + 2 * h  # the attention's and the MLP's gathered inputs
+        whole = 2 * h + (2 * h if mlp_gathered else 0)  # the attention's and the MLP's
         per_token = whole + (replicated - whole + split + scores) / tp
         how = f"{whole} gathered + ({replicated - whole} + {split} + {scores})/t{tp}"
     elif sequence_parallel or tp == 1:

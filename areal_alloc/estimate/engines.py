@@ -30,6 +30,7 @@ from areal_alloc.errors import reading
 from areal_alloc.estimate.execution import (
     InferenceSettings,
     TrainingSettings,
+    forced_minibatches_note,
     inference_settings,
     training_settings,
 )
@@ -135,7 +136,8 @@ def estimate_memory(experiment: Experiment, settings: Resolved | None = None) ->
         if chosen is not None and chosen.catalogue is not None
         else capacity
     )
-    notes: list[str] = []
+    forced = forced_minibatches_note(experiment.startup)
+    notes: list[str] = [forced] if forced else []
     estimates: list[MemoryEstimate | None] = []
     models: list[Architecture | None] = []
     trainings: list[TrainingSettings | None] = []

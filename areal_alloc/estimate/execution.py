@@ -50,8 +50,10 @@ from areal_alloc.experiment.read import (
     Experiment,
     InferenceConfig,
     RunConfig,
+    StartupConfig,
     TrainConfig,
     archon_stages_per_rank,
+    minibatches_of,
     recompute_module_names,
 )
 from areal_alloc.limits import MAX_COUNT
@@ -79,6 +81,7 @@ __all__ = [
     "ServerLimit",
     "StepShape",
     "TrainingSettings",
+    "forced_minibatches_note",
     "fsdp_keeps_mlp_whole",
     "inference_settings",
     "one_of",
@@ -193,6 +196,9 @@ RECOMPUTE = ("none", "selective", "full", "op")
 FSDP_WHOLE_MLP_MODEL_TYPES = (
     "qwen3_moe",
     "qwen3_vl_moe",
+    # the reference tests the wrapper's model_type; a vision-language config is read from its
+    # text_config (model_shape.language_model), whose type is qwen3_vl_moe's text model
+    "qwen3_vl_moe_text",
     "qwen3_5_moe",
     "qwen3_5_moe_text",
     "bailing_moe_v2",
@@ -726,9 +732,8 @@ class StepShape:
     critic_minibatches: int = 1
 
     def minibatches_of(self, key: str) -> int:
-        """The optimizer steps engine ``key`` takes per RL step (1 for a forward-only one)."""
-        count = {"actor": self.minibatches, "critic": self.critic_minibatches}.get(key, 1)
-        return max(1, count)
+        """The optimizer steps engine ``key`` takes per RL step (``read.minibatches_of``)."""
+        return minibatches_of(key, self.minibatches, self.critic_minibatches)
 
     @property
     def length(self) -> int:
@@ -761,12 +766,6 @@ def step_shape(experiment: Experiment, machine: Resolved) -> StepShape:
         )
     recompute = run.recompute_logprob
     startup = experiment.startup
-    if startup.forced_minibatches is not None:
-        assumptions.append(
-            f"actor.prox_logp_method=reuse_train_logp: actor.ppo_n_minibatches="
-            f"{startup.forced_minibatches} taken as 1, as PPOActorConfig.__post_init__ forces "
-            f"it with a warning (areal/api/cli_args.py l.1911-1923 at cbff54d6)"
-        )
     return StepShape(
         sequences=run.batch * run.samples,
         prompt=prompt,
@@ -781,6 +780,17 @@ def step_shape(experiment: Experiment, machine: Resolved) -> StepShape:
         server=server_limit(experiment.get("rollout")),
         minibatches=startup.minibatches_of("actor"),
         critic_minibatches=startup.minibatches_of("critic"),
+    )
+
+
+def forced_minibatches_note(startup: StartupConfig) -> str | None:
+    """What the estimate says when reuse_train_logp forced the actor to one minibatch."""
+    if startup.forced_minibatches is None:
+        return None
+    return (
+        f"actor.prox_logp_method=reuse_train_logp: actor.ppo_n_minibatches="
+        f"{startup.forced_minibatches} taken as 1, as PPOActorConfig.__post_init__ forces it "
+        f"with a warning (areal/api/cli_args.py l.1911-1923 at cbff54d6)"
     )
 
 

@@ -331,7 +331,13 @@ def _fsdp_shard(e: Engine, s: Stage) -> _Shard:
     storage = dtype_bytes(e.settings.optimizer_dtype, f"{e.key}.optimizer_dtype")
     sharded = ((s.tensor + s.experts) / tp + s.replicated) / (dp * cp)
     lora = s.lora
-    adapters = 0.0 if lora is None else (lora.tensor + lora.experts) / tp / (dp * cp)
+    adapters = 0.0
+    if lora is not None:
+        # the routed experts' adapters stay whole where FSDP keeps the MLPs whole (their
+        # shared-expert and dense-MLP adapters, a small part, are taken as split)
+        whole = fsdp_keeps_mlp_whole(e.backend, e.arch.model_type)
+        experts = lora.experts if whole else lora.experts / tp
+        adapters = (lora.tensor / tp + experts) / (dp * cp)
     where = f"{s.shard_text}/(dp{dp}·cp{cp})" + _on_rank(e, s)
     return _Shard(
         e.settings.optimizer_dtype, storage, sharded, adapters, lora is not None, where, s.ends / tp

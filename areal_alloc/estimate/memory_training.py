@@ -27,6 +27,7 @@ from areal_alloc.estimate.activations import activation_bytes_per_token, lora_pa
 from areal_alloc.estimate.execution import (
     DEFAULT_RECOMPUTE_MODULES,
     TrainingSettings,
+    fsdp_keeps_mlp_whole,
 )
 from areal_alloc.estimate.memory import (
     PHASES,
@@ -194,8 +195,9 @@ def _per_token(
             dropout=settings.dropout,
             sequence_length=tokens,
             # FSDP and archon apply tensor parallelism by DTensor: the linears save
-            # gathered inputs
+            # gathered inputs (the attention's only where FSDP keeps the MLPs whole)
             gathered_inputs=backend != "megatron",
+            mlp_gathered=not fsdp_keeps_mlp_whole(backend, arch.model_type),
             # selective recomputation's modules (Megatron's recompute_modules)
             recompute_modules=(
                 settings.recompute_modules if backend == "megatron" else DEFAULT_RECOMPUTE_MODULES

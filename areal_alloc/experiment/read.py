@@ -312,10 +312,8 @@ class StartupConfig:
         return defaults.TRAIN_EPOCHS if self.total_train_epochs is None else self.total_train_epochs
 
     def minibatches_of(self, key: str) -> int:
-        """The optimizer steps trainer ``key`` takes per RL step (its ``ppo_n_minibatches``;
-        1 for an engine without ``ppo_update``)."""
-        count = {"actor": self.ppo_n_minibatches, "critic": self.critic_ppo_n_minibatches}
-        return max(1, count.get(key, 1))
+        """The optimizer steps trainer ``key`` takes per RL step (:func:`minibatches_of`)."""
+        return minibatches_of(key, self.ppo_n_minibatches, self.critic_ppo_n_minibatches)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1340,6 +1338,13 @@ def _startup(cfg: object) -> StartupConfig:
         prox_logp_method=method,
         forced_minibatches=forced,
     )
+
+
+def minibatches_of(key: str, actor: int, critic: int) -> int:
+    """The optimizer steps engine ``key`` takes per RL step: the actor's and the critic's
+    ``ppo_n_minibatches`` (``ppo_update``, areal/trainer/ppo/actor.py l.454-457, critic.py
+    l.63-66 at cbff54d6), 1 for an engine without ``ppo_update``."""
+    return max(1, {"actor": actor, "critic": critic}.get(key, 1))
 
 
 def _prox_logp_method(actor: object) -> str | None:

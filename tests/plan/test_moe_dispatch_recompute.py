@@ -6,6 +6,7 @@ and the reading of ``recompute_modules``."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from typing import Any
@@ -532,6 +533,9 @@ TP_COLLECTIVES = [
     # parallel.py l.279-293): the attention's 4 in each of the 48 layers
     (QWEN_MOE, "fsdp:d4t2", 4 * 48),
     (LLAMA, "fsdp:d4t2", 8 * 32),  # a dense model's MLP is in the plan
+    # a listed type with dense layers and a shared expert: none of its 61 MLPs is in the
+    # plan (DeepSeek-V3's shape under qwen3_5_moe's name), where megatron counts 8 × 61
+    (dataclasses.replace(DEEPSEEK, model_type="qwen3_5_moe"), "fsdp:d4t2", 4 * 61),
 ]
 
 
@@ -569,3 +573,47 @@ def test_fsdp_keeps_the_listed_moe_models_mlps_whole_over_t() -> None:
     split = replace(QWEN_MOE, model_type="qwen3_moe_not_listed")
     gathered = 2 * (603_979_776 + 262_144 + 4_352) // 2 * 2
     assert weights(QWEN_MOE) - weights(split) == 3_623_878_656 * 4 + gathered
+
+
+def test_fsdp_gathers_only_the_attentions_input_where_it_keeps_the_mlps_whole() -> None:
+    # without an MLP in the plan no PrepareModuleInput all-gathers the MLP's input: of the
+    # 2h + 2h gathered inputs only the attention's 2h stays whole, the MLP's 2h is sharded
+    # over t: 2 × 2,048 × (1 − 1/2) = 2,048 B less a token of one MoE layer at t2
+    from areal_alloc.estimate.activations import activation_bytes_per_token
+
+    def per_token(mlp_gathered: bool) -> float:
+        found, _ = activation_bytes_per_token(
+            QWEN_MOE,
+            moe=True,
+            tp=2,
+            sequence_parallel=True,
+            recompute="none",
+            flash_attention=True,
+            dropout=False,
+            sequence_length=4096,
+            gathered_inputs=True,
+            mlp_gathered=mlp_gathered,
+        )
+        return found
+
+    assert per_token(True) - per_token(False) == 2048
+
+
+def test_fsdp_keeps_the_routed_experts_lora_adapters_whole_too() -> None:
+    # LoRA r16 on the routed experts' gate, up and down projections: 3 × (2,048 + 768) × 16
+    # = 135,168 a expert × 128 experts × 48 layers = 830,472,192 adapter params, whole over
+    # t2 where the plan keeps the MLPs whole: 830,472,192 × (1 − 1/2) / d4 = 103,809,024
+    # more a GPU, × 4 B of float32 gradients
+    from areal_alloc.estimate.engines import estimate_allocation
+
+    settings = TrainingSettings(
+        tokens_per_micro_batch=4096, recompute="full", lora_rank=16, memory_efficient_load=True
+    )
+    alloc = ModelAllocation.from_str("fsdp:d4t2")
+
+    def gradients(arch: Architecture) -> int:
+        found = estimate_allocation(alloc, arch, 80 * 2**30, settings, None)
+        return found.term("gradients")
+
+    split = dataclasses.replace(QWEN_MOE, model_type="qwen3_moe_not_listed")
+    assert gradients(QWEN_MOE) - gradients(split) == 103_809_024 * 4

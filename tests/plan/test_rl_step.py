@@ -555,7 +555,8 @@ def test_a_forced_single_minibatch_is_said() -> None:
             "mb_spec": {"max_tokens_per_mb": 16384},
         },
     }
-    pace = plan_config(config).pace
+    plan = plan_config(config)
+    pace = plan.pace
     assert pace is not None
     actor = next(e for e in pace.engines if e.key == "actor")
     # the reference's defaults: batch_size 1 × n_samples 1 sequence of 1,024 (assumed) +
@@ -565,4 +566,4 @@ def test_a_forced_single_minibatch_is_said() -> None:
         "actor.prox_logp_method=reuse_train_logp: actor.ppo_n_minibatches=4 taken as 1, as "
         "PPOActorConfig.__post_init__ forces it with a warning (areal/api/cli_args.py "
         "l.1911-1923 at cbff54d6)"
-    ) in pace.assumptions
+    ) in plan.assumptions
