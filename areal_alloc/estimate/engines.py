@@ -452,6 +452,9 @@ def memory_problems(
             largest = estimate.largest
             path = engine.backend_key.rsplit(".", 1)[0]
             fix = _FIXES.get(largest.name, "raise t or p")
+            if estimate.backend == "fsdp" and largest.name in ("weights", "gradients", "optimizer"):
+                # FSDP has no pipeline; it shards every state over d·c (memory_sharding)
+                fix = f"raise d or c (FSDP shards the {largest.name} over d·c), or t"
             if largest.name == "load":
                 # more GPUs do not help: every rank loads the whole model
                 fix = (

@@ -808,3 +808,26 @@ def test_the_peak_is_the_worst_pipeline_stage_with_its_embedding_or_output(
         in estimate.assumptions
     )
     assert (estimate.term("logits") > 0) == ("output" in stage)
+
+
+def test_fsdp_states_over_the_gpu_name_what_shards_them() -> None:
+    """FSDP has no pipeline and shards its states over d·c: the fix says so, not "t or p".
+    Qwen3-8B's 8.19B params × 8 B of AdamW states on one GPU are the largest term."""
+    from areal_alloc import validate
+
+    cfg = {
+        "cluster": {"n_nodes": 1, "n_gpus_per_node": 8, "gpu": "H100-80GB"},
+        "actor": {
+            "backend": "fsdp:d1",
+            "path": "Qwen/Qwen3-8B",
+            "gradient_checkpointing": True,
+            "fsdp": {"memory_efficient_load": True},
+            "mb_spec": {"max_tokens_per_mb": 4096},
+        },
+    }
+    with pytest.raises(AllocationValidationError) as info:
+        validate(cfg)
+    assert "largest term optimizer 61.0 GiB (8.19B params × 8 B (AdamW: 2 states × 4 B))" in (
+        info.value.message
+    )
+    assert info.value.message.endswith("; raise d or c (FSDP shards the optimizer over d·c), or t")
