@@ -564,7 +564,8 @@ def calibrate(args: list[str]) -> int:
         "--step-seconds",
         type=real(0, calibration.MAX_STEP_SECONDS),
         metavar="S",
-        help="a training step",
+        help="one optimizer step (one train_batch over --tokens-per-step; an RL step's "
+        "ppo_update runs ppo_n_minibatches of them)",
     )
     parser.add_argument(
         "--tokens-per-second",
