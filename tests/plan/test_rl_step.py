@@ -3,9 +3,11 @@ and ``suggest --config`` agreeing, and no proposal under its physical floor."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -14,7 +16,12 @@ from hypothesis import strategies as st
 from areal_alloc.catalogue import find_gpu, find_model
 from areal_alloc.errors import AllocationError
 from areal_alloc.estimate import rl_step
-from areal_alloc.estimate.execution import ServerLimit, TrainingSettings, sequences_in_flight
+from areal_alloc.estimate.execution import (
+    ServerLimit,
+    StepShape,
+    TrainingSettings,
+    sequences_in_flight,
+)
 from areal_alloc.estimate.speed_inference import generation
 from areal_alloc.estimate.system import Hardware
 from areal_alloc.experiment.read import RunConfig
@@ -411,6 +418,21 @@ def test_a_synchronous_step_is_never_below_its_floor() -> None:
     assert gen.tail_seconds == pytest.approx(gen.floor_seconds - gen.throughput_seconds)
 
 
+def _step(**changes: Any) -> StepShape:
+    """512 sequences of 1,024 + 1,024 tokens, asynchronous (η 1), with ``changes``."""
+    base = StepShape(
+        sequences=512,
+        prompt=1024,
+        new_tokens=1024,
+        mean=1024,
+        recompute_logprob=False,
+        offpolicyness=1,
+        colocated=False,
+        max_concurrent=None,
+    )
+    return dataclasses.replace(base, **changes)
+
+
 def _terms(step: object) -> dict[str, float]:
     return {t.name: t.seconds for t in step.terms}  # type: ignore[attr-defined]
 
@@ -423,22 +445,11 @@ def test_each_ppo_minibatch_is_its_own_optimizer_step() -> None:
     # pipeline's fill and drain are paid 4 times
     from dataclasses import replace
 
-    from areal_alloc.estimate.execution import StepShape
     from areal_alloc.estimate.speed_training import training_step
 
     arch = find_model("Qwen3-8B")
     parallel = ModelAllocation.from_str("megatron:d2p4").parallel
-    shape = StepShape(
-        sequences=512,
-        prompt=1024,
-        new_tokens=1024,
-        mean=1024,
-        recompute_logprob=True,
-        offpolicyness=1,
-        colocated=False,
-        max_concurrent=None,
-        minibatches=4,
-    )
+    shape = _step(recompute_logprob=True, minibatches=4)
     settings = TrainingSettings(tokens_per_micro_batch=8192)
     four = rl_step.training_pace("actor", "megatron", parallel, arch, H100, shape, settings)
     one = rl_step.training_pace(
@@ -486,22 +497,9 @@ def test_the_critic_runs_its_values_forward_and_its_own_minibatches() -> None:
     # critic.ppo_n_minibatches optimizer steps (critic.py l.63-66)
     from dataclasses import replace
 
-    from areal_alloc.estimate.execution import StepShape
-
     arch = find_model("Qwen3-8B")
     parallel = ModelAllocation.from_str("megatron:d2p4").parallel
-    shape = StepShape(
-        sequences=512,
-        prompt=1024,
-        new_tokens=1024,
-        mean=1024,
-        recompute_logprob=False,
-        offpolicyness=1,
-        colocated=False,
-        max_concurrent=None,
-        minibatches=4,
-        critic_minibatches=2,
-    )
+    shape = _step(minibatches=4, critic_minibatches=2)
     trains = TrainingSettings(tokens_per_micro_batch=8192, recompute="full")
     forward = TrainingSettings(tokens_per_micro_batch=8192, recompute="full", optimizer=None)
     critic = rl_step.training_pace("critic", "megatron", parallel, arch, H100, shape, trains)
