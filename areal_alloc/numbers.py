@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import abc
 
 from areal_alloc.errors import AllocationValidationError, digits, shown
 from areal_alloc.limits import MAX_COUNT, grouped
@@ -74,7 +75,9 @@ def quote(value: object) -> str:
             sign = "negative " if text.startswith("-") else ""
             return f"a {sign}{len(text.lstrip('+-').replace('_', ''))}-digit number"
         return shown(value)
-    return shown(value) if isinstance(value, (list, tuple, dict)) else type(value).__name__
+    # a list or a mapping, OmegaConf's ListConfig and DictConfig too: quoted as written
+    containers = (list, tuple, dict, abc.Sequence, abc.Mapping)
+    return shown(value) if isinstance(value, containers) else type(value).__name__
 
 
 def _number(bound: float) -> str:

@@ -394,6 +394,16 @@ _FIXES = {
 }
 
 
+#: FSDP's fixes: it has no pipeline, and it shards every state over d·c (memory_sharding)
+_FSDP_FIXES = {
+    "activations": "turn on gradient_checkpointing, lower mb_spec.max_tokens_per_mb, or raise t/c",
+    "optimizer": "raise d or c (FSDP shards the {term} over d·c), or t",
+    "gradients": "raise d or c (FSDP shards the {term} over d·c), or t",
+    "weights": "raise d or c (FSDP shards the {term} over d·c), or t",
+    "colocated": "separate the colocated engine, offload it, or raise t",
+}
+
+
 def _length(kv: KVCache, longest: int | None) -> int:
     """The length a sequence in flight takes in the KV cache: the run's longest, at most the
     server's context length."""
@@ -452,9 +462,8 @@ def memory_problems(
             largest = estimate.largest
             path = engine.backend_key.rsplit(".", 1)[0]
             fix = _FIXES.get(largest.name, "raise t or p")
-            if estimate.backend == "fsdp" and largest.name in ("weights", "gradients", "optimizer"):
-                # FSDP has no pipeline; it shards every state over d·c (memory_sharding)
-                fix = f"raise d or c (FSDP shards the {largest.name} over d·c), or t"
+            if estimate.backend == "fsdp":  # no pipeline; every state sharded over d·c
+                fix = _FSDP_FIXES.get(largest.name, fix).format(term=largest.name)
             if largest.name == "load":
                 # more GPUs do not help: every rank loads the whole model
                 fix = (

@@ -531,15 +531,6 @@ def training_settings(
         dp = engine.allocation.parallel.dp_size
         splits = minibatches if read.optimizer is not None else 1
         tokens, forward, micro_batches, note = _whole_local_batch(run, read.n_mbs, path, dp, splits)
-        backend, pp = engine.allocation.backend, engine.allocation.parallel.pp_size
-        runs = engine_micro_batches(backend, pp, read.virtual_pipeline_size or 1, read.n_mbs)
-        if runs is not None and runs > read.n_mbs:
-            packed = math.ceil(tokens * read.n_mbs / runs)
-            note += (
-                f"; at p{pp} the {backend} engine runs {runs} micro-batches "
-                f"(model_shape.engine_micro_batches): {packed:,} tokens each"
-            )
-        notes.append(note)
     lora_rank: int | None = None
     if read.use_lora:
         lora_rank = read.lora_rank
@@ -548,7 +539,7 @@ def training_settings(
     if engine.allocation.backend == "archon":
         vpp = _archon_stages(engine, read, notes)
     try:
-        return TrainingSettings(
+        settings = TrainingSettings(
             dtype=read.dtype,
             optimizer=read.optimizer,
             optimizer_dtype=read.optimizer_dtype,
@@ -574,6 +565,17 @@ def training_settings(
         )
     except AllocationError as error:
         raise AllocationValidationError(f"{path}: {error.message}") from None
+    if micro_batches is not None:
+        backend, pp = engine.allocation.backend, engine.allocation.parallel.pp_size
+        runs = engine_micro_batches(backend, pp, vpp, micro_batches)
+        if runs is not None and runs > micro_batches:
+            note += (
+                f"; at p{pp} the {backend} engine runs {runs} micro-batches "
+                f"(model_shape.engine_micro_batches): {settings.packed(tokens, backend, pp):,} "
+                f"tokens each"
+            )
+        notes.append(note)
+    return settings
 
 
 def _archon_stages(engine: Engine, read: TrainConfig, notes: list[str]) -> int:
@@ -643,6 +645,14 @@ def _whole_local_batch(
     length = run.prompt + new_tokens
     forward = whole_local_batch_tokens(batch * samples, dp, length, n_mbs)
     tokens = whole_local_batch_tokens(batch * samples, dp, length, n_mbs, minibatches)
+    if forward > MAX_COUNT:
+        raise AllocationValidationError(
+            f"{path}.mb_spec.max_tokens_per_mb unset: a micro-batch is each data-parallel "
+            f"rank's whole batch, train_dataset.batch_size {batch:,} × gconfig.n_samples "
+            f"{samples:,} / d{dp} = {sequences:,} sequences × {length:,} tokens / n_mbs "
+            f"{n_mbs:,} = {forward:,} tokens, over the limit {MAX_COUNT:,}: set "
+            f"{path}.mb_spec.max_tokens_per_mb or lower train_dataset.batch_size"
+        )
     split = f" / mb_spec.n_mbs {n_mbs}" if n_mbs > 1 else ""
     note = (
         f"{path}.mb_spec.max_tokens_per_mb unset: the reference packs each data-parallel rank's "

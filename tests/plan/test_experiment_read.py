@@ -966,3 +966,40 @@ def test_the_minibatches_each_trainer_runs(
     }
     startup = read_experiment(cfg).startup
     assert (startup.ppo_n_minibatches, startup.critic_ppo_n_minibatches) == counts
+
+
+@pytest.mark.parametrize(
+    ("actor", "batch", "message"),
+    [
+        (  # an OmegaConf list quoted as written, not as its type's name
+            {"mb_spec": {"n_mbs": [1]}},
+            64,
+            "actor.mb_spec.n_mbs=[1]: must be an integer from 1 to 1,099,511,627,776",
+        ),
+        (  # the whole batch as one micro-batch: the keys and the arithmetic, not a field name
+            {"path": "Qwen/Qwen3-8B"},
+            2**40,
+            "actor.mb_spec.max_tokens_per_mb unset: a micro-batch is each data-parallel "
+            "rank's whole batch, train_dataset.batch_size 1,099,511,627,776 × gconfig.n_samples "
+            "1 / d8 = 137,438,953,472 sequences × 17,408 tokens / n_mbs 1 = "
+            "2,392,537,302,040,576 tokens, over the limit 1,099,511,627,776: set "
+            "actor.mb_spec.max_tokens_per_mb or lower train_dataset.batch_size",
+        ),
+    ],
+)
+def test_a_bad_micro_batch_is_one_line_naming_its_keys(
+    actor: dict[str, Any], batch: int, message: str
+) -> None:
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create(
+        {
+            "cluster": {"n_nodes": 2, "n_gpus_per_node": 8, "gpu": "H100-80GB"},
+            "rollout": {"backend": "sglang:d8"},
+            "actor": {"backend": "fsdp:d8", **actor},
+            "train_dataset": {"batch_size": batch},
+        }
+    )
+    with pytest.raises(AllocationValidationError) as info:
+        plan_config(cfg)
+    assert info.value.message == message

@@ -530,6 +530,24 @@ def test_lora_adds_adapters_and_trains_only_them(spec: str, rank: int) -> None:
     assert (lora["activations"], lora["logits"]) == (full["activations"], full["logits"])
 
 
+@pytest.mark.parametrize("backend", ["megatron", "archon"])
+def test_the_unset_budgets_note_counts_the_engines_micro_batches(backend: str) -> None:
+    # p2: megatron 2·p = 4, archon p × 2 stages (its default schedule's) = 4 micro-batches of
+    # 64 × 4 / d2 = 128 sequences × 2,048 / 4 minibatches = 65,536 tokens: 16,384 each
+    cfg = {
+        "cluster": {"n_nodes": 2, "n_gpus_per_node": 8},
+        "rollout": {"backend": "sglang:d8"},
+        "actor": {"backend": f"{backend}:d2p2t2", "path": "Qwen/Qwen3-8B"},
+        "train_dataset": {"batch_size": 64, "max_length": 1024},
+        "gconfig": {"n_samples": 4, "max_new_tokens": 1024},
+    }
+    note = next(a for a in plan_config(cfg).assumptions if "max_tokens_per_mb unset" in a)
+    assert note.endswith(
+        f"; at p2 the {backend} engine runs 4 micro-batches (model_shape.engine_micro_batches): "
+        f"16,384 tokens each"
+    )
+
+
 def test_unset_budget_packs_into_the_micro_batches_the_megatron_engine_runs() -> None:
     # the Megatron engine at p2 runs at least 2·p = 4 micro-batches (megatron_engine.py
     # l.2705-2716), so mb_spec.n_mbs 1 packs as n_mbs 4 does: 64 × 4 / d2 = 128 sequences ×

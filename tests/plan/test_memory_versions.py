@@ -138,12 +138,18 @@ def test_fsdp_tensor_parallelism_saves_more_than_megatrons() -> None:
         ("fsdp:d8", 2, True),  # the second micro-batch's backward finds the first's
         ("fsdp:d8", None, True),  # not known: as many as the step needs
         ("megatron:d8", 1, True),  # Megatron's gradient buffer lives with the model
+        # archon at p2 runs p × 2 stages = 4 micro-batches whatever n_mbs (archon_engine.py
+        # l.1209-1227): the later backwards find the first's gradients
+        ("archon:d4p2", 1, True),
     ],
 )
 def test_a_lone_micro_batch_starts_its_backward_without_gradients(
     spec: str, micro_batches: int | None, gradients_in_backward: bool
 ) -> None:
-    settings = TrainingSettings(tokens_per_micro_batch=TOKENS, micro_batches=micro_batches)
+    vpp = 2 if spec.startswith("archon") else 1  # archon's default stages per rank
+    settings = TrainingSettings(
+        tokens_per_micro_batch=TOKENS, micro_batches=micro_batches, virtual_pipeline=vpp
+    )
     estimate = estimate_allocation(ModelAllocation.from_str(spec), LLAMA, 96 * GIB, settings, None)
     phases = {p.name: {t.name for t in p.terms} for p in estimate.phases}
     assert ("gradients" in phases["backward"]) is gradients_in_backward

@@ -193,3 +193,31 @@ def test_explain_shows_the_imbalance(capsys: pytest.CaptureFixture[str]) -> None
     out = capsys.readouterr().out
     assert "pipeline imbalance" in out
     assert "the slowest rank 1 of p4 (11 of 36 layers" in out
+
+
+def test_a_share_packed_by_count_runs_the_engines_micro_batches() -> None:
+    """max_tokens_per_mb unset: a rank's share goes into mb_spec.n_mbs micro-batches
+    (``packed_count``), raised to the engine's own minimum, whatever the tokens budget the
+    share was sized at: FSDP d8 with n_mbs 4 gathers its parameters for 4 micro-batches;
+    the Megatron engine at p2 with n_mbs 1 runs 2·p = 4."""
+    from areal_alloc.catalogue import find_model
+    from areal_alloc.estimate.speed_training import training_step
+
+    llama = find_model("meta-llama/Llama-3.1-8B")
+
+    def step(spec: str, count: int) -> dict[str, str]:
+        allocation = ModelAllocation.from_str(spec)
+        found = training_step(
+            allocation.backend,
+            llama,
+            allocation.parallel,
+            H100,
+            tokens_per_step=1 << 20,
+            tokens_per_micro_batch=1 << 20,  # a budget far over the share
+            sequence_length=4096,
+            packed_count=count,
+        )
+        return {t.name: t.formula for t in found.terms}
+
+    assert "2 parameter all-gathers × 4 micro-batches" in step("fsdp:d8", 4)["data parallel"]
+    assert "/ (4 micro-batches × vpp 1)" in step("megatron:d2p2t2", 1)["pipeline bubble"]
