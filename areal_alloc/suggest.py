@@ -45,6 +45,7 @@ from areal_alloc.estimate.execution import (
     ServerLimit,
     StepShape,
     TrainingSettings,
+    budget_shares,
     whole_local_batch_tokens,
 )
 from areal_alloc.estimate.memory import Term
@@ -521,9 +522,15 @@ def suggest(
         """``mb_spec.max_tokens_per_mb`` unset (the config's micro_batches given): each
         rank's whole share of the step is a forward's micro-batch, a minibatch of it an
         update's (``execution.whole_local_batch_tokens``), so its tokens follow d."""
-        if settings.micro_batches is None:
-            return settings
         splits = step.minibatches_of(key) if settings.optimizer is not None else 1
+        if settings.micro_batches is None:
+            if settings.share_tokens is None:
+                return settings
+            # a tokens budget: the shares the engine balances over its micro-batches
+            share, whole = budget_shares(shape.batch, dp, sequence, splits)
+            return replace(
+                settings, share_tokens=share, forward_share_tokens=whole, sequence_tokens=sequence
+            )
         count = settings.micro_batches
         tokens = whole_local_batch_tokens(shape.batch, dp, sequence, count, splits)
         forward = whole_local_batch_tokens(shape.batch, dp, sequence, count)
@@ -571,7 +578,7 @@ def suggest(
 
     def exact_train_layout(train_gpus: int) -> RankedLayout | None:
         if train_gpus not in best_train:
-            if training.micro_batches is None:  # one micro-batch size for every layout
+            if training.micro_batches is None and training.share_tokens is None:  # one size
                 searches = [train_search(train_gpus, training, None)]
             else:  # a micro-batch per d: one search per d that splits the sequences
                 searches = [

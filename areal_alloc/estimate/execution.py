@@ -81,6 +81,7 @@ __all__ = [
     "ServerLimit",
     "StepShape",
     "TrainingSettings",
+    "budget_shares",
     "forced_minibatches_note",
     "fsdp_keeps_mlp_whole",
     "inference_settings",
@@ -290,6 +291,13 @@ class TrainingSettings:
     #: update packs each of ``ppo_n_minibatches`` minibatches by count, the forwards the
     #: whole share (:func:`whole_local_batch_tokens`); None: ``tokens_per_micro_batch``
     forward_tokens_per_micro_batch: int | None = None
+    #: with a tokens budget: a rank's share of one update minibatch and of the whole step
+    #: (at the longest sequence), which the engine balances over at least its micro-batch
+    #: count (:meth:`packed`); None: not known (the budget is the micro-batch)
+    share_tokens: int | None = None
+    forward_share_tokens: int | None = None
+    #: the longest sequence the shares are counted at: a micro-batch holds whole ones
+    sequence_tokens: int | None = None
     virtual_pipeline: int = 1
     #: how the layers are split over the pipeline stages (pipeline_split.SPLITS): the
     #: reference's own rule ("areal"), megatron-core's even one for its megatron-bridge
@@ -360,9 +368,12 @@ class TrainingSettings:
             "lora_rank",
             "forward_tokens_per_micro_batch",
             "n_mbs",
+            "share_tokens",
+            "forward_share_tokens",
+            "sequence_tokens",
         ):
             value = getattr(self, name)
-            if name in ("lora_rank", "forward_tokens_per_micro_batch") and value is None:
+            if value is None and name != "tokens_per_micro_batch" and name != "n_mbs":
                 continue
             number = read_int(value, name, minimum=1, maximum=MAX_COUNT)  # the one reader
             if number is not value:  # "8192" given directly: kept as the number it names
@@ -374,17 +385,26 @@ class TrainingSettings:
         found = self.forward_tokens_per_micro_batch
         return self.tokens_per_micro_batch if found is None else found
 
-    def packed(self, tokens: int, backend: str, pp: int) -> int:
-        """A micro-batch of ``tokens`` as ``backend`` at ``pp`` packs it: by the tokens
-        budget as given; by count (``micro_batches``: ``mb_spec.max_tokens_per_mb``
-        unset) the same share over the micro-batches the engine really runs, at least
-        2·p for the Megatron engine and p × stages for archon, a multiple of p
-        (``model_shape.engine_micro_batches``)."""
+    def packed(self, backend: str, pp: int, forward: bool = False) -> int:
+        """The tokens of a micro-batch as ``backend`` at ``pp`` packs it (``forward``: a
+        forward's over the whole step, else an update's). By count (``micro_batches``:
+        ``mb_spec.max_tokens_per_mb`` unset), the share over the micro-batches the engine
+        runs; by the tokens budget, the budget, or the share over them where that is
+        smaller (``share_tokens``): the engine runs at least ``mb_spec.n_mbs``, at least 2·p
+        for the Megatron engine and p × stages for archon, a multiple of p
+        (``model_shape.engine_micro_batches``), and balances the share over them."""
+        tokens = self.forward_tokens if forward else self.tokens_per_micro_batch
         count = self.micro_batches
-        if count is None:
+        if count is not None:
+            runs = engine_micro_batches(backend, pp, self.virtual_pipeline, count) or count
+            return max(1, math.ceil(tokens * count / runs))
+        share = self.forward_share_tokens if forward else self.share_tokens
+        if share is None:
             return tokens
-        runs = engine_micro_batches(backend, pp, self.virtual_pipeline, count) or count
-        return max(1, math.ceil(tokens * count / runs))
+        runs = engine_micro_batches(backend, pp, self.virtual_pipeline, self.n_mbs) or self.n_mbs
+        length = self.sequence_tokens or 1  # whole sequences to a micro-batch
+        per = math.ceil(math.ceil(share / length) / runs) * length
+        return max(1, min(tokens, per))
 
 
 @dataclass(frozen=True, slots=True)
@@ -527,9 +547,13 @@ def training_settings(
             f"turns it off)"
         )
     tokens, micro_batches, forward = read.max_tokens_per_mb, None, None
+    dp, splits = engine.allocation.parallel.dp_size, minibatches if read.optimizer else 1
+    share = forward_share = None
+    if tokens is not None:  # the shares the engine balances over its micro-batches
+        share, forward_share = budget_shares(
+            run.batch * run.samples, dp, run.prompt + run.new_tokens, splits
+        )
     if tokens is None:
-        dp = engine.allocation.parallel.dp_size
-        splits = minibatches if read.optimizer is not None else 1
         tokens, forward, micro_batches, note = _whole_local_batch(run, read.n_mbs, path, dp, splits)
     lora_rank: int | None = None
     if read.use_lora:
@@ -550,6 +574,9 @@ def training_settings(
             micro_batches=micro_batches,
             n_mbs=read.n_mbs,
             forward_tokens_per_micro_batch=forward if forward != tokens else None,
+            share_tokens=share,
+            forward_share_tokens=forward_share,
+            sequence_tokens=run.prompt + run.new_tokens if share is not None else None,
             virtual_pipeline=vpp,
             layer_split=_layer_split(engine),
             offload_params=read.offload_params,
@@ -565,13 +592,21 @@ def training_settings(
         )
     except AllocationError as error:
         raise AllocationValidationError(f"{path}: {error.message}") from None
+    backend, pp = engine.allocation.backend, engine.allocation.parallel.pp_size
+    packed = settings.packed(backend, pp)
+    if share is not None and tokens is not None and packed < tokens:
+        notes.append(
+            f"{path}.mb_spec.max_tokens_per_mb {tokens:,}: the {backend} engine balances each "
+            f"rank's {share:,}-token minibatch (at the longest sequences) over at least its "
+            f"mb_spec.n_mbs, 2·p for the Megatron engine (model_shape.engine_micro_batches): "
+            f"{packed:,} tokens each"
+        )
     if micro_batches is not None:
-        backend, pp = engine.allocation.backend, engine.allocation.parallel.pp_size
         runs = engine_micro_batches(backend, pp, vpp, micro_batches)
         if runs is not None and runs > micro_batches:
             note += (
                 f"; at p{pp} the {backend} engine runs {runs} micro-batches "
-                f"(model_shape.engine_micro_batches): {settings.packed(tokens, backend, pp):,} "
+                f"(model_shape.engine_micro_batches): {settings.packed(backend, pp):,} "
                 f"tokens each"
             )
         notes.append(note)
@@ -618,6 +653,20 @@ def whole_local_batch_tokens(
     it estimates."""
     share = math.ceil(math.ceil(sequences / max(1, dp)) / max(1, minibatches))
     return max(1, math.ceil(share * length / max(1, n_mbs)))
+
+
+def budget_shares(
+    sequences: int, dp: int, length: int, minibatches: int
+) -> tuple[int | None, int | None]:
+    """With a tokens budget: a rank's share of one update minibatch and of the whole step,
+    its sequences at ``length`` (the longest; ``TrainingSettings.share_tokens``), None
+    past what a count can be (then the budget alone stands)."""
+
+    def share(splits: int) -> int | None:
+        found = whole_local_batch_tokens(sequences, dp, length, 1, splits)
+        return found if found <= MAX_COUNT else None
+
+    return share(minibatches), share(1)
 
 
 def _whole_local_batch(

@@ -139,9 +139,7 @@ def _engine(
             f"(areal/experimental/engine/archon_utils.py create_optimizer)"
         )
     pp = parallel.pp_size
-    tokens = math.ceil(
-        settings.packed(settings.tokens_per_micro_batch, backend, pp) / parallel.cp_size
-    )
+    tokens = math.ceil(settings.packed(backend, pp) / parallel.cp_size)
     per_token = _per_token(arch, backend, parallel.tp_size, settings, tokens, settings.recompute)
     # a forward pass without gradients keeps one layer's working set at a time
     no_grad = _per_token(arch, backend, parallel.tp_size, settings, tokens, "none")
@@ -525,7 +523,7 @@ def _forward_phase(e: Engine, s: Stage, terms: list[Term]) -> tuple[Term, ...]:
     """A forward before training (``recompute_logprob``, a critic's values): what is
     held (:func:`_optimizer_step_phase`), one layer's working set and the logits without
     gradients, at the forward's own micro-batch (``TrainingSettings.forward_tokens``)."""
-    packed = e.settings.packed(e.settings.forward_tokens, e.backend, e.parallel.pp_size)
+    packed = e.settings.packed(e.backend, e.parallel.pp_size, forward=True)
     forward_tokens = math.ceil(packed / e.parallel.cp_size)
     if forward_tokens != e.tokens:
         e = replace(e, tokens=forward_tokens)

@@ -181,11 +181,13 @@ def test_every_sweep_job_is_checked_for_memory(tmp_path: Path, app_in_process: A
         app_in_process,
         tmp_path,
         "-m",
-        "actor.mb_spec.max_tokens_per_mb=16384,1048576",
+        # a budget over the data is not a bigger micro-batch (the reference's micro-batch
+        # holds a rank's share at most): the sweep turns recomputation off instead
+        "actor.gradient_checkpointing=true,false",
         "hydra.sweep.dir=multirun",
     )
     assert done.returncode == 1
-    assert "job 1 [actor.mb_spec.max_tokens_per_mb=1048576]: actor.backend='fsdp:d8': needs" in (
+    assert "job 1 [actor.gradient_checkpointing=False]: actor.backend='fsdp:d8': needs" in (
         done.stderr
     )
     assert "1 of 2 sweep jobs are invalid; nothing was launched" in done.stderr

@@ -564,6 +564,15 @@ def test_unset_budget_packs_into_the_micro_batches_the_megatron_engine_runs() ->
 
     one, four = plan_config(cfg()), plan_config(cfg(n_mbs=4))
     assert one["actor"].memory == four["actor"].memory
+    # a budget of the whole minibatch (32 sequences × 2,048 = 65,536) is balanced over the
+    # same 4 micro-batches: 8 sequences, 16,384 tokens each, as the reference packs it
+    budget = plan_config(cfg(max_tokens_per_mb=65536))
+    assert budget["actor"].memory == one["actor"].memory
+    assert (
+        "actor.mb_spec.max_tokens_per_mb 65,536: the megatron engine balances each rank's "
+        "65,536-token minibatch (at the longest sequences) over at least its mb_spec.n_mbs, "
+        "2·p for the Megatron engine (model_shape.engine_micro_batches): 16,384 tokens each"
+    ) in budget.assumptions
     assert any(
         a.endswith(
             "at p2 the megatron engine runs 4 micro-batches "
