@@ -594,11 +594,12 @@ def training_pace(
     settings: TrainingSettings | None,
 ) -> EnginePace:
     """A training engine's step on ``parallel``, with its own settings (micro-batch tokens,
-    recomputation, optimizer: none is forward only): the actor's and the critic's optimizer
-    step, the ref's and a training teacher's forward (a third of forward + backward); the
-    actor's log-prob recomputation when ``shape.recompute_logprob``. The plan calls it on
-    each engine's layout, ``suggest`` on the actor's for the ref and the critic it places
-    there."""
+    recomputation, optimizer: none is forward only): the actor's and the critic's
+    ``ppo_update``, ``shape.minibatches_of(key)`` optimizer steps; the ref's and a training
+    teacher's forward (a third of forward + backward, nothing recomputed); the forward a
+    trainer runs over the whole step first (:func:`_forward_before_update`: the actor's
+    log-probs, the critic's values). The plan calls it on each engine's layout,
+    ``suggest`` on the actor's for the ref and the critic it places there."""
     tokens, length = shape.tokens, shape.length
     ts = settings or TrainingSettings()
     args = (backend, model, parallel, hardware)
