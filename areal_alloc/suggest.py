@@ -524,7 +524,7 @@ def suggest(
         update's (``execution.whole_local_batch_tokens``), so its tokens follow d."""
         splits = step.minibatches_of(key) if settings.optimizer is not None else 1
         if settings.micro_batches is None:
-            if settings.share_tokens is None:
+            if settings.sequence_tokens is None:  # no run's shares known: the budget stands
                 return settings
             # a tokens budget: the shares the engine balances over its micro-batches
             share, whole = budget_shares(shape.batch, dp, sequence, splits)
@@ -578,7 +578,7 @@ def suggest(
 
     def exact_train_layout(train_gpus: int) -> RankedLayout | None:
         if train_gpus not in best_train:
-            if training.micro_batches is None and training.share_tokens is None:  # one size
+            if training.micro_batches is None and training.sequence_tokens is None:  # one size
                 searches = [train_search(train_gpus, training, None)]
             else:  # a micro-batch per d: one search per d that splits the sequences
                 searches = [

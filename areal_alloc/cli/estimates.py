@@ -836,6 +836,9 @@ def _suggest_settings(
             micro_batches=None,
             forward_tokens_per_micro_batch=None,
         )
+        if found:  # a config's run: the shares the budget is balanced over, per d (at_dp)
+            longest = (ns.prompt_len or PROMPT_TOKENS) + (ns.gen_len or NEW_TOKENS)
+            given["sequence_tokens"] = longest
     if ns.recompute is not None:
         given["recompute"] = ns.recompute
 

@@ -298,6 +298,10 @@ class TrainingSettings:
     forward_share_tokens: int | None = None
     #: the longest sequence the shares are counted at: a micro-batch holds whole ones
     sequence_tokens: int | None = None
+    #: each micro-batch padded to the tokens budget (``TrainConfig.pad_to_maximum``): a
+    #: budget is then the micro-batch, whatever the share (areal/utils/data.py pad_mb_list
+    #: l.1011-1022 at cbff54d6; without a budget the reference warns and pads nothing)
+    pad_to_maximum: bool = False
     virtual_pipeline: int = 1
     #: how the layers are split over the pipeline stages (pipeline_split.SPLITS): the
     #: reference's own rule ("areal"), megatron-core's even one for its megatron-bridge
@@ -399,12 +403,29 @@ class TrainingSettings:
             runs = engine_micro_batches(backend, pp, self.virtual_pipeline, count) or count
             return max(1, math.ceil(tokens * count / runs))
         share = self.forward_share_tokens if forward else self.share_tokens
-        if share is None:
+        if share is None or self.pad_to_maximum:
             return tokens
+        # over the micro-batches the engine runs at least: past them the budget binds
         runs = engine_micro_batches(backend, pp, self.virtual_pipeline, self.n_mbs) or self.n_mbs
         length = self.sequence_tokens or 1  # whole sequences to a micro-batch
         per = math.ceil(math.ceil(share / length) / runs) * length
         return max(1, min(tokens, per))
+
+    def groups(self, backend: str, pp: int, forward: bool = False) -> int | None:
+        """The micro-batches a rank's share is packed into, where known: by count, the
+        engine's count (``model_shape.engine_micro_batches``); by a budget with the share
+        known, at least that and as many as the budget needs, whole sequences a
+        micro-batch (seqpack's ffd_allocate); None otherwise."""
+        count = self.micro_batches
+        if count is not None:
+            return engine_micro_batches(backend, pp, self.virtual_pipeline, count) or count
+        share = self.forward_share_tokens if forward else self.share_tokens
+        if share is None:
+            return None
+        least = engine_micro_batches(backend, pp, self.virtual_pipeline, self.n_mbs) or self.n_mbs
+        length = self.sequence_tokens or 1
+        per_group = max(1, self.tokens_per_micro_batch // length)
+        return max(least, math.ceil(math.ceil(share / length) / per_group))
 
 
 @dataclass(frozen=True, slots=True)
@@ -577,6 +598,8 @@ def training_settings(
             share_tokens=share,
             forward_share_tokens=forward_share,
             sequence_tokens=run.prompt + run.new_tokens if share is not None else None,
+            pad_to_maximum=read.pad_to_maximum
+            or (engine.allocation.backend == "archon" and engine.allocation.parallel.pp_size > 1),
             virtual_pipeline=vpp,
             layer_split=_layer_split(engine),
             offload_params=read.offload_params,
@@ -597,9 +620,9 @@ def training_settings(
     if share is not None and tokens is not None and packed < tokens:
         notes.append(
             f"{path}.mb_spec.max_tokens_per_mb {tokens:,}: the {backend} engine balances each "
-            f"rank's {share:,}-token minibatch (at the longest sequences) over at least its "
-            f"mb_spec.n_mbs, 2·p for the Megatron engine (model_shape.engine_micro_batches): "
-            f"{packed:,} tokens each"
+            f"rank's {share:,}-token minibatch (at the longest sequences) over at least "
+            f"mb_spec.n_mbs and its own minimum of micro-batches "
+            f"(model_shape.engine_micro_batches): {packed:,} tokens each"
         )
     if micro_batches is not None:
         runs = engine_micro_batches(backend, pp, vpp, micro_batches)

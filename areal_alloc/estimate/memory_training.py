@@ -513,9 +513,8 @@ def _backward_phase(e: Engine, terms: list[Term]) -> tuple[Term, ...]:
     and they reach their size as its activations are freed (the optimizer step holds
     them all). Megatron's gradient buffer is allocated with the model.
     """
-    count = e.settings.micro_batches
-    runs = engine_micro_batches(e.backend, e.parallel.pp_size, e.settings.virtual_pipeline, count)
-    lone = (runs if runs is not None else count) == 1 and not e.megatron and not e.forward_only
+    groups = e.settings.groups(e.backend, e.parallel.pp_size)
+    lone = groups == 1 and not e.megatron and not e.forward_only
     return tuple(t for t in terms if not (lone and t.name == "gradients"))
 
 

@@ -88,12 +88,13 @@ def training_step(
     token_dispatcher: str = "alltoall",
     recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES,
     packed_count: int | None = None,
+    least_count: int = 1,
 ) -> StepEstimate:
     """One optimizer step of a training engine over ``tokens_per_step`` tokens;
     ``packed_count``: the micro-batches a rank's share is packed into by count
     (``mb_spec.max_tokens_per_mb`` unset: ``mb_spec.n_mbs``, ``TrainingSettings.
     micro_batches``), raised to the engine's own minimum; None: as many as the tokens
-    budget needs;
+    budget needs, at least ``least_count`` (``mb_spec.n_mbs``);
     ``attention_kernel`` names the kernel that runs the attention core
     (:data:`ATTENTION_KERNELS`), ``layer_split`` the rule that splits the layers over the
     pipeline stages (``TrainingSettings.layer_split``, ``pipeline_split.engine_split``),
@@ -111,7 +112,8 @@ def training_step(
     recompute_modules = recompute_module_names(recompute_modules, "recompute_modules")
     dp = parallel.dp_size
     by_tokens = max(1, math.ceil(tokens_per_step / (dp * tokens_per_micro_batch)))
-    wanted = by_tokens if packed_count is None else max(1, packed_count)
+    # by a budget, at least mb_spec.n_mbs (least_count); by count, exactly packed_count
+    wanted = max(by_tokens, least_count) if packed_count is None else max(1, packed_count)
     # the reference's engines run at least 2·pp (megatron) or pp × stages per rank (archon)
     micro_batches = engine_micro_batches(backend, parallel.pp_size, virtual_pipeline, wanted)
     micro_batches = wanted if micro_batches is None else micro_batches
@@ -198,6 +200,7 @@ def settings_step(
             token_dispatcher=settings.token_dispatcher,
             recompute_modules=settings.recompute_modules,
             packed_count=settings.micro_batches,
+            least_count=settings.n_mbs,
         )
 
     if optimizer_steps <= 1:

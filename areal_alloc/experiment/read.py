@@ -187,6 +187,11 @@ class TrainConfig:
     #: archon: ``archon.pp_first_stage_less_layers`` and ``pp_last_stage_less_layers``
     #: (ArchonEngineConfig, default 1 each, areal/api/cli_args.py l.693-705 at cbff54d6)
     archon_less_layers: tuple[int, int] = (1, 1)
+    #: each micro-batch padded to ``mb_spec.max_tokens_per_mb`` (TrainEngineConfig.
+    #: pad_to_maximum, default false, cli_args.py l.1288); the archon engine forces it
+    #: with pipeline parallelism or ``archon.enable_compile`` (archon_utils.py
+    #: force_pad_to_maximum l.258-282 at cbff54d6)
+    pad_to_maximum: bool = False
     #: ``init_from_scratch`` (TrainEngineConfig.init_from_scratch, default false)
     init_from_scratch: bool = False
     #: ``megatron.bridge_type`` (MegatronEngineConfig.bridge_type, ``defaults.BRIDGE_TYPE``)
@@ -1010,10 +1015,11 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
     schedule: str | None = None
     layers_per_stage: int | None = None
     less = (1, 1)
+    pad = _flag(node, "pad_to_maximum", False, f"{path}.pad_to_maximum")
     if backend == "archon":  # the archon engine reads no megatron section
-        schedule, layers_per_stage, less = _archon_pipeline(
-            section(node, "archon", f"{path}.archon"), path
-        )
+        archon = section(node, "archon", f"{path}.archon")
+        schedule, layers_per_stage, less = _archon_pipeline(archon, path)
+        pad = pad or _flag(archon, "enable_compile", False, f"{path}.archon.enable_compile")
     elif megatron is not None:
         vpp = setting_int(
             megatron, f"{path}.megatron.virtual_pipeline_parallel_size", 1, 1, MAX_VPP
@@ -1055,6 +1061,7 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
         archon_pp_schedule=schedule,
         archon_layers_per_stage=layers_per_stage,
         archon_less_layers=less,
+        pad_to_maximum=pad,
         init_from_scratch=scratch,
         bridge_type=bridge,
         moe_enable_deepep=deepep,

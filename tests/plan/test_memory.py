@@ -377,7 +377,8 @@ def _cfg(**extra: Any) -> dict[str, Any]:
 
 
 def test_the_plan_carries_memory_per_engine() -> None:
-    plan = plan_config(_cfg())
+    # 64 × 4 / d8 = 32 sequences a rank in several micro-batches: gradients in the backward
+    plan = plan_config(_cfg(train_dataset__batch_size=64, gconfig__n_samples=4))
     data = plan.to_dict()
     assert data["cluster"]["gpu"] == "H100-80GB"
     actor = next(e for e in data["engines"] if e["key"] == "actor")

@@ -213,7 +213,9 @@ _CRITIC = {
 ROWS: list[tuple[str, dict[str, Any], dict[str, tuple[str, tuple[str, ...]]], Check]] = [
     (
         "fsdp actor",
-        _cfg(),
+        # 64 × 4 / d8 = 32 sequences a rank: several micro-batches (a lone one would start
+        # its backward without gradients)
+        _cfg(train_dataset__batch_size=64, gconfig__n_samples=4),
         {
             "actor": ("backward", ("load", "backward", "optimizer_step")),
             "rollout": ("generation", ("load", "generation")),

@@ -570,8 +570,8 @@ def test_unset_budget_packs_into_the_micro_batches_the_megatron_engine_runs() ->
     assert budget["actor"].memory == one["actor"].memory
     assert (
         "actor.mb_spec.max_tokens_per_mb 65,536: the megatron engine balances each rank's "
-        "65,536-token minibatch (at the longest sequences) over at least its mb_spec.n_mbs, "
-        "2·p for the Megatron engine (model_shape.engine_micro_batches): 16,384 tokens each"
+        "65,536-token minibatch (at the longest sequences) over at least mb_spec.n_mbs and its "
+        "own minimum of micro-batches (model_shape.engine_micro_batches): 16,384 tokens each"
     ) in budget.assumptions
     assert any(
         a.endswith(
@@ -580,3 +580,68 @@ def test_unset_budget_packs_into_the_micro_batches_the_megatron_engine_runs() ->
         )
         for a in one.assumptions
     )
+
+
+@pytest.mark.parametrize(
+    ("backend", "extra", "tokens"),
+    [
+        ("megatron:d2p2t2", {}, 16_384),  # balanced: 32 sequences of 2,048 over 4
+        ("megatron:d2p2t2", {"pad_to_maximum": True}, 65_536),  # padded to the budget
+        ("archon:d2p2t2", {}, 65_536),  # archon pads at p > 1 (force_pad_to_maximum)
+    ],
+)
+def test_a_padded_micro_batch_is_the_budget(
+    backend: str, extra: dict[str, Any], tokens: int
+) -> None:
+    # pad_mb_list pads every micro-batch to max_tokens_per_mb under pad_to_maximum
+    # (areal/utils/data.py l.1011-1022), which the archon engine forces with pipeline
+    # parallelism (archon_utils.py force_pad_to_maximum l.276-282)
+    cfg = {
+        "cluster": {"n_nodes": 2, "n_gpus_per_node": 8},
+        "rollout": {"backend": "sglang:d8"},
+        "actor": {
+            "backend": backend,
+            "path": "Qwen/Qwen3-8B",
+            "gradient_checkpointing": True,
+            "mb_spec": {"max_tokens_per_mb": 65536},
+            **extra,
+        },
+        "train_dataset": {"batch_size": 64, "max_length": 1024},
+        "gconfig": {"n_samples": 4, "max_new_tokens": 1024},
+    }
+    memory = plan_config(cfg, on_memory="warn")["actor"].memory
+    assert memory is not None
+    activations = next(
+        t.formula
+        for p in memory.phases
+        if p.name == "backward"
+        for t in p.terms
+        if t.name == "activations"
+    )
+    assert activations.startswith(f"{tokens:,} tokens/micro-batch")
+
+
+@pytest.mark.parametrize(("batch", "samples", "held"), [(8, 1, False), (64, 4, True)])
+def test_one_group_by_a_budget_starts_its_backward_without_gradients(
+    batch: int, samples: int, held: bool
+) -> None:
+    # one minibatch a step; 8 sequences over d8 are 1 a rank, one group under a 16,384
+    # budget: its backward starts without gradients (zero_grad's set_to_none); 64 × 4 / d8
+    # = 32 sequences of 2,048 = 65,536 tokens make 4 groups: the later ones find gradients
+    cfg = {
+        "cluster": {"n_nodes": 2, "n_gpus_per_node": 8},
+        "rollout": {"backend": "sglang:d8"},
+        "actor": {
+            "backend": "fsdp:d8",
+            "path": "Qwen/Qwen3-8B",
+            "gradient_checkpointing": True,
+            "ppo_n_minibatches": 1,
+            "mb_spec": {"max_tokens_per_mb": 16384},
+        },
+        "train_dataset": {"batch_size": batch, "max_length": 1024},
+        "gconfig": {"n_samples": samples, "max_new_tokens": 1024},
+    }
+    memory = plan_config(cfg, on_memory="warn")["actor"].memory
+    assert memory is not None
+    backward = next(p for p in memory.phases if p.name == "backward")
+    assert ("gradients" in {t.name for t in backward.terms}) is held

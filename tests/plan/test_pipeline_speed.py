@@ -205,7 +205,7 @@ def test_a_share_packed_by_count_runs_the_engines_micro_batches() -> None:
 
     llama = find_model("meta-llama/Llama-3.1-8B")
 
-    def step(spec: str, count: int) -> dict[str, str]:
+    def step(spec: str, count: int | None, least: int = 1) -> dict[str, str]:
         allocation = ModelAllocation.from_str(spec)
         found = training_step(
             allocation.backend,
@@ -216,8 +216,12 @@ def test_a_share_packed_by_count_runs_the_engines_micro_batches() -> None:
             tokens_per_micro_batch=1 << 20,  # a budget far over the share
             sequence_length=4096,
             packed_count=count,
+            least_count=least,
         )
         return {t.name: t.formula for t in found.terms}
 
     assert "2 parameter all-gathers × 4 micro-batches" in step("fsdp:d8", 4)["data parallel"]
+    # by a budget, mb_spec.n_mbs is a minimum: 4 micro-batches where the budget needs 1
+    assert "2 parameter all-gathers × 4 micro-batches" in step("fsdp:d8", None, 4)["data parallel"]
+    assert "2 parameter all-gathers × 1 micro-batches" in step("fsdp:d8", None)["data parallel"]
     assert "/ (4 micro-batches × vpp 1)" in step("megatron:d2p2t2", 1)["pipeline bubble"]
