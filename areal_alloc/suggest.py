@@ -470,13 +470,13 @@ def suggest(
         return dp <= shape.batch and shape.batch % dp == 0
 
     def builds(parallel: ParallelStrategy, settings: TrainingSettings) -> bool:
-        # each trainer on the actor's layout (the actor, a critic) splits a rank's sequences
-        # into its ppo_n_minibatches and packs each into at least its micro-batches
-        # (model_shape.minibatch_micro_batches): the start-up rule
+        # each engine on the actor's layout (the actor, a critic) splits a rank's sequences
+        # into its ppo_n_minibatches (a ref's forward: one) and packs each into at least its
+        # micro-batches (model_shape.minibatch_micro_batches): the start-up rule
         # minibatches_fill_their_micro_batches refuses fewer (not under dynamic_bs)
         per_rank = shape.batch // max(1, parallel.dp_size)
         for key, own in side:
-            if own.optimizer is None or shape.dynamic_bs:
+            if shape.dynamic_bs:
                 continue
             least = minibatch_micro_batches(
                 train_backend, parallel.pp_size, own.virtual_pipeline, own.n_mbs

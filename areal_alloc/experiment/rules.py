@@ -692,15 +692,19 @@ def minibatches_fill_their_micro_batches(run: Run) -> str | None:
     seqpack's allocation raises with fewer sequences than groups ("Number of values … is
     smaller than min_groups …", areal/utils/seqpack.py ffd_allocate l.241–244, kk_allocate
     l.503–504). With fewer trajectories per rank than minibatches × that, some minibatch is
-    short for certain. Left out: archon at p > 1 (its stages per rank set the count),
-    ``dynamic_bs``."""
+    short for certain. A ref's or a training teacher's forward (``compute_logp``, through
+    the same ``_prepare_mb_list``, megatron_engine.py l.1465) packs the whole share into
+    them: fewer sequences a rank than that raises there. Left out: archon at p > 1 (its
+    stages per rank set the count), ``dynamic_bs``."""
     found = _batch(run)
     if found is None or run.startup.dynamic_bs:
         return None
     batch, items, _, _ = found
-    for key in ("actor", "critic"):
+    for key in ("actor", "critic", "ref", "teacher"):
         engine = run.engine(key)
         if engine is None or not engine.active or engine.training is None:
+            continue
+        if engine.allocation.is_inference:
             continue
         message = _short_minibatch(engine, run.startup.minibatches_of(key), batch, items)
         if message is not None:
@@ -728,6 +732,14 @@ def _short_minibatch(engine: Engine, minibatches: int, batch: int, items: int) -
     samples = max(1, items // max(1, batch))
     prompts = -(-need * dp // samples)
     enough = -(-prompts // dp) * dp  # a multiple of dp, as batch_splits_over_data_parallel needs
+    if engine.key in ("ref", "teacher"):  # a forward over the whole share, no minibatches
+        return (
+            f"{items} trajectories a step over the {dp} data-parallel ranks of "
+            f"{engine.backend_key}={engine.spec!r} are {per_rank} per rank, which its forward "
+            f"packs into {packed}: {per_rank} < {least}, so the reference's seqpack raises "
+            f"'Number of values … is smaller than min_groups'; set train_dataset.batch_size="
+            f"{enough} or more, or use fewer data-parallel ranks"
+        )
     return (
         f"{items} trajectories a step over the {dp} data-parallel ranks of {engine.backend_key}="
         f"{engine.spec!r} are {per_rank} per rank, split into {engine.key}.ppo_n_minibatches="

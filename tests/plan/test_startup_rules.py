@@ -606,6 +606,31 @@ def test_the_critics_minibatches_fill_their_micro_batches_too() -> None:
     validate(config, on_memory="off")
 
 
+def test_a_refs_forward_packs_the_whole_share_into_its_micro_batches() -> None:
+    # the ref's compute_logp goes through the Megatron engine's _prepare_mb_list: at p2 at
+    # least 2·p = 4 micro-batches (megatron_engine.py l.2705-2716), so 8 trajectories over
+    # the ref's d4 (2 a rank) raise in seqpack; the actor trains one minibatch on d8 fine
+    config = cfg(
+        rollout={"backend": "sglang:d8"},
+        actor={"backend": "fsdp:d8", "ppo_n_minibatches": 1, "kl_ctl": 0.1},
+        ref={"backend": "megatron:d4p2"},
+        train_dataset={"batch_size": 8},
+        scheduler={"type": "local"},
+        cluster={"n_nodes": 3, "n_gpus_per_node": 8},
+    )
+    with pytest.raises(AllocationValidationError) as info:
+        validate(config, on_memory="off")
+    assert info.value.message == (
+        "8 trajectories a step over the 4 data-parallel ranks of ref.backend='megatron:d4p2' are "
+        "2 per rank, which its forward packs into 4 micro-batches (the Megatron engine's at "
+        "least 2·p2, a multiple of p): 2 < 4, so the reference's seqpack raises 'Number of "
+        "values … is smaller than min_groups'; set train_dataset.batch_size=16 or more, or use "
+        "fewer data-parallel ranks"
+    )
+    config["train_dataset"]["batch_size"] = 16
+    validate(config, on_memory="off")
+
+
 def test_rules_apply_in_the_reference_order() -> None:
     # enable_offload is checked before weight_update_mode in _validate_cfg
     config = cfg(rollout=colocated("sglang:d8"), actor={"backend": "fsdp:d8"})
