@@ -253,14 +253,12 @@ def engine_micro_batches(backend: str, pp: int, vpp: int, micro_batches: int | N
     return -(-count // pp) * pp
 
 
-def minibatch_micro_batches(backend: str, pp: int, vpp: int, n_mbs: int) -> int | None:
+def minibatch_micro_batches(backend: str, pp: int, vpp: int, n_mbs: int) -> int:
     """The micro-batches each of a trainer's ``ppo_n_minibatches`` minibatches is packed
-    into at least (:func:`engine_micro_batches`, ``mb_spec.n_mbs`` otherwise), or None where
-    the count is not certain: archon at pp > 1 (its stages per rank set it). A rank with
-    fewer sequences than minibatches × that leaves a minibatch short, and the reference's
-    seqpack raises (the start-up rule ``minibatches_fill_their_micro_batches``)."""
-    if backend == "archon" and pp > 1:
-        return None
+    into at least (:func:`engine_micro_batches`, ``mb_spec.n_mbs`` otherwise; ``vpp``: the
+    archon engine's stages per rank). A rank with fewer sequences than minibatches × that
+    leaves a minibatch short, and the reference raises (the start-up rule
+    ``minibatches_fill_their_micro_batches``)."""
     return engine_micro_batches(backend, pp, vpp, n_mbs) or n_mbs
 
 

@@ -717,9 +717,24 @@ def _short_minibatch(engine: Engine, minibatches: int, batch: int, items: int) -
     training = engine.training
     backend, parallel = engine.allocation.backend, engine.allocation.parallel
     pp, dp = parallel.pp_size, parallel.dp_size
-    least = None if training is None else minibatch_micro_batches(backend, pp, 1, training.n_mbs)
-    if training is None or least is None:
+    if training is None:
         return None
+    stages = 1
+    if backend == "archon" and pp > 1:  # its stages per rank (read.archon_stages_per_rank)
+        from areal_alloc.errors import AllocationError
+        from areal_alloc.experiment.read import archon_stages_per_rank
+
+        arch = _architecture(engine) if training.archon_layers_per_stage is not None else None
+        try:
+            found = archon_stages_per_rank(
+                training, arch.num_layers if arch is not None else None, pp, engine.path
+            )
+        except AllocationError:
+            return None  # refused by archon_layers_fill_the_stages, in the reference's order
+        if found is None:
+            return None
+        stages = found
+    least = minibatch_micro_batches(backend, pp, stages, training.n_mbs)
     per_rank = items // max(1, dp)
     need = minibatches * least
     if per_rank >= need:
@@ -727,26 +742,33 @@ def _short_minibatch(engine: Engine, minibatches: int, batch: int, items: int) -
     unit = "micro-batch" if least == 1 else "micro-batches"
     if backend == "megatron" and pp > 1 and least > training.n_mbs:
         packed = f"{least} {unit} (the Megatron engine's at least 2·p{pp}, a multiple of p)"
+    elif backend == "archon" and pp > 1 and least > training.n_mbs:
+        # archon_engine.py l.1209-1221: "Pipeline parallelism requires at least {pp × stages}
+        # sequences", then packs into max(pp × stages, n_mbs), a multiple of p
+        packed = f"{least} {unit} (the archon engine's at least p{pp} × {stages} stages)"
     else:
         packed = f"{least} {unit} ({engine.path}.mb_spec.n_mbs)"
     samples = max(1, items // max(1, batch))
     prompts = -(-need * dp // samples)
     enough = -(-prompts // dp) * dp  # a multiple of dp, as batch_splits_over_data_parallel needs
+    raises = (
+        f"the archon engine raises 'Pipeline parallelism requires at least {pp * stages} sequences'"
+        if backend == "archon" and pp > 1
+        else "the reference's seqpack raises 'Number of values … is smaller than min_groups'"
+    )
     if engine.key in ("ref", "teacher"):  # a forward over the whole share, no minibatches
         return (
             f"{items} trajectories a step over the {dp} data-parallel ranks of "
             f"{engine.backend_key}={engine.spec!r} are {per_rank} per rank, which its forward "
-            f"packs into {packed}: {per_rank} < {least}, so the reference's seqpack raises "
-            f"'Number of values … is smaller than min_groups'; set train_dataset.batch_size="
-            f"{enough} or more, or use fewer data-parallel ranks"
+            f"packs into {packed}: {per_rank} < {least}, so {raises}; set "
+            f"train_dataset.batch_size={enough} or more, or use fewer data-parallel ranks"
         )
     return (
         f"{items} trajectories a step over the {dp} data-parallel ranks of {engine.backend_key}="
         f"{engine.spec!r} are {per_rank} per rank, split into {engine.key}.ppo_n_minibatches="
         f"{minibatches} minibatches, each packed into {packed}: {per_rank} < {minibatches} × "
-        f"{least} = {need}, so a minibatch has fewer sequences than micro-batches and the "
-        f"reference's seqpack raises 'Number of values … is smaller than min_groups'; set "
-        f"train_dataset.batch_size={enough} or more, or use fewer data-parallel ranks or "
+        f"{least} = {need}, so a minibatch has fewer sequences than micro-batches and {raises}; "
+        f"set train_dataset.batch_size={enough} or more, or use fewer data-parallel ranks or "
         f"minibatches"
     )
 

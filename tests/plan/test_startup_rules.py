@@ -631,6 +631,30 @@ def test_a_refs_forward_packs_the_whole_share_into_its_micro_batches() -> None:
     validate(config, on_memory="off")
 
 
+def test_archons_minibatches_need_a_sequence_for_each_of_its_stages() -> None:
+    # archon_engine.py l.1209-1221: each train_batch at p > 1 needs at least p × stages
+    # sequences (Interleaved1F1B's default 2 stages a rank: 2 × 2 = 4); 16 trajectories
+    # over d2 are 8 a rank, 4 minibatches of 2 < 4; with 2 minibatches, 4 each, it starts
+    actor = {"backend": "archon:d2p2", "ppo_n_minibatches": 4}
+    config = cfg(
+        rollout={"backend": "sglang:d4"},
+        actor=actor,
+        train_dataset={"batch_size": 16},
+    )
+    with pytest.raises(AllocationValidationError) as info:
+        validate(config, on_memory="off")
+    assert info.value.message == (
+        "16 trajectories a step over the 2 data-parallel ranks of actor.backend='archon:d2p2' "
+        "are 8 per rank, split into actor.ppo_n_minibatches=4 minibatches, each packed into 4 "
+        "micro-batches (the archon engine's at least p2 × 2 stages): 8 < 4 × 4 = 16, so a "
+        "minibatch has fewer sequences than micro-batches and the archon engine raises "
+        "'Pipeline parallelism requires at least 4 sequences'; set train_dataset.batch_size=32 "
+        "or more, or use fewer data-parallel ranks or minibatches"
+    )
+    config["actor"]["ppo_n_minibatches"] = 2
+    validate(config, on_memory="off")
+
+
 def test_rules_apply_in_the_reference_order() -> None:
     # enable_offload is checked before weight_update_mode in _validate_cfg
     config = cfg(rollout=colocated("sglang:d8"), actor={"backend": "fsdp:d8"})
