@@ -87,9 +87,10 @@ class OptimizerConfig:
 
 @dataclass
 class MicroBatchConfig:
-    """``mb_spec.max_tokens_per_mb``: the tokens one micro-batch packs (activations)."""
+    """``mb_spec``: the tokens one micro-batch packs and the least count of micro-batches."""
 
     max_tokens_per_mb: int | None = None
+    n_mbs: int | None = None
 
 
 @dataclass
@@ -121,10 +122,16 @@ class MegatronConfig:
 
 @dataclass
 class ArchonConfig:
-    """The archon engine's activation checkpointing (with gradient_checkpointing)."""
+    """The archon engine's activation checkpointing (with gradient_checkpointing), its
+    pipeline schedule and split, and compilation (which pads every micro-batch)."""
 
     ac_mode: str | None = None
     selective_ac_option: str | None = None
+    pp_schedule: str | None = None
+    pp_layers_per_stage: int | None = None
+    pp_first_stage_less_layers: int | None = None
+    pp_last_stage_less_layers: int | None = None
+    enable_compile: bool | None = None
 
 
 @dataclass
@@ -165,7 +172,12 @@ class EngineConfig:
     fsdp: FSDPConfig = field(default_factory=FSDPConfig)
     archon: ArchonConfig = field(default_factory=ArchonConfig)
     offload: bool | None = None
+    pad_to_maximum: bool | None = None
+    is_critic: bool | None = None
+    lora_rank: int | None = None
+    target_modules: list[str] | None = None
     max_concurrent_rollouts: int | None = None
+    max_head_offpolicyness: int | None = None  # rollout
     # read by the reference's start-up rules (areal_alloc.experiment.rules)
     _version: str | None = None
     use_lora: bool | None = None
@@ -184,8 +196,10 @@ class ServerConfig:
     kv_cache_dtype: str | None = None
     mem_fraction_static: float | None = None  # sglang
     context_length: int | None = None  # sglang
+    max_running_requests: int | None = None  # sglang
     gpu_memory_utilization: float | None = None  # vllm
     max_model_len: int | None = None  # vllm
+    max_num_seqs: int | None = None  # vllm
 
 
 @dataclass

@@ -444,7 +444,8 @@ class InferenceSettings:
     reserve_bytes: int | None = None
     #: vllm.max_num_seqs: the requests vLLM's profile run samples at once
     max_num_seqs: int = VLLM_MAX_NUM_SEQS
-    #: vllm.max_num_batched_tokens: the tokens of vLLM's profile forward; None: vLLM's
+    #: the tokens of vLLM's profile forward (``max_num_batched_tokens``, which the reference's
+    #: vLLMConfig cannot set: a published run's own value); None: vLLM's
     #: server default, 8,192 on a GPU of ≥ 70 GiB other than an A100, else 2,048
     #: (vllm/engine/arg_utils.py ``default_max_num_batched_tokens``, OPENAI_API_SERVER,
     #: vllm-project/vllm@99d7eb5d6a512cfcc5a2b104f24ebf2d6cda772b)
@@ -776,10 +777,10 @@ def inference_settings(
             context_length=read.context_length,
             concurrency=per_instance,
             reserve_bytes=reserve,
-            # vLLM's profile run (memory_inference.inference_memory): the reference passes both to
-            # vllm serve (areal/api/cli_args.py vLLMConfig, max_num_seqs 256 by default)
+            # vLLM's profile run (memory_inference.inference_memory): the reference passes
+            # max_num_seqs to vllm serve (areal/api/cli_args.py vLLMConfig, 256 by default) and no
+            # max_num_batched_tokens (vLLMConfig has none), so vLLM takes its own default
             max_num_seqs=read.max_num_seqs or VLLM_MAX_NUM_SEQS,
-            max_num_batched_tokens=read.max_num_batched_tokens,
             device_bytes=device,
         )
     except AllocationError as error:

@@ -168,6 +168,9 @@ class TrainConfig:
     recompute_unasked: bool = False
     max_tokens_per_mb: int | None = None
     n_mbs: int = defaults.MICRO_BATCHES
+    #: ``mb_spec.n_mbs: null`` written (MicroBatchSpec's ``int | None`` takes it; the Megatron
+    #: engine cannot: a start-up rule). A strict schema's null is its unset key, not this.
+    n_mbs_null: bool = False
     use_lora: bool = False
     lora_rank: int = defaults.LORA_RANK
     target_modules: tuple[str, ...] = ()
@@ -228,9 +231,9 @@ class InferenceConfig:
     context_length: int = defaults.CONTEXT_LENGTH
     #: ``<engine>.max_concurrent_rollouts`` as written (None: not given)
     max_concurrent_rollouts: int | None = None
-    #: vLLM's ``max_num_seqs`` / ``max_num_batched_tokens`` as written (None: not given)
+    #: vLLM's ``max_num_seqs`` as written (None: not given; vLLMConfig ``max_num_seqs: int =
+    #: 256``, areal/api/cli_args.py at cbff54d6)
     max_num_seqs: int | None = None
-    max_num_batched_tokens: int | None = None
     #: SGLang's ``max_running_requests`` as written (None: not given; SGLangConfig
     #: ``max_running_requests: int | None = None``, areal/api/cli_args.py at cbff54d6)
     max_running_requests: int | None = None
@@ -995,6 +998,12 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
     mb_spec = section(node, "mb_spec", f"{path}.mb_spec")
     tokens = whole_number(mb_spec, "max_tokens_per_mb", f"{path}.mb_spec.max_tokens_per_mb")
     count = whole_number(mb_spec, "n_mbs", f"{path}.mb_spec.n_mbs")
+    count_null = (
+        count is None
+        and mb_spec is not None
+        and "n_mbs" in keys(mb_spec)
+        and not _strict_schema(mb_spec)
+    )
     use_lora, rank, targets = _lora(node, path)
     critic = _flag(node, "is_critic", False, f"{path}.is_critic")
     fsdp = section(node, "fsdp", f"{path}.fsdp")
@@ -1049,6 +1058,7 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
         recompute_unasked=forced and not checkpointing and recompute != "none",
         max_tokens_per_mb=tokens,
         n_mbs=max(1, defaults.MICRO_BATCHES if count is None else count),
+        n_mbs_null=count_null,
         use_lora=use_lora,
         lora_rank=rank,
         target_modules=targets,
@@ -1256,8 +1266,12 @@ def _inference_config(cfg: object, engine: Engine) -> InferenceConfig:
     concurrency = whole_number(
         _at(cfg, engine.path), "max_concurrent_rollouts", f"{engine.path}.max_concurrent_rollouts"
     )
-    seqs = whole_number(server, "max_num_seqs", f"{backend}.max_num_seqs")
-    batched = whole_number(server, "max_num_batched_tokens", f"{backend}.max_num_batched_tokens")
+    # Each server's own key only (vLLMConfig.max_num_seqs, SGLangConfig.max_running_requests):
+    # neither dataclass has max_num_batched_tokens (areal/api/cli_args.py at cbff54d6, and the
+    # areal 1.0.4 wheel), so the reference's loader refuses it and it is never read here;
+    # vLLM then takes its own default (memory_inference.vllm_default_batched_tokens).
+    vllm = backend == "vllm"
+    seqs = whole_number(server, "max_num_seqs", f"{backend}.max_num_seqs") if vllm else None
     running = (
         whole_number(server, "max_running_requests", f"{backend}.max_running_requests")
         if backend == "sglang"
@@ -1270,7 +1284,6 @@ def _inference_config(cfg: object, engine: Engine) -> InferenceConfig:
         context_length=length or defaults.CONTEXT_LENGTH,
         max_concurrent_rollouts=concurrency,
         max_num_seqs=seqs,
-        max_num_batched_tokens=batched,
         max_running_requests=running,
         fraction_key=f"{backend}.{fraction_key}",
         length_key=f"{backend}.{length_key}",

@@ -413,6 +413,29 @@ def full_recompute_needs_method_and_layers(run: Run) -> str | None:
     return None
 
 
+def megatron_micro_batches_are_counted(run: Run) -> str | None:
+    """The Megatron engine packs every forward and update with ``n_mbs=max(min_n_mbs,
+    self.config.mb_spec.n_mbs)`` (``_prepare_mb_list``, areal/engine/megatron_engine.py
+    l.2705–2716 at cbff54d6): ``mb_spec.n_mbs: null``, which MicroBatchSpec's ``int | None``
+    accepts (areal/api/cli_args.py l.103), raises TypeError there on the first batch. The
+    FSDP engine passes it to seqpack, which takes None (areal/utils/seqpack.py l.237), and
+    archon reads ``n_mbs or 1`` (archon_engine.py l.1225)."""
+    for engine in run.engines:
+        training = engine.training
+        if not engine.active or training is None or not training.n_mbs_null:
+            continue
+        if engine.allocation.backend != "megatron":
+            continue
+        path = engine.path
+        return (
+            f"{path}.mb_spec.n_mbs=null: the Megatron engine's _prepare_mb_list computes "
+            f"max(min_n_mbs, mb_spec.n_mbs) and raises TypeError \"'>' not supported between "
+            f"instances of 'NoneType' and 'int'\" on the first batch of {engine.backend_key}="
+            f"{engine.spec!r}; set {path}.mb_spec.n_mbs=1 (the reference's default)"
+        )
+    return None
+
+
 def selective_recompute_needs_no_layer_count(run: Run) -> str | None:
     """Selective granularity takes ``recompute_num_layers: null`` (transformer_config.py
     l.1346-1352); the reference's default is 1 (areal/api/cli_args.py l.967)."""
@@ -1032,6 +1055,11 @@ RULES: tuple[Rule, ...] = (
         "areal/utils/dataloader.py create_dataloader; areal/utils/seqpack.py "
         "balanced_greedy_partition",
         batch_splits_over_data_parallel,
+    ),
+    Rule(
+        "megatron engine: mb_spec.n_mbs is not null",
+        "areal/engine/megatron_engine.py MegatronEngine._prepare_mb_list (lines 2705-2716)",
+        megatron_micro_batches_are_counted,
     ),
     Rule(
         "each minibatch has a sequence for each of the actor's micro-batches",

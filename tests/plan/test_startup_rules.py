@@ -61,6 +61,21 @@ REFUSED: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
         "total_train_epochs=0: must be ≥ 1 (the reference's loader refuses it)",
         cfg(actor={"backend": "fsdp:d4"}, total_train_epochs=1),
     ),
+    (  # areal/engine/megatron_engine.py _prepare_mb_list: max(min_n_mbs, None) raises
+        "megatron engine: mb_spec.n_mbs is not null",
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={"backend": "megatron:d8", "mb_spec": {"n_mbs": None}},
+        ),
+        "actor.mb_spec.n_mbs=null: the Megatron engine's _prepare_mb_list computes "
+        "max(min_n_mbs, mb_spec.n_mbs) and raises TypeError \"'>' not supported between "
+        "instances of 'NoneType' and 'int'\" on the first batch of actor.backend='megatron:d8'; "
+        "set actor.mb_spec.n_mbs=1 (the reference's default)",
+        cfg(  # the FSDP engine hands null to seqpack, which takes it
+            rollout={"backend": "sglang:d8"},
+            actor={"backend": "fsdp:d8", "mb_spec": {"n_mbs": None}},
+        ),
+    ),
     (  # areal/api/cli_args.py TrainEngineConfig.__post_init__
         "_version is v1 or v2",
         cfg(actor={"backend": "fsdp:d4", "_version": "v3"}),
