@@ -1105,6 +1105,44 @@ def startup_warnings(experiment: Experiment) -> list[str]:
                 f"(areal.infra.launcher.local/ray/slurm) refuse it in their dataloader "
                 f"(areal/utils/dataloader.py)"
             )
+    out.extend(_budgets_below_a_sequence(run))
+    return out
+
+
+def _budgets_below_a_sequence(run: Run) -> list[str]:
+    """A training engine's ``mb_spec.max_tokens_per_mb`` below the longest sequence the run
+    can make: the prompts the dataset keeps (``train_dataset.max_length``: "Longer sequences
+    are filtered out", _DatasetConfig) with, in RL, a completion of ``gconfig.max_new_tokens``.
+    seqpack packs whole sequences and raises on one over the budget ("Values … is larger
+    than capacity …", areal/utils/seqpack.py ffd_allocate l.239–240 at cbff54d6), so a step
+    that meets one stops the run; shorter sequences run, so this warns, not refuses."""
+    shape = run.experiment.run
+    rl = _rl(run)
+    if rl:
+        prompt = f"train_dataset.max_length {shape.max_length:,} + " if shape.max_length else ""
+        longest = (shape.max_length or 0) + shape.new_tokens
+        made = f"{prompt}gconfig.max_new_tokens {shape.new_tokens:,}"
+        if shape.max_length is None:
+            made += " (train_dataset.max_length unset: a completion alone)"
+    elif shape.max_length is not None:
+        longest, made = shape.max_length, f"train_dataset.max_length {shape.max_length:,}"
+    else:
+        return []
+    out = []
+    for engine in run.engines:
+        training = engine.training
+        if not engine.active or training is None or engine.allocation.is_inference:
+            continue
+        budget = training.max_tokens_per_mb
+        if budget is None or budget >= longest:
+            continue
+        key = f"{engine.path}.mb_spec.max_tokens_per_mb"
+        out.append(
+            f"{key}={budget} is below the longest sequence the run can make, {made} = "
+            f"{longest:,} tokens: a step with a sequence over {budget:,} stops the run in "
+            f"seqpack ('Values … is larger than capacity {budget}', areal/utils/seqpack.py); "
+            f"set {key}={longest} or more"
+        )
     return out
 
 

@@ -725,6 +725,63 @@ def test_the_batch_the_single_controller_splits_warns_of_the_spmd_launchers() ->
     assert len(plan.warnings) == 1
 
 
+BUDGET_WARNING = (
+    "actor.mb_spec.max_tokens_per_mb=1024 is below the longest sequence the run can make, "
+    "train_dataset.max_length 1,024 + gconfig.max_new_tokens 256 = 1,280 tokens: a step with a "
+    "sequence over 1,024 stops the run in seqpack ('Values … is larger than capacity 1024', "
+    "areal/utils/seqpack.py); set actor.mb_spec.max_tokens_per_mb=1280 or more"
+)
+
+
+@pytest.mark.parametrize(
+    ("budget", "dataset", "gconfig", "rollout", "expected"),
+    [
+        # the reference's own examples/math/gsm8k_grpo_awex_colocate.yaml: actor 1,024
+        (1024, {"max_length": 1024}, {"max_new_tokens": 256}, True, BUDGET_WARNING),
+        (1280, {"max_length": 1024}, {"max_new_tokens": 256}, True, None),  # exactly fits
+        (  # no prompt bound: a completion alone must fit
+            1024,
+            {},
+            {"max_new_tokens": 2048},
+            True,
+            "actor.mb_spec.max_tokens_per_mb=1024 is below the longest sequence the run can "
+            "make, gconfig.max_new_tokens 2,048 (train_dataset.max_length unset: a completion "
+            "alone) = 2,048 tokens: a step with a sequence over 1,024 stops the run in seqpack "
+            "('Values … is larger than capacity 1024', areal/utils/seqpack.py); set "
+            "actor.mb_spec.max_tokens_per_mb=2048 or more",
+        ),
+        (  # SFT: the dataset's sequences, no completion
+            1024,
+            {"max_length": 2048},
+            {"max_new_tokens": 4096},
+            False,
+            "actor.mb_spec.max_tokens_per_mb=1024 is below the longest sequence the run can "
+            "make, train_dataset.max_length 2,048 = 2,048 tokens: a step with a sequence over "
+            "1,024 stops the run in seqpack ('Values … is larger than capacity 1024', "
+            "areal/utils/seqpack.py); set actor.mb_spec.max_tokens_per_mb=2048 or more",
+        ),
+        (1024, {}, {"max_new_tokens": 4096}, False, None),  # SFT without a bound: unknown
+        (None, {"max_length": 1024}, {"max_new_tokens": 256}, True, None),  # by count
+    ],
+)
+def test_a_budget_below_the_longest_sequence_warns(
+    budget: int | None,
+    dataset: dict[str, Any],
+    gconfig: dict[str, Any],
+    rollout: bool,
+    expected: str | None,
+) -> None:
+    actor: dict[str, Any] = {"backend": "fsdp:d8"}
+    if budget is not None:
+        actor["mb_spec"] = {"max_tokens_per_mb": budget}
+    engines: dict[str, Any] = {"actor": actor}
+    if rollout:
+        engines["rollout"] = {"backend": "sglang:d8"}
+    config = cfg(train_dataset={"batch_size": 64, **dataset}, gconfig=gconfig, **engines)
+    warnings = validate(config, on_memory="off").warnings
+    assert [w for w in warnings if "longest sequence" in w] == ([expected] if expected else [])
+
+
 def test_a_server_of_at_most_a_node_is_placed_on_a_node_it_does_not_divide() -> None:
     # one 2-GPU server per 3-GPU node: n_gpus_per_node // gpus_per_server servers a node
     plan = validate(
