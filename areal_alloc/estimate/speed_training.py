@@ -89,6 +89,7 @@ def training_step(
     recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES,
     packed_count: int | None = None,
     least_count: int = 1,
+    pad_to_maximum: bool = False,
 ) -> StepEstimate:
     """One optimizer step of a training engine over ``tokens_per_step`` tokens;
     ``packed_count``: the micro-batches a rank's share is packed into by count
@@ -100,8 +101,11 @@ def training_step(
     pipeline stages (``TrainingSettings.layer_split``, ``pipeline_split.engine_split``),
     ``token_dispatcher`` how the MoE layers move tokens (``TrainingSettings.
     token_dispatcher``) and ``recompute_modules`` what ``recompute="selective"`` recomputes
-    (``TrainingSettings.recompute_modules``, megatron-core's names). Each term is one
-    function below, written from the step's :class:`_TrainingShape`."""
+    (``TrainingSettings.recompute_modules``, megatron-core's names); ``pad_to_maximum``: by
+    a budget, every micro-batch is padded to it and computed whole (areal/utils/data.py
+    ``pad_mb_list`` l.1011-1022 at cbff54d6; by count the reference pads nothing). Each
+    term is one function below, written from the step's :class:`_TrainingShape`; the
+    tokens per second and the MFU count the step's own tokens."""
     if tokens_per_step < 1 or tokens_per_micro_batch < 1 or sequence_length < 1:
         raise AllocationValidationError(
             "tokens per step, per micro-batch and sequence length must be ≥ 1"
@@ -118,12 +122,23 @@ def training_step(
     micro_batches = engine_micro_batches(backend, parallel.pp_size, virtual_pipeline, wanted)
     micro_batches = wanted if micro_batches is None else micro_batches
     tokens_mb = min(tokens_per_micro_batch, math.ceil(tokens_per_step / (dp * micro_batches)))
+    computed = tokens_per_step  # the tokens the GPUs run: with padding, every budget whole
+    padding: tuple[str, ...] = ()
+    if pad_to_maximum and packed_count is None and tokens_mb < tokens_per_micro_batch:
+        tokens_mb = tokens_per_micro_batch
+        computed = dp * micro_batches * tokens_per_micro_batch
+        padding = (
+            f"pad_to_maximum: each of a rank's {micro_batches:,} micro-batches is padded to the "
+            f"budget of {tokens_per_micro_batch:,} tokens and computed whole, {computed:,} "
+            f"tokens run for the step's {tokens_per_step:,} (areal/utils/data.py pad_mb_list "
+            f"l.1011-1022 at cbff54d6)",
+        )
     step = _TrainingShape(
         backend,
         arch,
         parallel,
         hardware,
-        tokens_per_step,
+        computed,
         micro_batches,
         tokens_mb,
         min(sequence_length, tokens_mb),
@@ -131,9 +146,10 @@ def training_step(
         token_dispatcher,
         tuple(recompute_modules) if recompute == "selective" else (),
     )
-    flops = model_flops(arch, tokens_per_step, step.seq)
+    flops = model_flops(arch, tokens_per_step, step.seq)  # the model's work: the MFU's
     attn_eff = attention_efficiency(backend, hardware, attention_kernel)
-    compute = _compute_term(step, flops, attn_eff)
+    run = flops if computed == tokens_per_step else model_flops(arch, computed, step.seq)
+    compute = _compute_term(step, run, attn_eff)
     elementwise = _elementwise_term(step)
     busy = compute.seconds + elementwise.seconds  # what FSDP's collectives hide under
     terms = [compute, elementwise]
@@ -141,7 +157,7 @@ def training_step(
         backend, arch, parallel.pp_size, virtual_pipeline, parallel.ep_size, layer_split
     )
     if split is not None:
-        per_layer = layer_flops(arch, tokens_per_step, step.seq)
+        per_layer = layer_flops(arch, computed, step.seq)
         imbalance = _imbalance_term(step, split, rank_layers, per_layer, busy)
         terms.append(imbalance)
         terms.append(_bubble_term(step, virtual_pipeline, busy, busy + imbalance.seconds))
@@ -154,7 +170,7 @@ def training_step(
     ):
         if term is not None:
             terms.append(term)
-    assumptions = _training_assumptions(backend, hardware, attention_kernel, attn_eff)
+    assumptions = _training_assumptions(backend, hardware, attention_kernel, attn_eff) + padding
     if token_dispatcher == "deepep" and arch.is_moe and parallel.ep_size > 1:
         assumptions += (
             f"DeepEP's traffic under balanced routing: each token's top-{arch.experts_per_token} "
@@ -201,6 +217,7 @@ def settings_step(
             recompute_modules=settings.recompute_modules,
             packed_count=settings.micro_batches,
             least_count=settings.n_mbs,
+            pad_to_maximum=settings.pad_to_maximum,
         )
 
     if optimizer_steps <= 1:

@@ -548,3 +548,67 @@ def test_the_expert_all_to_all_moves_each_gpus_tokens(spec: str, share: float) -
     volume = 4 * 48 * micro_batches * 16384 * share * 2048 * 2 * 8 * (ep - 1) / ep
     link = H100.link_bytes_per_second(etp * ep <= 8)
     assert term.seconds == pytest.approx(volume / link)
+
+
+# --- pad_to_maximum: every micro-batch computed at the budget --------------------------
+
+
+def test_padding_to_the_budget_computes_every_micro_batch_whole() -> None:
+    # 8,192 tokens on d1 into at least 2 micro-batches of a 16,384 budget: 4,096 real tokens
+    # each, padded to 16,384 (pad_mb_list), so the GPUs run 2 × 16,384 = 32,768 tokens:
+    # the same terms as 32,768 real tokens, while tokens/s and the MFU count the 8,192
+    def step(tokens: int, pad: bool = False, count: int | None = None) -> StepEstimate:
+        return training_step(
+            "fsdp",
+            LLAMA,
+            _parallel("fsdp:d1"),
+            H100,
+            tokens_per_step=tokens,
+            tokens_per_micro_batch=16_384,
+            sequence_length=2_048,
+            least_count=2,
+            pad_to_maximum=pad,
+            packed_count=count,
+        )
+
+    plain, padded, whole = step(8_192), step(8_192, pad=True), step(32_768)
+    assert _term(padded, "compute")[0] == pytest.approx(_term(whole, "compute")[0])
+    assert _term(padded, "compute")[0] == pytest.approx(4 * _term(plain, "compute")[0])
+    assert padded.seconds == pytest.approx(whole.seconds)
+    assert padded.tokens_per_second == pytest.approx(8_192 / whole.seconds)
+    assert padded.mfu == pytest.approx(plain.model_flops / (whole.seconds * 989e12))
+    assert padded.assumptions[-1] == (
+        "pad_to_maximum: each of a rank's 2 micro-batches is padded to the budget of 16,384 "
+        "tokens and computed whole, 32,768 tokens run for the step's 8,192 (areal/utils/data.py "
+        "pad_mb_list l.1011-1022 at cbff54d6)"
+    )
+    # by count (no budget written) the reference pads nothing: packed_count stands
+    counted = step(8_192, pad=True, count=2)
+    assert counted.seconds == pytest.approx(plain.seconds)
+
+
+def test_archon_at_p2_pads_its_micro_batches_in_the_plans_pace() -> None:
+    # archon at p > 1 forces pad_to_maximum (archon_utils.py force_pad_to_maximum): 16 × 4
+    # sequences of 512 + 1,024 tokens, 4 minibatches of 24,576 tokens, 12,288 a rank of d2,
+    # packed into p2 × 2 stages = 4 micro-batches, each padded to the 16,384 budget
+    from areal_alloc import validate
+    from areal_alloc.settings import Settings
+
+    config = {
+        "cluster": {"n_nodes": 1, "n_gpus_per_node": 8},
+        "train_dataset": {"batch_size": 16, "max_length": 512},
+        "gconfig": {"n_samples": 4, "max_new_tokens": 1024},
+        "rollout": {"backend": "sglang:d4"},
+        "actor": {
+            "backend": "archon:d2p2",
+            "path": "Qwen/Qwen3-1.7B",
+            "mb_spec": {"max_tokens_per_mb": 16384},
+        },
+    }
+    gpu = Settings.from_sources(flags={"gpu": "H100-80GB"})  # a pace needs the GPU's speeds
+    pace = validate(config, on_memory="warn", settings=gpu).to_dict()["pace"]
+    assert (
+        "pad_to_maximum: each of a rank's 4 micro-batches is padded to the budget of 16,384 "
+        "tokens and computed whole, 131,072 tokens run for the step's 24,576 (areal/utils/"
+        "data.py pad_mb_list l.1011-1022 at cbff54d6)"
+    ) in pace["engines"]["actor"]["assumptions"]
