@@ -87,10 +87,12 @@ class OptimizerConfig:
 
 @dataclass
 class MicroBatchConfig:
-    """``mb_spec``: the tokens one micro-batch packs and the least count of micro-batches."""
+    """``mb_spec``: the tokens one micro-batch packs, the least count of micro-batches and
+    the packing algorithm."""
 
     max_tokens_per_mb: int | None = None
     n_mbs: int | None = None
+    packing_algorithm: str | None = None  # ffd or kk (the reference's loader refuses the rest)
 
 
 @dataclass

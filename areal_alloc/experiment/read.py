@@ -27,6 +27,7 @@ Reference: areal-project/AReaL at cbff54d645d2cd8ee1f1c358a82f3f473588433d
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -803,6 +804,38 @@ def _text(node: object, key: str, default: str) -> str:
     return str(value) if value not in (None, "") else default
 
 
+#: TrainEngineConfig.__post_init__'s aliases and choices (areal/api/cli_args.py l.1486-1502 at
+#: cbff54d6): ``dtype`` fp32/bf16/fp16 → float32/bfloat16/float16, ``optimizer_dtype``
+#: fp32/bf16 → float32/bfloat16 (fp16 is no optimizer dtype); the rest raises at load.
+TRAIN_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+TRAIN_DTYPES |= {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+OPTIMIZER_DTYPES = {"float32": "float32", "bfloat16": "bfloat16"}
+OPTIMIZER_DTYPES |= {"fp32": "float32", "bf16": "bfloat16"}
+#: MicroBatchSpec.packing_algorithm's choices (PACKING_ALGORITHMS, areal/utils/seqpack.py
+#: l.162-164; MicroBatchSpec.__post_init__ l.141-147 of areal/api/cli_args.py, cbff54d6)
+PACKING_ALGORITHMS = ("ffd", "kk")
+_TRAIN_CHECKS = "TrainEngineConfig.__post_init__, areal/api/cli_args.py l.1493-1502"
+_PACKING_CHECK = "MicroBatchSpec.__post_init__, areal/api/cli_args.py l.141-147"
+
+
+def _choice(
+    node: object, key: str, default: str, choices: Mapping[str, str], path: str, where: str
+) -> str:
+    """A text setting the reference's loader canonicalises through ``choices`` (alias →
+    value) and refuses outside it, in ``where`` (a null or absent key: ``default``)."""
+    value = child(node, key) if node is not None else None
+    if value is None:
+        return default
+    found = choices.get(str(value)) if isinstance(value, str) else None
+    if found is None:
+        allowed = ", ".join(repr(name) for name in choices)
+        raise AllocationValidationError(
+            f"{path}.{key}={shown(value)}: must be one of {allowed} (the reference's loader "
+            f"refuses the rest: {where})"
+        )
+    return found
+
+
 #: MegatronEngineConfig.moe_token_dispatcher_type's options: "Options: 'allgather','alltoall'
 #: and 'flex'." (areal/api/cli_args.py l.981-986, AReaL cbff54d6); megatron-core 0.17.0 (the
 #: version the reference pins) types its TransformerConfig field
@@ -998,6 +1031,8 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
     mb_spec = section(node, "mb_spec", f"{path}.mb_spec")
     tokens = whole_number(mb_spec, "max_tokens_per_mb", f"{path}.mb_spec.max_tokens_per_mb")
     count = whole_number(mb_spec, "n_mbs", f"{path}.mb_spec.n_mbs")
+    packing = {name: name for name in PACKING_ALGORITHMS}
+    _choice(mb_spec, "packing_algorithm", "ffd", packing, f"{path}.mb_spec", _PACKING_CHECK)
     count_null = (
         count is None
         and mb_spec is not None
@@ -1049,10 +1084,12 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
         f"{path}.megatron.moe_shared_expert_overlap",
     )
     return TrainConfig(
-        dtype=_text(node, "dtype", defaults.DTYPE),
+        dtype=_choice(node, "dtype", defaults.DTYPE, TRAIN_DTYPES, path, _TRAIN_CHECKS),
         optimizer=optimizer,
         optimizer_assumed=assumed,
-        optimizer_dtype=_text(node, "optimizer_dtype", defaults.OPTIMIZER_DTYPE),
+        optimizer_dtype=_choice(
+            node, "optimizer_dtype", defaults.OPTIMIZER_DTYPE, OPTIMIZER_DTYPES, path, _TRAIN_CHECKS
+        ),
         gradient_checkpointing=checkpointing,
         recompute=recompute,
         recompute_unasked=forced and not checkpointing and recompute != "none",

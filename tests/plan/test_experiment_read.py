@@ -521,6 +521,73 @@ def test_a_bad_setting_is_one_line_without_a_model(extra: dict[str, Any], messag
     assert info.value.message == message
 
 
+_TRAIN_CHECKS = "TrainEngineConfig.__post_init__, areal/api/cli_args.py l.1493-1502"
+_DTYPES = "'float32', 'bfloat16', 'float16', 'fp32', 'bf16', 'fp16'"
+
+
+@pytest.mark.parametrize(
+    ("engine", "message"),
+    [
+        # TrainEngineConfig.__post_init__ (areal/api/cli_args.py l.1486-1502 at cbff54d6):
+        # dtype float32/bfloat16/float16 (or fp32/bf16/fp16), optimizer_dtype float32/bfloat16
+        (
+            {"dtype": "float8"},
+            f"actor.dtype='float8': must be one of {_DTYPES} (the reference's loader refuses "
+            f"the rest: {_TRAIN_CHECKS})",
+        ),
+        (
+            {"dtype": ""},
+            f"actor.dtype='': must be one of {_DTYPES} (the reference's loader refuses the "
+            f"rest: {_TRAIN_CHECKS})",
+        ),
+        (
+            {"optimizer_dtype": "fp16"},
+            "actor.optimizer_dtype='fp16': must be one of 'float32', 'bfloat16', 'fp32', 'bf16' "
+            f"(the reference's loader refuses the rest: {_TRAIN_CHECKS})",
+        ),
+        (  # MicroBatchSpec.__post_init__: PACKING_ALGORITHMS (areal/utils/seqpack.py)
+            {"mb_spec": {"packing_algorithm": "FFD"}},
+            "actor.mb_spec.packing_algorithm='FFD': must be one of 'ffd', 'kk' (the reference's "
+            "loader refuses the rest: MicroBatchSpec.__post_init__, areal/api/cli_args.py "
+            "l.141-147)",
+        ),
+    ],
+)
+def test_a_dtype_or_packing_the_reference_refuses_is_one_line(
+    engine: dict[str, Any], message: str
+) -> None:
+    cfg = {
+        "cluster": {"n_nodes": 1, "n_gpus_per_node": 8},
+        "actor": {"backend": "fsdp:d4", **engine},
+    }
+    with pytest.raises(AllocationValidationError) as info:
+        plan_config(cfg, on_memory="off")
+    assert info.value.message == message
+
+
+@pytest.mark.parametrize(
+    ("engine", "dtype", "optimizer_dtype"),
+    [
+        ({}, "bfloat16", "float32"),  # the reference's defaults
+        ({"dtype": "fp16", "optimizer_dtype": "bf16"}, "float16", "bfloat16"),  # its aliases
+        ({"dtype": "fp32", "optimizer_dtype": "fp32"}, "float32", "float32"),
+        ({"dtype": None, "optimizer_dtype": None}, "bfloat16", "float32"),  # null: unset
+    ],
+)
+def test_the_training_dtypes_read_as_the_reference_canonicalises_them(
+    engine: dict[str, Any], dtype: str, optimizer_dtype: str
+) -> None:
+    from areal_alloc.experiment.read import read_experiment
+
+    cfg = {
+        "cluster": {"n_nodes": 1, "n_gpus_per_node": 8},
+        "actor": {"backend": "fsdp:d4", **engine},
+    }
+    training = read_experiment(cfg)["actor"].training
+    assert training is not None
+    assert (training.dtype, training.optimizer_dtype) == (dtype, optimizer_dtype)
+
+
 def test_the_cluster_carries_the_gpu_the_settings_resolve() -> None:
     from areal_alloc.settings import Settings
 

@@ -484,7 +484,7 @@ def test_a_cluster_path_is_read_by_its_name_and_said_so() -> None:
         ({"actor__gradient_checkpointing": "maybe"}, "actor.gradient_checkpointing='maybe'"),
         ({"actor__mb_spec": {"max_tokens_per_mb": 0}}, "actor.mb_spec.max_tokens_per_mb=0"),
         ({"actor__optimizer": {"type": "lion"}}, "actor: optimizer.type='lion': must be one of"),
-        ({"actor__dtype": "float128"}, "actor.dtype='float128': unknown dtype"),
+        ({"actor__dtype": "float128"}, "actor.dtype='float128': must be one of 'float32'"),
         ({"sglang": {"mem_fraction_static": 1.5}}, "sglang.mem_fraction_static=1.5: the limit"),
     ],
 )
