@@ -28,6 +28,7 @@ __all__ = [
     "setting_float",
     "setting_int",
     "shown",
+    "strict_schema",
     "unset",
     "whole_number",
 ]
@@ -109,6 +110,17 @@ def _unresolvable(full_key: str, error: Exception) -> AllocationValidationError:
         return AllocationValidationError(f"{full_key}: {_LOOP}")
     where = f" (in {inner})" if inner != full_key else ""
     return AllocationValidationError(f"{full_key}: cannot be resolved{where}: {reason}")
+
+
+def strict_schema(node: object) -> bool:
+    """True for a section of areal-alloc's strict schema (a structured DictConfig of
+    ``areal_alloc.schema``), whose every field is null when unset."""
+    from omegaconf import DictConfig, OmegaConf
+
+    if not isinstance(node, DictConfig):
+        return False
+    kind = OmegaConf.get_type(node)
+    return kind is not None and kind.__module__ == "areal_alloc.schema"
 
 
 def is_mapping(node: object) -> bool:

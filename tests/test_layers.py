@@ -165,8 +165,9 @@ LAYERS = [
     "areal_alloc.vocab",
     "areal_alloc.kinds",
     "areal_alloc._config",
-    # the experiment: which model each engine runs
+    # the experiment: which model each engine runs, the nulls the reference refuses
     "areal_alloc.experiment.models",
+    "areal_alloc.experiment.nulls",
     "areal_alloc.files",
     # string → syntax
     "areal_alloc._syntax",
@@ -292,11 +293,12 @@ def test_the_layer_test_sees_imports() -> None:
 
 
 #: The only modules that read a raw config: the experiment's one reading (with the
-#: reference's rules of which model an engine runs), and the settings' last source, the
+#: reference's rules of which model an engine runs and which keys it refuses as null), and the settings' last source, the
 #: config's own ``cluster`` keys (areal_alloc.settings, issue 16 item 3). The start-up
 #: rules read the typed ``Experiment.startup`` the reading gives them.
 READS_THE_RAW_CONFIG = {
     "areal_alloc.experiment.models",
+    "areal_alloc.experiment.nulls",
     "areal_alloc.experiment.read",
     "areal_alloc.settings",
 }

@@ -41,11 +41,13 @@ from areal_alloc._config import (
     setting_float,
     setting_int,
     shown,
+    strict_schema,
     unset,
     whole_number,
 )
 from areal_alloc.errors import AllocationError, AllocationValidationError
 from areal_alloc.experiment.models import ModelSource, model_sources
+from areal_alloc.experiment.nulls import refuse_nulls
 from areal_alloc.limits import MAX_COUNT, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES, grouped
 from areal_alloc.model import ModelAllocation
 from areal_alloc.model_shape import ModelShape, local_config
@@ -488,6 +490,7 @@ def read_experiment(cfg: object, settings: Settings | None = None) -> Experiment
             f"got {type(cfg).__name__}"
         )
     _legacy_check(cfg)
+    refuse_nulls(cfg)
     cluster = _cluster(cfg)
     read, warnings = _read_engines(cfg)
     engines = _apply_run_rules(cfg, read)
@@ -910,7 +913,7 @@ def _recompute_method(megatron: object) -> str | None:
         return RECOMPUTE_METHOD
     value = child(megatron, "recompute_method")
     if value is None:
-        return None if not _strict_schema(megatron) else RECOMPUTE_METHOD
+        return None if not strict_schema(megatron) else RECOMPUTE_METHOD
     return str(value)
 
 
@@ -928,18 +931,8 @@ def _recompute_granularity(megatron: object, backend: str | None) -> str | None:
         return "full"
     value = child(megatron, "recompute_granularity")
     if value is None:
-        return None if backend == "megatron" and not _strict_schema(megatron) else "full"
+        return None if backend == "megatron" and not strict_schema(megatron) else "full"
     return str(value) if value != "" else "full"
-
-
-def _strict_schema(node: object) -> bool:
-    """True for a section of areal-alloc's strict schema (a structured DictConfig of it)."""
-    from omegaconf import DictConfig, OmegaConf
-
-    if not isinstance(node, DictConfig):
-        return False
-    kind = OmegaConf.get_type(node)
-    return kind is not None and kind.__module__ == "areal_alloc.schema"
 
 
 def _recompute_num_layers(megatron: object, path: str) -> int | None:
@@ -1020,7 +1013,7 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
         recompute_layers = _recompute_num_layers(megatron, path)
     elif recompute == "full" and backend == "megatron":
         recompute_layers = _recompute_num_layers(megatron, path)
-        if recompute_layers is None and _strict_schema(megatron):  # it cannot say null
+        if recompute_layers is None and strict_schema(megatron):  # it cannot say null
             recompute_layers = defaults.RECOMPUTE_NUM_LAYERS
     if recompute != "none" and backend == "megatron":
         method = _recompute_method(megatron)
@@ -1037,7 +1030,7 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
         count is None
         and mb_spec is not None
         and "n_mbs" in keys(mb_spec)
-        and not _strict_schema(mb_spec)
+        and not strict_schema(mb_spec)
     )
     use_lora, rank, targets = _lora(node, path)
     critic = _flag(node, "is_critic", False, f"{path}.is_critic")

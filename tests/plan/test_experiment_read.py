@@ -571,7 +571,6 @@ def test_a_dtype_or_packing_the_reference_refuses_is_one_line(
         ({}, "bfloat16", "float32"),  # the reference's defaults
         ({"dtype": "fp16", "optimizer_dtype": "bf16"}, "float16", "bfloat16"),  # its aliases
         ({"dtype": "fp32", "optimizer_dtype": "fp32"}, "float32", "float32"),
-        ({"dtype": None, "optimizer_dtype": None}, "bfloat16", "float32"),  # null: unset
     ],
 )
 def test_the_training_dtypes_read_as_the_reference_canonicalises_them(
@@ -850,7 +849,6 @@ ARCHON_STAGES: list[tuple[str, dict[str, Any], int, list[str]]] = [
     ("archon:d2p4", {"pp_schedule": "1F1B"}, 1, []),
     ("archon:d2p4", {"pp_schedule": "interleavedzerobubble"}, 2, []),  # torch's lookup
     ("archon:d2p4", {"pp_schedule": "1f1b"}, 1, []),  # the nearest to ' 1f1b ' that is read
-    ("archon:d2p4", {"pp_schedule": None}, 2, []),  # null: the default, Interleaved1F1B
     ("archon:d2p4", {"pp_layers_per_stage": 5}, 2, []),  # ceil(38 / 5) = 8 = 4 × 2
     ("archon:d4p2", {"pp_layers_per_stage": 4}, 5, []),  # ceil(38 / 4) = 10 = 2 × 5
     ("archon:d2p4", {"pp_layers_per_stage": 10, "pp_schedule": "1F1B"}, 1, []),  # 4 = 4 × 1

@@ -109,7 +109,9 @@ def test_a_config_without_cluster_takes_the_reference_defaults(
         "cluster.n_nodes=32 and cluster.n_gpus_per_node=8 assumed (not set in the config; "
         "the reference's defaults)",
     )
-    assert validate({"actor": {"backend": "fsdp:d8"}, "cluster": None}).n_nodes == 32
+    # cluster: null is no default: the reference's ClusterSpecConfig field is not Optional
+    with pytest.raises(AllocationValidationError, match=r"^cluster=null: the reference's loader"):
+        validate({"actor": {"backend": "fsdp:d8"}, "cluster": None})
     (tmp_path / "exp.yaml").write_text("actor:\n  backend: fsdp:d8\n")
     done = main_cli("check", "exp.yaml")
     assert done.returncode == 0, done.stderr

@@ -1,0 +1,164 @@
+"""The keys the plan reads that the reference's loader refuses as ``null``.
+
+``load_expr_config`` merges the experiment into ``OmegaConf.structured(config_cls)``, and
+OmegaConf refuses ``None`` for a field typed without it ("Incompatible value 'None' for
+field of type 'bool'"; "field 'target_modules' is not Optional" for a list or a section).
+areal-alloc's reader takes a null as "not set" (its strict schema writes every field null),
+so a plain config's null is checked here, once, against the reference's own types: each
+row is (key, its type, its line in areal/api/cli_args.py at areal-project/AReaL@
+cbff54d645d2cd8ee1f1c358a82f3f473588433d). A null where the field is Optional (``mb_spec.
+max_tokens_per_mb``, ``megatron.recompute_granularity``, a ``critic`` section …) passes.
+"""
+
+from __future__ import annotations
+
+from areal_alloc._config import child, is_mapping, keys, strict_schema
+from areal_alloc.errors import AllocationValidationError
+
+__all__ = ["NOT_NULL", "refuse_nulls"]
+
+#: TrainEngineConfig and the sections it holds (MicroBatchSpec l.127, FSDPEngineConfig,
+#: ArchonEngineConfig, MegatronEngineConfig, DistributedDataParallelConfig, OptimizerConfig,
+#: SchedulingStrategy)
+_TRAIN: tuple[tuple[str, str, int], ...] = (
+    ("_version", "str", 1419),
+    ("backend", "str", 1410),
+    ("path", "str", 1253),
+    ("dtype", "str", 1305),
+    ("optimizer_dtype", "str", 1312),
+    ("gradient_checkpointing", "bool", 1302),
+    ("init_from_scratch", "bool", 1269),
+    ("is_critic", "bool", 1272),
+    ("pad_to_maximum", "bool", 1288),
+    ("weight_update_mode", "str", 1335),
+    ("offload", "bool", 1366),
+    ("use_lora", "bool", 1374),
+    ("lora_rank", "int", 1380),
+    ("target_modules", "list[str]", 1382),
+    ("mb_spec", "MicroBatchSpec", 1287),
+    ("mb_spec.packing_algorithm", "str", 127),
+    ("fsdp", "FSDPEngineConfig", 1361),
+    ("fsdp.offload_params", "bool", 489),
+    ("fsdp.memory_efficient_load", "bool", 493),
+    ("archon", "ArchonEngineConfig", 1362),
+    ("archon.enable_compile", "bool", 625),
+    ("archon.ac_mode", "str", 631),
+    ("archon.selective_ac_option", "str", 639),
+    ("archon.pp_schedule", "str", 668),
+    ("archon.pp_first_stage_less_layers", "int", 693),
+    ("archon.pp_last_stage_less_layers", "int", 700),
+    ("megatron", "MegatronEngineConfig", 1363),
+    ("megatron.ddp", "DistributedDataParallelConfig", 912),
+    ("megatron.ddp.use_distributed_optimizer", "bool", 790),
+    ("megatron.virtual_pipeline_parallel_size", "int", 915),
+    ("megatron.use_precision_aware_optimizer", "bool", 929),
+    ("megatron.moe_shared_expert_overlap", "bool", 973),
+    ("megatron.moe_enable_deepep", "bool", 980),
+    ("megatron.moe_token_dispatcher_type", "str", 981),
+    ("megatron.bridge_type", "str", 1064),
+    ("optimizer.type", "str", 382),
+    ("scheduling_strategy", "SchedulingStrategy", 1450),
+    ("scheduling_strategy.type", "str", 1132),
+)
+#: PPOActorConfig's own (the actor; ``ref`` is a PPOActorConfig too, PPOConfig l.3411)
+_ACTOR = (
+    ("kl_ctl", "float", 1771),
+    ("recompute_logprob", "bool", 1804),
+    ("use_decoupled_loss", "bool", 1810),
+    ("prox_logp_method", "str", 1832),
+    ("enable_delta_weight_update", "bool", 1343),
+    ("ppo_n_minibatches", "int", 1676),
+)
+#: InferenceEngineConfig (the rollout, a served teacher)
+_INFERENCE = (
+    ("_version", "str", 2628),
+    ("backend", "str", 2585),
+    ("max_head_offpolicyness", "int", 2502),
+    ("return_routed_experts", "bool", 2620),
+    ("agent", "AgentConfig", 2612),
+    ("agent.mode", "str", 2359),
+    ("scheduling_strategy", "SchedulingStrategy", 2592),
+    ("scheduling_strategy.type", "str", 1132),
+)
+#: the experiment's own (BaseExperimentConfig, PPOConfig, TeacherConfig, the servers, the
+#: cluster, the dataset and the generation settings)
+_TOP = (
+    ("enable_offload", "bool", 3206),
+    ("total_train_epochs", "int", 3213),
+    ("dynamic_bs", "bool", 3424),
+    ("rollout", "InferenceEngineConfig", 3409),
+    ("actor", "PPOActorConfig", 3410),
+    ("cluster", "ClusterSpecConfig", 3193),
+    ("cluster.n_nodes", "int", 3054),
+    ("cluster.n_gpus_per_node", "int", 3060),
+    ("train_dataset", "TrainDatasetConfig", 3235),
+    ("train_dataset.batch_size", "int", 3097),
+    ("gconfig", "GenerationHyperparameters", 3400),
+    ("gconfig.n_samples", "int", 167),
+    ("gconfig.max_new_tokens", "int", 170),
+    ("scheduler", "SchedulerConfig", 3256),
+    ("sglang", "SGLangConfig", 3253),
+    ("sglang.model_path", "str", 2158),
+    ("sglang.dtype", "str", 2198),
+    ("sglang.kv_cache_dtype", "str", 2199),
+    ("vllm", "vLLMConfig", 3254),
+    ("vllm.model", "str", 2031),
+    ("vllm.dtype", "str", 2035),
+    ("vllm.max_num_seqs", "int", 2038),
+    ("vllm.gpu_memory_utilization", "float", 2058),
+    ("teacher.engine_type", "str", 3344),
+    ("teacher.path", "str", 3359),
+    ("teacher.offload", "bool", 3365),
+)
+
+
+def _under(prefix: str, rows: tuple[tuple[str, str, int], ...]) -> tuple[tuple[str, str, int], ...]:
+    return tuple((f"{prefix}.{key}", kind, line) for key, kind, line in rows)
+
+
+#: every key the plan reads that the reference types without None: (dotted key, type, line)
+NOT_NULL: tuple[tuple[str, str, int], ...] = (
+    *_TOP,
+    *_under("actor", _TRAIN + _ACTOR),
+    *_under("ref", _TRAIN + _ACTOR),
+    *_under("critic", (*_TRAIN, ("ppo_n_minibatches", "int", 1993))),
+    *_under("rollout", _INFERENCE),
+    *_under("teacher.train", _TRAIN),
+    *_under("teacher.rollout", _INFERENCE),
+)
+
+
+def _by_section() -> dict[tuple[str, ...], tuple[tuple[str, str, int], ...]]:
+    """:data:`NOT_NULL` grouped by the section holding each key: one walk to each."""
+    grouped: dict[tuple[str, ...], list[tuple[str, str, int]]] = {}
+    for dotted, kind, line in NOT_NULL:
+        *parents, key = dotted.split(".")
+        grouped.setdefault(tuple(parents), []).append((key, kind, line))
+    return {parents: tuple(rows) for parents, rows in grouped.items()}
+
+
+_SECTIONS = _by_section()
+
+
+def refuse_nulls(cfg: object) -> None:
+    """Raise for the first key of :data:`NOT_NULL` written as null (a plain mapping's or
+    DictConfig's; the strict schema's nulls are its unset keys)."""
+    for parents, rows in _SECTIONS.items():
+        node = cfg
+        for part in parents:
+            node = child(node, part) if is_mapping(node) else None
+        if not is_mapping(node) or strict_schema(node):
+            continue
+        written = set(keys(node))
+        for key, kind, line in rows:
+            if key not in written or child(node, key) is not None:
+                continue
+            found = f"Incompatible value 'None' for field of type '{kind}'"
+            if kind.startswith("list") or kind[0].isupper():
+                found = f"field '{key}' is not Optional"
+            dotted = ".".join((*parents, key))
+            raise AllocationValidationError(
+                f"{dotted}=null: the reference's loader refuses it (the field is {kind}, not "
+                f'Optional: OmegaConf raises "{found}"; areal/api/cli_args.py l.{line} at '
+                f"cbff54d6); remove the key to take the reference's default"
+            )
