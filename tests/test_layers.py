@@ -293,9 +293,10 @@ def test_the_layer_test_sees_imports() -> None:
 
 
 #: The only modules that read a raw config: the experiment's one reading (with the
-#: reference's rules of which model an engine runs and which keys it refuses as null), and the settings' last source, the
-#: config's own ``cluster`` keys (areal_alloc.settings, issue 16 item 3). The start-up
-#: rules read the typed ``Experiment.startup`` the reading gives them.
+#: reference's rules of which model an engine runs and which keys it refuses as null), and
+#: the settings' last source, the config's own ``cluster`` keys (areal_alloc.settings,
+#: issue 16 item 3). The start-up rules read the typed ``Experiment.startup`` the reading
+#: gives them.
 READS_THE_RAW_CONFIG = {
     "areal_alloc.experiment.models",
     "areal_alloc.experiment.nulls",
