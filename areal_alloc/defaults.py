@@ -23,6 +23,7 @@ __all__ = [
     "LORA_ALPHA",
     "LORA_RANK",
     "MEMORY_FRACTION",
+    "MAX_TOKENS",
     "MICRO_BATCHES",
     "MICRO_BATCH_TOKENS",
     "MOE_ENABLE_DEEPEP",
@@ -79,6 +80,10 @@ MICRO_BATCHES = 1
 #: GenerationHyperparameters.n_samples / max_new_tokens (areal/api/cli_args.py)
 SAMPLES = 1
 NEW_TOKENS = 16384
+#: GenerationHyperparameters.max_tokens (areal/api/cli_args.py l.176-181): "Maximum number of
+#: tokens including prompt and generated tokens"; the rollout caps each request's
+#: max_new_tokens at max_tokens − its prompt (areal/infra/remote_inf_engine.py l.942-944)
+MAX_TOKENS = 32768
 #: _DatasetConfig.batch_size (areal/api/cli_args.py)
 TRAIN_BATCH = 1
 #: not a reference default: _DatasetConfig.max_length is None (no limit); areal-alloc
@@ -210,6 +215,11 @@ REFERENCE_DEFAULTS: tuple[ReferenceDefault, ...] = (
         "gconfig.max_new_tokens",
         NEW_TOKENS,
         f"{_CLI_ARGS} GenerationHyperparameters.max_new_tokens (170)",
+    ),
+    ReferenceDefault(
+        "gconfig.max_tokens",
+        MAX_TOKENS,
+        f"{_CLI_ARGS} GenerationHyperparameters.max_tokens (176)",
     ),
     ReferenceDefault(
         "train_dataset.batch_size", TRAIN_BATCH, f"{_CLI_ARGS} _DatasetConfig.batch_size (3097)"

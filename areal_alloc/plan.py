@@ -198,7 +198,7 @@ def _with_memory(
 
     fit = estimate_memory(experiment, machine)
     run = experiment.run  # the sequences in flight fit the KV cache at the longest's length
-    errors, warnings = memory_problems(engines, fit, run.prompt + run.new_tokens)
+    errors, warnings = memory_problems(engines, fit, run.longest)
     chosen = machine.gpu
     # a GPU the config does not name: the refusal says where it came from
     where = "" if chosen is None or chosen.source.startswith("cluster.") else chosen.described

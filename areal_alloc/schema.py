@@ -266,6 +266,7 @@ class GenerationConfig:
 
     n_samples: int | None = None
     max_new_tokens: int | None = None
+    max_tokens: int | None = None  # prompt + completion at most
 
 
 @dataclass

@@ -573,7 +573,7 @@ def training_settings(
     share = forward_share = None
     if tokens is not None:  # the shares the engine balances over its micro-batches
         share, forward_share = budget_shares(
-            run.batch * run.samples, dp, run.prompt + run.new_tokens, splits
+            run.batch * run.samples, dp, run.longest, splits
         )
     if tokens is None:
         tokens, forward, micro_batches, note = _whole_local_batch(run, read.n_mbs, path, dp, splits)
@@ -598,7 +598,7 @@ def training_settings(
             forward_tokens_per_micro_batch=forward if forward != tokens else None,
             share_tokens=share,
             forward_share_tokens=forward_share,
-            sequence_tokens=run.prompt + run.new_tokens if share is not None else None,
+            sequence_tokens=run.longest if share is not None else None,
             pad_to_maximum=read.pad_to_maximum
             or (engine.allocation.backend == "archon" and engine.allocation.parallel.pp_size > 1),
             virtual_pipeline=vpp,
@@ -715,7 +715,12 @@ def _whole_local_batch(
         else f"a {defaults.PROMPT_TOKENS:,}-token prompt (train_dataset.max_length unset)"
     )
     sequences = math.ceil(batch * samples / dp)
-    length = run.prompt + new_tokens
+    length = min(run.prompt + new_tokens, run.tokens_cap)
+    capped = (
+        f", at most gconfig.max_tokens {run.tokens_cap:,}"
+        if run.prompt + new_tokens > run.tokens_cap
+        else ""
+    )
     forward = whole_local_batch_tokens(batch * samples, dp, length, n_mbs)
     tokens = whole_local_batch_tokens(batch * samples, dp, length, n_mbs, minibatches)
     if forward > MAX_COUNT:
@@ -732,7 +737,8 @@ def _whole_local_batch(
         f"whole batch into {n_mbs} micro-batch{'es' if n_mbs > 1 else ''} (areal/utils/data.py): "
         f"train_dataset.batch_size {batch:,} × gconfig.n_samples {samples:,} / d{dp} = "
         f"{sequences:,} sequence{'s' if sequences != 1 else ''} × ({prompt_text} + "
-        f"gconfig.max_new_tokens {new_tokens:,}){split} = {forward:,} tokens per micro-batch"
+        f"gconfig.max_new_tokens {new_tokens:,}{capped}){split} = {forward:,} tokens per "
+        f"micro-batch"
     )
     if tokens != forward:
         note += (
@@ -838,6 +844,14 @@ def step_shape(experiment: Experiment, machine: Resolved) -> StepShape:
         prompt = defaults.PROMPT_TOKENS
         assumptions.append(
             f"train_dataset.max_length unset: prompts of {defaults.PROMPT_TOKENS:,} tokens assumed"
+        )
+    room = run.tokens_cap - prompt
+    if 0 < room < new_tokens:  # the rollout's cap (remote_inf_engine.py l.942-944 at cbff54d6)
+        new_tokens = room
+        assumptions.append(
+            f"gconfig.max_tokens {run.tokens_cap:,} caps a completion after a {prompt:,}-token "
+            f"prompt at {room:,} tokens, below gconfig.max_new_tokens {run.new_tokens:,} "
+            f"(areal/infra/remote_inf_engine.py: min(max_tokens − prompt, max_new_tokens))"
         )
     mean, source = _mean_gen_len(machine, new_tokens)
     if source:

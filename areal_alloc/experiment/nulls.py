@@ -96,6 +96,7 @@ _TOP = (
     ("gconfig", "GenerationHyperparameters", 3400),
     ("gconfig.n_samples", "int", 167),
     ("gconfig.max_new_tokens", "int", 170),
+    ("gconfig.max_tokens", "int", 176),
     ("scheduler", "SchedulerConfig", 3256),
     ("sglang", "SGLangConfig", 3253),
     ("sglang.model_path", "str", 2158),

@@ -258,6 +258,8 @@ class RunConfig:
     max_length: int | None = None
     n_samples: int | None = None
     max_new_tokens: int | None = None
+    #: ``gconfig.max_tokens`` (None: the reference's 32,768): prompt + completion at most
+    max_tokens: int | None = None
     max_head_offpolicyness: int | None = None
     max_concurrent_rollouts: int | None = None
     #: the actor's extra forward each step (``compute_logp``), as the reference decides it
@@ -280,6 +282,17 @@ class RunConfig:
     @property
     def prompt(self) -> int:
         return defaults.PROMPT_TOKENS if self.max_length is None else self.max_length
+
+    @property
+    def tokens_cap(self) -> int:
+        return defaults.MAX_TOKENS if self.max_tokens is None else self.max_tokens
+
+    @property
+    def longest(self) -> int:
+        """The longest sequence of one turn: the prompt and ``gconfig.max_new_tokens``, at
+        most ``gconfig.max_tokens`` (the rollout caps each request's max_new_tokens at
+        max_tokens − its prompt: areal/infra/remote_inf_engine.py l.942-944 at cbff54d6)."""
+        return min(self.prompt + self.new_tokens, self.tokens_cap)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1452,6 +1465,7 @@ def _run(cfg: object) -> RunConfig:
         max_length=whole_number(dataset, "max_length", "train_dataset.max_length"),
         n_samples=whole_number(gconfig, "n_samples", "gconfig.n_samples"),
         max_new_tokens=whole_number(gconfig, "max_new_tokens", "gconfig.max_new_tokens"),
+        max_tokens=whole_number(gconfig, "max_tokens", "gconfig.max_tokens"),
         max_head_offpolicyness=offpolicy,
         max_concurrent_rollouts=whole_number(
             rollout, "max_concurrent_rollouts", "rollout.max_concurrent_rollouts"

@@ -1110,25 +1110,35 @@ def startup_warnings(experiment: Experiment) -> list[str]:
 
 
 def _budgets_below_a_sequence(run: Run) -> list[str]:
-    """A training engine's ``mb_spec.max_tokens_per_mb`` below the longest sequence the run
-    can make: the prompts the dataset keeps (``train_dataset.max_length``: "Longer sequences
-    are filtered out", _DatasetConfig) with, in RL, a completion of ``gconfig.max_new_tokens``.
-    seqpack packs whole sequences and raises on one over the budget ("Values … is larger
-    than capacity …", areal/utils/seqpack.py ffd_allocate l.239–240 at cbff54d6), so a step
-    that meets one stops the run; shorter sequences run, so this warns, not refuses."""
-    shape = run.experiment.run
-    rl = _rl(run)
-    if rl:
-        prompt = f"train_dataset.max_length {shape.max_length:,} + " if shape.max_length else ""
-        longest = (shape.max_length or 0) + shape.new_tokens
-        made = f"{prompt}gconfig.max_new_tokens {shape.new_tokens:,}"
-        if shape.max_length is None:
-            made += " (train_dataset.max_length unset: a completion alone)"
-    elif shape.max_length is not None:
-        longest, made = shape.max_length, f"train_dataset.max_length {shape.max_length:,}"
-    else:
+    """In RL, a training engine's ``mb_spec.max_tokens_per_mb`` below the longest sequence of
+    one turn: a prompt the dataset keeps (``train_dataset.max_length``: "Longer sequences
+    are filtered out", _DatasetConfig) with a completion of ``gconfig.max_new_tokens``, at
+    most ``gconfig.max_tokens`` (the rollout caps max_new_tokens at max_tokens − the prompt,
+    areal/infra/remote_inf_engine.py l.942-944; a multi-turn trajectory can grow to
+    max_tokens). seqpack packs whole sequences and raises on one over the budget
+    (areal/utils/seqpack.py ffd_allocate l.239–240, kk_allocate l.497–500 at cbff54d6), so a
+    step that meets one stops the run; shorter sequences run, so this warns, not refuses.
+    And a prompt of ``gconfig.max_tokens`` tokens or more leaves nothing to generate: the
+    rollout raises "max_new_tokens (…) is non-positive!" (l.945-950)."""
+    if not _rl(run):
         return []
+    shape = run.experiment.run
     out = []
+    if shape.max_length is not None and shape.max_length >= shape.tokens_cap:
+        out.append(
+            f"train_dataset.max_length={shape.max_length} is not below gconfig.max_tokens "
+            f"{shape.tokens_cap:,} (prompt and completion together): a prompt of "
+            f"{shape.tokens_cap:,} tokens or more leaves no token to generate, and the rollout "
+            f"raises 'max_new_tokens (…) is non-positive!' (areal/infra/remote_inf_engine.py); "
+            f"set gconfig.max_tokens above it or lower train_dataset.max_length"
+        )
+    prompt = f"train_dataset.max_length {shape.max_length:,} + " if shape.max_length else ""
+    longest = min((shape.max_length or 0) + shape.new_tokens, shape.tokens_cap)
+    made = f"{prompt}gconfig.max_new_tokens {shape.new_tokens:,}"
+    if shape.max_length is None:
+        made += " (train_dataset.max_length unset: a completion alone)"
+    if longest < (shape.max_length or 0) + shape.new_tokens:
+        made = f"gconfig.max_tokens {shape.tokens_cap:,} (the cap on {made})"
     for engine in run.engines:
         training = engine.training
         if not engine.active or training is None or engine.allocation.is_inference:
@@ -1138,10 +1148,10 @@ def _budgets_below_a_sequence(run: Run) -> list[str]:
             continue
         key = f"{engine.path}.mb_spec.max_tokens_per_mb"
         out.append(
-            f"{key}={budget} is below the longest sequence the run can make, {made} = "
+            f"{key}={budget} is below the longest sequence of one turn, {made} = "
             f"{longest:,} tokens: a step with a sequence over {budget:,} stops the run in "
-            f"seqpack ('Values … is larger than capacity {budget}', areal/utils/seqpack.py); "
-            f"set {key}={longest} or more"
+            f"seqpack (a value over its capacity {budget}, areal/utils/seqpack.py); set "
+            f"{key}={longest} or more"
         )
     return out
 

@@ -612,3 +612,30 @@ def test_archon_at_p2_pads_its_micro_batches_in_the_plans_pace() -> None:
         "tokens and computed whole, 131,072 tokens run for the step's 24,576 (areal/utils/"
         "data.py pad_mb_list l.1011-1022 at cbff54d6)"
     ) in pace["engines"]["actor"]["assumptions"]
+
+
+def test_gconfig_max_tokens_caps_the_generation_the_pace_takes() -> None:
+    # the rollout asks for min(max_tokens − prompt, max_new_tokens) new tokens
+    # (areal/infra/remote_inf_engine.py l.942-944): 32,768 − 4,096 = 28,672 < 32,768
+    from areal_alloc import validate
+    from areal_alloc.settings import Settings
+
+    config = {
+        "cluster": {"n_nodes": 1, "n_gpus_per_node": 8},
+        "train_dataset": {"batch_size": 8, "max_length": 4096},
+        "gconfig": {"n_samples": 4, "max_new_tokens": 32768},
+        "rollout": {"backend": "sglang:d4"},
+        "actor": {"backend": "fsdp:d4", "path": "Qwen/Qwen3-1.7B"},
+    }
+    gpu = Settings.from_sources(flags={"gpu": "H100-80GB"})
+    capped = validate(config, on_memory="warn", settings=gpu).to_dict()["pace"]
+    assert (
+        "gconfig.max_tokens 32,768 caps a completion after a 4,096-token prompt at 28,672 "
+        "tokens, below gconfig.max_new_tokens 32,768 (areal/infra/remote_inf_engine.py: "
+        "min(max_tokens − prompt, max_new_tokens))"
+    ) in capped["assumptions"]
+    # the same run asking for 28,672 new tokens paces the same
+    config["gconfig"] = {"n_samples": 4, "max_new_tokens": 28672}
+    asked = validate(config, on_memory="warn", settings=gpu).to_dict()["pace"]
+    assert asked["generate_seconds"] == pytest.approx(capped["generate_seconds"])
+    assert asked["train_seconds"] == pytest.approx(capped["train_seconds"])

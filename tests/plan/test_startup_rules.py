@@ -725,43 +725,82 @@ def test_the_batch_the_single_controller_splits_warns_of_the_spmd_launchers() ->
     assert len(plan.warnings) == 1
 
 
-BUDGET_WARNING = (
-    "actor.mb_spec.max_tokens_per_mb=1024 is below the longest sequence the run can make, "
-    "train_dataset.max_length 1,024 + gconfig.max_new_tokens 256 = 1,280 tokens: a step with a "
-    "sequence over 1,024 stops the run in seqpack ('Values … is larger than capacity 1024', "
-    "areal/utils/seqpack.py); set actor.mb_spec.max_tokens_per_mb=1280 or more"
-)
+def _budget_warning(budget: int, made: str, longest: int) -> str:
+    key = "actor.mb_spec.max_tokens_per_mb"
+    return (
+        f"{key}={budget} is below the longest sequence of one turn, {made} = {longest:,} "
+        f"tokens: a step with a sequence over {budget:,} stops the run in seqpack (a value "
+        f"over its capacity {budget}, areal/utils/seqpack.py); set {key}={longest} or more"
+    )
 
 
 @pytest.mark.parametrize(
     ("budget", "dataset", "gconfig", "rollout", "expected"),
     [
         # the reference's own examples/math/gsm8k_grpo_awex_colocate.yaml: actor 1,024
-        (1024, {"max_length": 1024}, {"max_new_tokens": 256}, True, BUDGET_WARNING),
-        (1280, {"max_length": 1024}, {"max_new_tokens": 256}, True, None),  # exactly fits
+        (
+            1024,
+            {"max_length": 1024},
+            {"max_new_tokens": 256},
+            True,
+            [
+                _budget_warning(
+                    1024, "train_dataset.max_length 1,024 + gconfig.max_new_tokens 256", 1280
+                )
+            ],
+        ),
+        (1280, {"max_length": 1024}, {"max_new_tokens": 256}, True, []),  # exactly fits
         (  # no prompt bound: a completion alone must fit
             1024,
             {},
             {"max_new_tokens": 2048},
             True,
-            "actor.mb_spec.max_tokens_per_mb=1024 is below the longest sequence the run can "
-            "make, gconfig.max_new_tokens 2,048 (train_dataset.max_length unset: a completion "
-            "alone) = 2,048 tokens: a step with a sequence over 1,024 stops the run in seqpack "
-            "('Values … is larger than capacity 1024', areal/utils/seqpack.py); set "
-            "actor.mb_spec.max_tokens_per_mb=2048 or more",
+            [
+                _budget_warning(
+                    1024,
+                    "gconfig.max_new_tokens 2,048 (train_dataset.max_length unset: a "
+                    "completion alone)",
+                    2048,
+                )
+            ],
         ),
-        (  # SFT: the dataset's sequences, no completion
-            1024,
-            {"max_length": 2048},
-            {"max_new_tokens": 4096},
-            False,
-            "actor.mb_spec.max_tokens_per_mb=1024 is below the longest sequence the run can "
-            "make, train_dataset.max_length 2,048 = 2,048 tokens: a step with a sequence over "
-            "1,024 stops the run in seqpack ('Values … is larger than capacity 1024', "
-            "areal/utils/seqpack.py); set actor.mb_spec.max_tokens_per_mb=2048 or more",
+        (  # examples/swe/qwen3_30b_a3b_grpo.yaml: max_tokens 131,071 caps 32,768 + 131,071
+            131072,
+            {"max_length": 32768},
+            {"max_new_tokens": 131071, "max_tokens": 131071},
+            True,
+            [],
         ),
-        (1024, {}, {"max_new_tokens": 4096}, False, None),  # SFT without a bound: unknown
-        (None, {"max_length": 1024}, {"max_new_tokens": 256}, True, None),  # by count
+        (  # the reference's default max_tokens 32,768 caps it
+            16384,
+            {"max_length": 4096},
+            {"max_new_tokens": 32768},
+            True,
+            [
+                _budget_warning(
+                    16384,
+                    "gconfig.max_tokens 32,768 (the cap on train_dataset.max_length 4,096 + "
+                    "gconfig.max_new_tokens 32,768)",
+                    32768,
+                )
+            ],
+        ),
+        (  # a prompt as long as max_tokens has nothing left to generate
+            None,
+            {"max_length": 8192},
+            {"max_new_tokens": 1024, "max_tokens": 8192},
+            True,
+            [
+                "train_dataset.max_length=8192 is not below gconfig.max_tokens 8,192 (prompt "
+                "and completion together): a prompt of 8,192 tokens or more leaves no token to "
+                "generate, and the rollout raises 'max_new_tokens (…) is non-positive!' "
+                "(areal/infra/remote_inf_engine.py); set gconfig.max_tokens above it or lower "
+                "train_dataset.max_length"
+            ],
+        ),
+        # SFT (no rollout): the packed item depends on the trainer (pairs for RW and DPO)
+        (1024, {"max_length": 2048}, {"max_new_tokens": 4096}, False, []),
+        (None, {"max_length": 1024}, {"max_new_tokens": 256}, True, []),  # by count
     ],
 )
 def test_a_budget_below_the_longest_sequence_warns(
@@ -769,7 +808,7 @@ def test_a_budget_below_the_longest_sequence_warns(
     dataset: dict[str, Any],
     gconfig: dict[str, Any],
     rollout: bool,
-    expected: str | None,
+    expected: list[str],
 ) -> None:
     actor: dict[str, Any] = {"backend": "fsdp:d8"}
     if budget is not None:
@@ -779,7 +818,8 @@ def test_a_budget_below_the_longest_sequence_warns(
         engines["rollout"] = {"backend": "sglang:d8"}
     config = cfg(train_dataset={"batch_size": 64, **dataset}, gconfig=gconfig, **engines)
     warnings = validate(config, on_memory="off").warnings
-    assert [w for w in warnings if "longest sequence" in w] == ([expected] if expected else [])
+    found = [w for w in warnings if "longest sequence" in w or "max_tokens" in w]
+    assert found == expected
 
 
 def test_a_server_of_at_most_a_node_is_placed_on_a_node_it_does_not_divide() -> None:
