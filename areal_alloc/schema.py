@@ -175,6 +175,7 @@ class EngineConfig:
     archon: ArchonConfig = field(default_factory=ArchonConfig)
     offload: bool | None = None
     pad_to_maximum: bool | None = None
+    enable_tree_training: bool | None = None
     is_critic: bool | None = None
     lora_rank: int | None = None
     target_modules: list[str] | None = None

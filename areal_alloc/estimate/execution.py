@@ -572,9 +572,7 @@ def training_settings(
     dp, splits = engine.allocation.parallel.dp_size, minibatches if read.optimizer else 1
     share = forward_share = None
     if tokens is not None:  # the shares the engine balances over its micro-batches
-        share, forward_share = budget_shares(
-            run.batch * run.samples, dp, run.longest, splits
-        )
+        share, forward_share = budget_shares(run.batch * run.samples, dp, run.longest, splits)
     if tokens is None:
         tokens, forward, micro_batches, note = _whole_local_batch(run, read.n_mbs, path, dp, splits)
     lora_rank: int | None = None

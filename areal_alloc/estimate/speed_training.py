@@ -124,9 +124,17 @@ def training_step(
     tokens_mb = min(tokens_per_micro_batch, math.ceil(tokens_per_step / (dp * micro_batches)))
     computed = tokens_per_step  # the tokens the GPUs run: with padding, every budget whole
     padding: tuple[str, ...] = ()
-    if pad_to_maximum and packed_count is None and tokens_mb < tokens_per_micro_batch:
+    if pad_to_maximum and packed_count is None:
+        # seqpack puts whole sequences in a micro-batch (TrainingSettings.groups): as many
+        # as the budget holds, in at least the engine's count, each padded to the budget
+        per_group = max(1, tokens_per_micro_batch // sequence_length)
+        sequences = math.ceil(tokens_per_step / (dp * sequence_length))
+        wanted = max(least_count, math.ceil(sequences / per_group))
+        groups = engine_micro_batches(backend, parallel.pp_size, virtual_pipeline, wanted)
+        micro_batches = wanted if groups is None else groups
+        computed = max(tokens_per_step, dp * micro_batches * tokens_per_micro_batch)
         tokens_mb = tokens_per_micro_batch
-        computed = dp * micro_batches * tokens_per_micro_batch
+    if computed > tokens_per_step:
         padding = (
             f"pad_to_maximum: each of a rank's {micro_batches:,} micro-batches is padded to the "
             f"budget of {tokens_per_micro_batch:,} tokens and computed whole, {computed:,} "

@@ -30,6 +30,7 @@ _TRAIN: tuple[tuple[str, str, int], ...] = (
     ("init_from_scratch", "bool", 1269),
     ("is_critic", "bool", 1272),
     ("pad_to_maximum", "bool", 1288),
+    ("enable_tree_training", "bool", 1392),
     ("weight_update_mode", "str", 1335),
     ("offload", "bool", 1366),
     ("use_lora", "bool", 1374),

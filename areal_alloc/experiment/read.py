@@ -174,6 +174,9 @@ class TrainConfig:
     #: ``mb_spec.n_mbs: null`` written (MicroBatchSpec's ``int | None`` takes it; the Megatron
     #: engine cannot: a start-up rule). A strict schema's null is its unset key, not this.
     n_mbs_null: bool = False
+    #: ``enable_tree_training`` (TrainEngineConfig l.1392, default false): the Megatron engine
+    #: packs a prefix tree instead (``build_packed_tree_batch``, megatron_engine.py l.2677)
+    tree_training: bool = False
     use_lora: bool = False
     lora_rank: int = defaults.LORA_RANK
     target_modules: tuple[str, ...] = ()
@@ -1102,6 +1105,7 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
         max_tokens_per_mb=tokens,
         n_mbs=max(1, defaults.MICRO_BATCHES if count is None else count),
         n_mbs_null=count_null,
+        tree_training=_flag(node, "enable_tree_training", False, f"{path}.enable_tree_training"),
         use_lora=use_lora,
         lora_rank=rank,
         target_modules=targets,

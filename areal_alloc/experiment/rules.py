@@ -419,10 +419,13 @@ def megatron_micro_batches_are_counted(run: Run) -> str | None:
     l.2705–2716 at cbff54d6): ``mb_spec.n_mbs: null``, which MicroBatchSpec's ``int | None``
     accepts (areal/api/cli_args.py l.103), raises TypeError there on the first batch. The
     FSDP engine passes it to seqpack, which takes None (areal/utils/seqpack.py l.237), and
-    archon reads ``n_mbs or 1`` (archon_engine.py l.1225)."""
+    archon reads ``n_mbs or 1`` (archon_engine.py l.1225). With ``enable_tree_training`` the
+    engine returns the tree batch before the max() (l.2677-2698; tree.py only warns)."""
     for engine in run.engines:
         training = engine.training
         if not engine.active or training is None or not training.n_mbs_null:
+            continue
+        if training.tree_training:
             continue
         if engine.allocation.backend != "megatron":
             continue

@@ -305,7 +305,7 @@ EXPECTED = [
         [
             "cluster 3x8 run batch_size=30 max_length=1024 n_samples=8 max_new_tokens=8192 max_concurrent_rollouts=256 recompute_logprob=True",
             "rollout sglang:d16 inference active on=- offload=False model=sglang.model_path=Qwen/Qwen3-8B arch=Qwen/Qwen3-8B | memory_fraction=0.8 max_concurrent_rollouts=256",
-            "actor archon:d8 training active on=- offload=False model=actor.path=Qwen/Qwen3-8B arch=Qwen/Qwen3-8B | gradient_checkpointing=True recompute=op max_tokens_per_mb=32768 pad_to_maximum=True",
+            "actor archon:d8 training active on=- offload=False model=actor.path=Qwen/Qwen3-8B arch=Qwen/Qwen3-8B | gradient_checkpointing=True recompute=op max_tokens_per_mb=32768 tree_training=True pad_to_maximum=True",
             "ref archon:d8 training inactive on=- offload=False model=ref.path=Qwen/Qwen3-8B arch=- | -",
         ],
     ),

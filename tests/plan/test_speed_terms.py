@@ -639,3 +639,27 @@ def test_gconfig_max_tokens_caps_the_generation_the_pace_takes() -> None:
     asked = validate(config, on_memory="warn", settings=gpu).to_dict()["pace"]
     assert asked["generate_seconds"] == pytest.approx(capped["generate_seconds"])
     assert asked["train_seconds"] == pytest.approx(capped["train_seconds"])
+
+
+def test_padding_counts_whole_sequences_to_a_micro_batch() -> None:
+    # fsdp:d4, 32 sequences of 1,536 tokens: 8 a rank; a 4,096 budget holds 2 whole ones
+    # (seqpack), so 4 micro-batches, each padded to 4,096: 4 × 4 × 4,096 = 65,536 tokens run
+    # for 49,152 (not 3 micro-batches of the share's 12,288 tokens)
+    def step(tokens: int, pad: bool) -> StepEstimate:
+        return training_step(
+            "fsdp",
+            LLAMA,
+            _parallel("fsdp:d4"),
+            H100,
+            tokens_per_step=tokens,
+            tokens_per_micro_batch=4_096,
+            sequence_length=1_536,
+            pad_to_maximum=pad,
+        )
+
+    padded, whole = step(49_152, True), step(65_536, False)
+    assert _term(padded, "compute")[0] == pytest.approx(_term(whole, "compute")[0])
+    assert padded.assumptions[-1].startswith(
+        "pad_to_maximum: each of a rank's 4 micro-batches is padded to the budget of 4,096 "
+        "tokens and computed whole, 65,536 tokens run for the step's 49,152"
+    )

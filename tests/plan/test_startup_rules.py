@@ -598,6 +598,21 @@ def test_reuse_train_logp_is_one_minibatch_as_the_reference_forces_it() -> None:
         )
 
 
+def test_tree_training_packs_before_the_megatron_engines_count() -> None:
+    # megatron_engine.py l.2677-2698: the tree batch returns before max(min_n_mbs, n_mbs)
+    validate(
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={
+                "backend": "megatron:d8",
+                "enable_tree_training": True,
+                "mb_spec": {"n_mbs": None, "max_tokens_per_mb": 8192},
+            },
+        ),
+        on_memory="off",
+    )
+
+
 def test_the_critics_minibatches_fill_their_micro_batches_too() -> None:
     # critic.py l.63-66 splits the critic's share into its own ppo_n_minibatches: 64 prompts
     # of one sample over the critic's d8 are 8 a rank, fewer than 16 minibatches of one
