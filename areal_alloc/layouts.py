@@ -445,6 +445,7 @@ def ranked_layouts(
     limit: int | None = None,
     sequences: int | None = None,
     optimizer_steps: int = 1,
+    training_at: Callable[[int], TrainingSettings] | None = None,
 ) -> list[RankedLayout]:
     """The layouts that fit, fastest first (training: tokens per second of a step;
     inference: generated tokens per second of all instances at the batch the KV cache
@@ -454,6 +455,7 @@ def ranked_layouts(
     ``limit`` valid layouts raise :class:`TooManyLayouts` (checked before any is
     estimated); without, at most :data:`MAX_LAYOUTS` are ranked. ``optimizer_steps``: a
     training step is that many optimizer steps over ``tokens_per_step`` in all.
+    ``training_at``: a layout's training settings by its d, in place of ``training``.
     """
     training = training or TrainingSettings()
     inference = inference or InferenceSettings()
@@ -471,7 +473,8 @@ def ranked_layouts(
         strategies = found
     out = []
     for parallel in itertools.islice(strategies, MAX_LAYOUTS):
-        memory = _memory(backend, parallel, arch, capacity, training, inference)
+        settings = training if training_at is None else training_at(parallel.dp_size)
+        memory = _memory(backend, parallel, arch, capacity, settings, inference)
         if memory.fits is False:
             continue
         if backend in INFERENCE_BACKENDS:
@@ -486,7 +489,7 @@ def ranked_layouts(
                 hardware,
                 tokens_per_step,
                 sequence_length,
-                training,
+                settings,
                 optimizer_steps,
             )
         out.append(RankedLayout(format_spec(backend, parallel), memory, speed, parallel))
@@ -541,6 +544,7 @@ def fastest_layouts(
     limit: int = MAX_LAYOUTS,
     sequences: int | None = None,
     optimizer_steps: int = 1,
+    training_at: Callable[[int], TrainingSettings] | None = None,
 ) -> FastestLayouts:
     """The first ``top`` of :func:`ranked_layouts` that ``accept`` takes, found by
     branch and bound instead of estimating every layout.
@@ -559,7 +563,9 @@ def fastest_layouts(
     layouts are searched, in the listing order; ``cut`` says the limit was hit.
     ``optimizer_steps``: a training layout's step is that many optimizer steps over
     ``tokens_per_step`` in all (an RL step's ``ppo_n_minibatches``); every term repeats,
-    so the bound holds for it as for one.
+    so the bound holds for it as for one. ``training_at``: a training layout's settings by
+    its d (a rank's share of the step sets its micro-batch), in place of ``training``; a
+    family shares d, so its bound holds with them.
     """
     if top < 1:
         return FastestLayouts((), 0, False)
@@ -613,7 +619,7 @@ def fastest_layouts(
                 index += 1
         return FastestLayouts(tuple(entry[2] for entry in best), searched, cut)
 
-    def speed_of(parallel: ParallelStrategy) -> StepEstimate:
+    def speed_of(parallel: ParallelStrategy, settings: TrainingSettings) -> StepEstimate:
         return _training_speed(
             backend,
             arch,
@@ -621,7 +627,7 @@ def fastest_layouts(
             hardware,
             tokens_per_step,
             sequence_length,
-            training,
+            settings,
             optimizer_steps,
         )
 
@@ -633,15 +639,16 @@ def fastest_layouts(
             widest = family.strategy(max(family.members, key=lambda m: m[0] * m[1]))
         else:
             widest = max(built, key=lambda p: p.ep_size * p.etp_size)
-        widest_speed = speed_of(widest)
+        settings = training if training_at is None else training_at(widest.dp_size)
+        widest_speed = speed_of(widest, settings)
         bound = _family_bound(widest_speed)
         if beaten(bound):
             continue
         for offset, parallel in enumerate(members(family, built)):
-            speed = widest_speed if parallel == widest else speed_of(parallel)
+            speed = widest_speed if parallel == widest else speed_of(parallel, settings)
             if beaten(speed.seconds):
                 continue
-            memory = _memory(backend, parallel, arch, capacity, training, inference)
+            memory = _memory(backend, parallel, arch, capacity, settings, inference)
             if memory.fits is not False:
                 enter(first + offset, parallel, speed, memory)
     return FastestLayouts(tuple(entry[2] for entry in best), searched, cut)

@@ -524,8 +524,6 @@ def suggest(
         update's (``execution.whole_local_batch_tokens``), so its tokens follow d."""
         splits = step.minibatches_of(key) if settings.optimizer is not None else 1
         if settings.micro_batches is None:
-            if settings.sequence_tokens is None:  # no run's shares known: the budget stands
-                return settings
             # a tokens budget: the shares the engine balances over its micro-batches
             share, whole = budget_shares(shape.batch, dp, sequence, splits)
             return replace(
@@ -540,7 +538,19 @@ def suggest(
             forward_tokens_per_micro_batch=forward if forward != tokens else None,
         )
 
-    def train_search(train_gpus: int, settings: TrainingSettings, dp: int | None) -> FastestLayouts:
+    shared: dict[int, TrainingSettings] = {}
+
+    def actor_at(dp: int) -> TrainingSettings:
+        """The actor's settings at d (:func:`at_dp`), once per d."""
+        if dp not in shared:
+            shared[dp] = at_dp(training, dp)
+        return shared[dp]
+
+    def train_search(
+        train_gpus: int, settings: TrainingSettings | None, dp: int | None
+    ) -> FastestLayouts:
+        """The fastest layout at ``dp`` (None: every d) with ``settings`` (None: the actor's
+        at each layout's d, :func:`actor_at`)."""
         return fastest_layouts(
             train_backend,
             train_gpus,
@@ -551,10 +561,13 @@ def suggest(
             top=1,
             tokens_per_step=shape.train_tokens,
             # a trained sequence as the plan's pace reads it: prompt + mean generation
-            sequence_length=min(step.length, settings.tokens_per_micro_batch),
+            sequence_length=min(step.length, (settings or training).tokens_per_micro_batch),
             training=settings,
+            training_at=actor_at if settings is None else None,
             keep=lambda p: (
-                ranks_have_sequences(p) and dp in (None, p.dp_size) and builds(p, settings)
+                ranks_have_sequences(p)
+                and dp in (None, p.dp_size)
+                and builds(p, actor_at(p.dp_size) if settings is None else settings)
             ),
             accept=colocated_fit,
             limit=SPLIT_LAYOUTS,
@@ -578,14 +591,17 @@ def suggest(
 
     def exact_train_layout(train_gpus: int) -> RankedLayout | None:
         if train_gpus not in best_train:
-            if training.micro_batches is None and training.sequence_tokens is None:  # one size
-                searches = [train_search(train_gpus, training, None)]
+            counts = [
+                dp
+                for dp in range(1, min(train_gpus, shape.batch) + 1)
+                if train_gpus % dp == 0 and shape.batch % dp == 0
+            ]
+            if training.micro_batches is None and training.sequence_tokens is None:
+                # a tokens budget: one search, each layout with a rank's share at its d
+                # (below the budget, the engine balances the share over its micro-batches)
+                searches = [train_search(train_gpus, None, None)]
             else:  # a micro-batch per d: one search per d that splits the sequences
-                searches = [
-                    train_search(train_gpus, at_dp(training, dp), dp)
-                    for dp in range(1, min(train_gpus, shape.batch) + 1)
-                    if train_gpus % dp == 0 and shape.batch % dp == 0
-                ]
+                searches = [train_search(train_gpus, at_dp(training, dp), dp) for dp in counts]
             if any(found.cut for found in searches):
                 cut_splits.add(train_gpus)
             layouts = [layout for found in searches for layout in found.layouts]

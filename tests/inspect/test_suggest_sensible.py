@@ -154,3 +154,45 @@ def test_free_gpus_are_reported(capsys: pytest.CaptureFixture[str]) -> None:
 def test_training_counts(model: str, gpus: int, below: list[int]) -> None:
     counts = training_counts(find_model(model), "megatron", gpus, 8, sequences=512, sequence=17_408)
     assert counts[-len(below) :] == below
+
+
+def test_plain_suggest_packs_a_ranks_share_below_the_budget() -> None:
+    # no config: 64 sequences of 1,024 + 1,024 tokens, 4 minibatches, a 16,384 budget. At
+    # the proposal's d each rank's minibatch is 64 / d × 2,048 / 4 tokens; below the budget
+    # the engine balances that share over its micro-batches (TrainingSettings.packed), so the
+    # actor is estimated at the share, not at the 16,384-token budget
+    from dataclasses import replace
+
+    from areal_alloc.estimate.execution import TrainingSettings
+    from areal_alloc.layouts import LayoutConstraints, ranked_layouts
+    from areal_alloc.suggest import RunShape, suggest
+
+    arch, hardware = find_model("Qwen3-0.6B"), Hardware.from_gpu(GPU, 8)
+    budget = TrainingSettings(tokens_per_micro_batch=16384)
+    shape = RunShape(batch=64, prompt_len=1024, gen_len=1024, minibatches=4, ref=False)
+    (first, *_) = suggest(
+        arch, 16, GPU.memory_bytes, hardware, shape, train_backend="fsdp", training=budget
+    )
+    dp = first.actor.parallel.dp_size
+    update, whole = 64 // dp * 2048 // 4, 64 // dp * 2048
+    assert update < 16384  # the case: the share is below the budget
+    shared = replace(budget, share_tokens=update, forward_share_tokens=whole, sequence_tokens=2048)
+
+    def memory(settings: TrainingSettings) -> int:
+        (ranked,) = ranked_layouts(
+            "fsdp",
+            first.actor.parallel.world_size,
+            LayoutConstraints(gpus_per_node=8),
+            arch,
+            GPU.memory_bytes,
+            hardware,
+            tokens_per_step=64 * 2048,
+            sequence_length=2048,
+            training=settings,
+            keep=lambda p: p == first.actor.parallel,
+            optimizer_steps=4,
+        )
+        return ranked.memory.total
+
+    assert first.actor.memory.total == memory(shared)
+    assert memory(shared) < memory(budget)  # the share's activations, not the budget's
