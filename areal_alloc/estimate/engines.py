@@ -402,6 +402,19 @@ _FSDP_FIXES = {
     "weights": "raise d or c (FSDP shards the {term} over d·c), or t",
     "colocated": "separate the colocated engine, offload it, or raise t",
 }
+#: FSDP with the model's MLPs whole over t (execution.fsdp_keeps_mlp_whole): t splits only
+#: the attention (the reference's apply_non_moe_tp, areal/engine/fsdp_utils/parallel.py
+#: l.279-293 at cbff54d6), so raising it barely helps a state
+_FSDP_WHOLE_MLP_FIXES = {
+    **_FSDP_FIXES,
+    **{
+        name: (
+            "raise d or c (FSDP shards the {term} over d·c; t splits only the attention: the "
+            "reference's FSDP leaves this model's MLPs whole)"
+        )
+        for name in ("optimizer", "gradients", "weights")
+    },
+}
 
 
 def _length(kv: KVCache, longest: int | None) -> int:
@@ -463,7 +476,8 @@ def memory_problems(
             path = engine.backend_key.rsplit(".", 1)[0]
             fix = _FIXES.get(largest.name, "raise t or p")
             if estimate.backend == "fsdp":  # no pipeline; every state sharded over d·c
-                fix = _FSDP_FIXES.get(largest.name, fix).format(term=largest.name)
+                fixes = _FSDP_WHOLE_MLP_FIXES if estimate.whole_mlp else _FSDP_FIXES
+                fix = fixes.get(largest.name, fix).format(term=largest.name)
             if largest.name == "load":
                 # more GPUs do not help: every rank loads the whole model
                 fix = (

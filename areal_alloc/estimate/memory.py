@@ -161,6 +161,9 @@ class MemoryEstimate:
     #: the phase whose terms are ``terms`` (the peak), and every phase it goes through
     phase: str = ""
     phases: tuple[Phase, ...] = ()
+    #: FSDP keeps this model's MLPs whole over t (execution.fsdp_keeps_mlp_whole): t splits
+    #: only the attention, which the fix for a term over the GPU says
+    whole_mlp: bool = False
 
     def _bytes(self, terms: tuple[Term, ...]) -> int:
         if (

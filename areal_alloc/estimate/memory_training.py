@@ -117,6 +117,7 @@ def training_memory(
         tuple(assumptions),
         resident=sum(t.bytes for t in terms if t.name in _HELD),
         at_load=at_load,
+        whole_mlp=fsdp_keeps_mlp_whole(backend, arch.model_type),
     )
     return estimate.with_phases(phases)
 

@@ -832,3 +832,13 @@ def test_fsdp_states_over_the_gpu_name_what_shards_them() -> None:
         info.value.message
     )
     assert info.value.message.endswith("; raise d or c (FSDP shards the optimizer over d·c), or t")
+    # Qwen3-30B-A3B's MLPs stay whole over t under FSDP (apply_non_moe_tp leaves the
+    # reference's VALID_MOE_MODELS out of its plan): t is no fix for its states
+    cfg["actor"] = {**cfg["actor"], "backend": "fsdp:d2t4", "path": "Qwen/Qwen3-30B-A3B"}
+    with pytest.raises(AllocationValidationError) as info:
+        validate(cfg)
+    assert "largest term optimizer" in info.value.message
+    assert info.value.message.endswith(
+        "; raise d or c (FSDP shards the optimizer over d·c; t splits only the attention: the "
+        "reference's FSDP leaves this model's MLPs whole)"
+    )
