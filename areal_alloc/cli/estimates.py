@@ -753,8 +753,8 @@ def _suggest_from_config(ns: argparse.Namespace) -> tuple[bool, bool]:
         ns.n_samples = run.n_samples or None
     if ns.prompt_len is None:
         ns.prompt_len = run.max_length
-    if ns.gen_len is None:
-        ns.gen_len = run.max_new_tokens
+    if ns.gen_len is None:  # capped by gconfig.max_tokens after the prompt, as the plan's pace
+        ns.gen_len = run.generation_after(ns.prompt_len or run.prompt)
     # the step as the plan's pace reads it (areal_alloc.estimate.rl_step): its mode, concurrency,
     # log-prob recomputation and weight update; ``current`` is the plan's own pace
     mode = rl_step.mode_of(run.max_head_offpolicyness, False)

@@ -843,12 +843,11 @@ def step_shape(experiment: Experiment, machine: Resolved) -> StepShape:
         assumptions.append(
             f"train_dataset.max_length unset: prompts of {defaults.PROMPT_TOKENS:,} tokens assumed"
         )
-    room = run.tokens_cap - prompt
-    if 0 < room < new_tokens:  # the rollout's cap (remote_inf_engine.py l.942-944 at cbff54d6)
-        new_tokens = room
+    if run.generation < new_tokens:  # the rollout's cap (RunConfig.generation)
+        new_tokens = run.generation
         assumptions.append(
             f"gconfig.max_tokens {run.tokens_cap:,} caps a completion after a {prompt:,}-token "
-            f"prompt at {room:,} tokens, below gconfig.max_new_tokens {run.new_tokens:,} "
+            f"prompt at {new_tokens:,} tokens, below gconfig.max_new_tokens {run.new_tokens:,} "
             f"(areal/infra/remote_inf_engine.py: min(max_tokens − prompt, max_new_tokens))"
         )
     mean, source = _mean_gen_len(machine, new_tokens)

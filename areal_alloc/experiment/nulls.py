@@ -32,6 +32,7 @@ _TRAIN: tuple[tuple[str, str, int], ...] = (
     ("pad_to_maximum", "bool", 1288),
     ("enable_tree_training", "bool", 1392),
     ("weight_update_mode", "str", 1335),
+    ("enable_delta_weight_update", "bool", 1343),
     ("offload", "bool", 1366),
     ("use_lora", "bool", 1374),
     ("lora_rank", "int", 1380),
@@ -61,13 +62,13 @@ _TRAIN: tuple[tuple[str, str, int], ...] = (
     ("scheduling_strategy", "SchedulingStrategy", 1450),
     ("scheduling_strategy.type", "str", 1132),
 )
-#: PPOActorConfig's own (the actor; ``ref`` is a PPOActorConfig too, PPOConfig l.3411)
+#: PPOActorConfig's own (the actor; ``ref`` is one too, PPOConfig l.3411, and
+#: ``teacher.train``, TeacherConfig l.3353)
 _ACTOR = (
     ("kl_ctl", "float", 1771),
     ("recompute_logprob", "bool", 1804),
     ("use_decoupled_loss", "bool", 1810),
     ("prox_logp_method", "str", 1832),
-    ("enable_delta_weight_update", "bool", 1343),
     ("ppo_n_minibatches", "int", 1676),
 )
 #: InferenceEngineConfig (the rollout, a served teacher)
@@ -125,7 +126,7 @@ NOT_NULL: tuple[tuple[str, str, int], ...] = (
     *_under("ref", _TRAIN + _ACTOR),
     *_under("critic", (*_TRAIN, ("ppo_n_minibatches", "int", 1993))),
     *_under("rollout", _INFERENCE),
-    *_under("teacher.train", _TRAIN),
+    *_under("teacher.train", _TRAIN + _ACTOR),
     *_under("teacher.rollout", _INFERENCE),
 )
 

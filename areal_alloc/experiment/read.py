@@ -290,6 +290,19 @@ class RunConfig:
     def tokens_cap(self) -> int:
         return defaults.MAX_TOKENS if self.max_tokens is None else self.max_tokens
 
+    def generation_after(self, prompt: int) -> int:
+        """The most tokens a request generates after ``prompt`` tokens: min(max_tokens −
+        prompt, max_new_tokens) (areal/infra/remote_inf_engine.py l.942-944 at cbff54d6);
+        where that leaves nothing (the rollout raises, which a start-up warning says)
+        ``gconfig.max_new_tokens``."""
+        room = self.tokens_cap - prompt
+        return room if 0 < room < self.new_tokens else self.new_tokens
+
+    @property
+    def generation(self) -> int:
+        """:meth:`generation_after` a prompt of :attr:`prompt` tokens."""
+        return self.generation_after(self.prompt)
+
     @property
     def longest(self) -> int:
         """The longest sequence of one turn: the prompt and ``gconfig.max_new_tokens``, at

@@ -152,7 +152,7 @@ EXPECTED = [
     (
         "tests/data/reference/dte__gsm8k_grpo_qwen3_30b_a3b.yaml",
         [
-            "cluster 2x8 run batch_size=8 max_length=1024 n_samples=4 max_new_tokens=2048 max_concurrent_rollouts=64 recompute_logprob=False",
+            "cluster 2x8 run batch_size=8 max_length=1024 n_samples=4 max_new_tokens=2048 max_tokens=3072 max_concurrent_rollouts=64 recompute_logprob=False",
             "rollout sglang:d2t4 inference active on=- offload=False model=sglang.model_path=Qwen/Qwen3-30B-A3B arch=Qwen/Qwen3-30B-A3B | memory_fraction=0.65 max_concurrent_rollouts=64",
             "actor megatron:d2t4e8 training active on=- offload=False model=actor.path=Qwen/Qwen3-30B-A3B arch=Qwen/Qwen3-30B-A3B | gradient_checkpointing=True recompute=full max_tokens_per_mb=6144",
             "ref megatron:d2t4e8 training inactive on=actor offload=False model=ref.path=Qwen/Qwen3-30B-A3B arch=- | -",
@@ -169,7 +169,7 @@ EXPECTED = [
     (
         "tests/data/reference/math__gsm8k_grpo.yaml",
         [
-            "cluster 1x8 run batch_size=256 max_length=1024 n_samples=4 max_new_tokens=1024 max_concurrent_rollouts=256 recompute_logprob=True",
+            "cluster 1x8 run batch_size=256 max_length=1024 n_samples=4 max_new_tokens=1024 max_tokens=2048 max_concurrent_rollouts=256 recompute_logprob=True",
             "rollout sglang:d4 inference active on=- offload=False model=sglang.model_path=Qwen/Qwen2.5-1.5B-Instruct arch=Qwen/Qwen2.5-1.5B | memory_fraction=0.8 max_concurrent_rollouts=256",
             "actor fsdp:d4 training active on=- offload=False model=actor.path=Qwen/Qwen2.5-1.5B-Instruct arch=Qwen/Qwen2.5-1.5B | gradient_checkpointing=True recompute=full max_tokens_per_mb=10240",
             "ref fsdp:d4 training inactive on=actor offload=False model=ref.path=Qwen/Qwen2.5-1.5B-Instruct arch=- | -",
@@ -178,7 +178,7 @@ EXPECTED = [
     (
         "tests/data/reference/math__gsm8k_grpo_awex_colocate.yaml",
         [
-            "cluster 1x2 run batch_size=2 max_length=1024 n_samples=2 max_new_tokens=256 max_concurrent_rollouts=256 recompute_logprob=True",
+            "cluster 1x2 run batch_size=2 max_length=1024 n_samples=2 max_new_tokens=256 max_tokens=2048 max_concurrent_rollouts=256 recompute_logprob=True",
             "rollout sglang:d1t2 inference active on=actor offload=False model=sglang.model_path=Qwen/Qwen3-0.6B arch=Qwen/Qwen3-0.6B | memory_fraction=0.3 max_concurrent_rollouts=256",
             "actor megatron:d2 training active on=- offload=False model=actor.path=Qwen/Qwen3-0.6B arch=Qwen/Qwen3-0.6B | gradient_checkpointing=True recompute=full max_tokens_per_mb=1024",
             "ref megatron:d2 training inactive on=actor offload=False model=ref.path=Qwen/Qwen3-0.6B arch=- | -",
@@ -187,7 +187,7 @@ EXPECTED = [
     (
         "tests/data/reference/math__gsm8k_grpo_lora.yaml",
         [
-            "cluster 1x8 run batch_size=256 max_length=1024 n_samples=4 max_new_tokens=1024 max_concurrent_rollouts=256 recompute_logprob=True",
+            "cluster 1x8 run batch_size=256 max_length=1024 n_samples=4 max_new_tokens=1024 max_tokens=2048 max_concurrent_rollouts=256 recompute_logprob=True",
             "rollout sglang:d4 inference active on=- offload=False model=sglang.model_path=Qwen/Qwen2.5-1.5B-Instruct arch=Qwen/Qwen2.5-1.5B | memory_fraction=0.8 max_concurrent_rollouts=256",
             "actor fsdp:d4 training active on=- offload=False model=actor.path=Qwen/Qwen2.5-1.5B-Instruct arch=Qwen/Qwen2.5-1.5B | gradient_checkpointing=True recompute=full max_tokens_per_mb=10240 use_lora=True lora_rank=16",
             "ref fsdp:d4 training inactive on=actor offload=False model=ref.path=Qwen/Qwen2.5-1.5B-Instruct arch=- | -",
@@ -196,7 +196,7 @@ EXPECTED = [
     (
         "tests/data/reference/math__gsm8k_grpo_megatron.yaml",
         [
-            "cluster 1x8 run batch_size=256 max_length=1024 n_samples=4 max_new_tokens=1024 max_concurrent_rollouts=256 recompute_logprob=True",
+            "cluster 1x8 run batch_size=256 max_length=1024 n_samples=4 max_new_tokens=1024 max_tokens=2048 max_concurrent_rollouts=256 recompute_logprob=True",
             "rollout sglang:d4 inference active on=- offload=False model=sglang.model_path=Qwen/Qwen2.5-1.5B-Instruct arch=Qwen/Qwen2.5-1.5B | memory_fraction=0.8 max_concurrent_rollouts=256",
             "actor megatron:d4 training active on=- offload=False model=actor.path=Qwen/Qwen2.5-1.5B-Instruct arch=Qwen/Qwen2.5-1.5B | max_tokens_per_mb=10240",
             "ref megatron:d4 training inactive on=actor offload=False model=ref.path=Qwen/Qwen2.5-1.5B-Instruct arch=- | -",
@@ -206,7 +206,7 @@ EXPECTED = [
         # granularity full (registry.py make_mcore_model l.444-450, cli_args.py l.965)
         "tests/data/reference/math__gsm8k_grpo_megatron_lora.yaml",
         [
-            "cluster 1x8 run batch_size=256 max_length=1024 n_samples=4 max_new_tokens=1024 max_concurrent_rollouts=256 recompute_logprob=True",
+            "cluster 1x8 run batch_size=256 max_length=1024 n_samples=4 max_new_tokens=1024 max_tokens=2048 max_concurrent_rollouts=256 recompute_logprob=True",
             "rollout vllm:d4 inference active on=- offload=False model=vllm.model=Qwen/Qwen3-0.6B arch=Qwen/Qwen3-0.6B | max_concurrent_rollouts=256",
             "actor megatron:d4 training active on=- offload=False model=actor.path=Qwen/Qwen3-0.6B arch=Qwen/Qwen3-0.6B | recompute=full recompute_unasked=True max_tokens_per_mb=10240 use_lora=True lora_rank=16 bridge_type=megatron-bridge",
             "ref megatron:d4 training inactive on=actor offload=False model=ref.path=Qwen/Qwen3-0.6B arch=- | -",
@@ -216,7 +216,7 @@ EXPECTED = [
         # granularity full (registry.py make_mcore_model l.444-450, cli_args.py l.965)
         "tests/data/reference/math__gsm8k_grpo_megatron_lora_moe.yaml",
         [
-            "cluster 1x8 run batch_size=16 max_length=1024 n_samples=4 max_new_tokens=1024 max_concurrent_rollouts=256 recompute_logprob=True",
+            "cluster 1x8 run batch_size=16 max_length=1024 n_samples=4 max_new_tokens=1024 max_tokens=2048 max_concurrent_rollouts=256 recompute_logprob=True",
             "rollout vllm:d1t2 inference active on=- offload=False model=vllm.model=Qwen/Qwen3-30B-A3B-Base arch=- | max_concurrent_rollouts=256",
             "actor megatron:d1p6 training active on=- offload=False model=actor.path=Qwen/Qwen3-30B-A3B-Base arch=- | recompute=full recompute_unasked=True max_tokens_per_mb=10240 use_lora=True bridge_type=megatron-bridge",
             "ref megatron:d1p6 training inactive on=actor offload=False model=ref.path=Qwen/Qwen3-30B-A3B-Base arch=- | -",
@@ -225,7 +225,7 @@ EXPECTED = [
     (
         "tests/data/reference/math__gsm8k_ppo.yaml",
         [
-            "cluster 1x8 run batch_size=256 max_length=1024 n_samples=4 max_new_tokens=1024 max_concurrent_rollouts=256 recompute_logprob=True",
+            "cluster 1x8 run batch_size=256 max_length=1024 n_samples=4 max_new_tokens=1024 max_tokens=2048 max_concurrent_rollouts=256 recompute_logprob=True",
             "rollout sglang:d4 inference active on=- offload=False model=sglang.model_path=Qwen/Qwen2.5-1.5B-Instruct arch=Qwen/Qwen2.5-1.5B | memory_fraction=0.8 max_concurrent_rollouts=256",
             "actor fsdp:d4 training active on=- offload=False model=actor.path=Qwen/Qwen2.5-1.5B-Instruct arch=Qwen/Qwen2.5-1.5B | gradient_checkpointing=True recompute=full max_tokens_per_mb=10240",
             "critic fsdp:d4 training active on=actor offload=False model=critic.path=Qwen/Qwen2.5-1.5B-Instruct arch=Qwen/Qwen2.5-1.5B | max_tokens_per_mb=10240",
@@ -235,7 +235,7 @@ EXPECTED = [
     (
         "tests/data/reference/math__gsm8k_ppo_megatron.yaml",
         [
-            "cluster 1x8 run batch_size=256 max_length=1024 n_samples=1 max_new_tokens=1024 max_concurrent_rollouts=256 recompute_logprob=True",
+            "cluster 1x8 run batch_size=256 max_length=1024 n_samples=1 max_new_tokens=1024 max_tokens=2048 max_concurrent_rollouts=256 recompute_logprob=True",
             "rollout sglang:d4 inference active on=- offload=False model=sglang.model_path=Qwen/Qwen2.5-1.5B-Instruct arch=Qwen/Qwen2.5-1.5B | memory_fraction=0.8 max_concurrent_rollouts=256",
             "actor megatron:d4 training active on=- offload=False model=actor.path=Qwen/Qwen2.5-1.5B-Instruct arch=Qwen/Qwen2.5-1.5B | gradient_checkpointing=True recompute=full max_tokens_per_mb=10240",
             "critic megatron:d4 training active on=actor offload=False model=critic.path=Qwen/Qwen2.5-1.5B-Instruct arch=Qwen/Qwen2.5-1.5B | max_tokens_per_mb=10240",
@@ -276,7 +276,7 @@ EXPECTED = [
     (
         "tests/data/reference/swe__qwen3_30b_a3b_grpo.yaml",
         [
-            "cluster 4x8 run batch_size=4 max_length=32768 n_samples=4 max_new_tokens=131071 max_concurrent_rollouts=32 recompute_logprob=True",
+            "cluster 4x8 run batch_size=4 max_length=32768 n_samples=4 max_new_tokens=131071 max_tokens=131071 max_concurrent_rollouts=32 recompute_logprob=True",
             "rollout sglang:d4t8 inference active on=- offload=False model=sglang.model_path=/path/to/Qwen3-Coder-30B-A3B-Instruct arch=- | memory_fraction=0.85 context_length=131072 max_concurrent_rollouts=32",
             "actor megatron:d4t4c2e8 training active on=- offload=False model=actor.path=/path/to/Qwen3-Coder-30B-A3B-Instruct arch=- | gradient_checkpointing=True recompute=full max_tokens_per_mb=131072",
             "ref megatron:d4t4c2e8 training inactive on=actor offload=False model=ref.path=/path/to/Qwen3-Coder-30B-A3B-Instruct arch=- | -",
@@ -285,7 +285,7 @@ EXPECTED = [
     (
         "tests/data/reference/tau2__config_235b_moe_airline.yaml",
         [
-            "cluster 10x8 run batch_size=16 max_length=1024 n_samples=16 max_new_tokens=8192 max_concurrent_rollouts=128 recompute_logprob=True",
+            "cluster 10x8 run batch_size=16 max_length=1024 n_samples=16 max_new_tokens=8192 max_tokens=30000 max_concurrent_rollouts=128 recompute_logprob=True",
             "rollout sglang:d4t8 inference active on=- offload=False model=sglang.model_path=Qwen/Qwen3-235B-A22B arch=Qwen/Qwen3-235B-A22B | memory_fraction=0.8 max_concurrent_rollouts=128",
             "actor megatron:d1p12t4e4 training active on=- offload=False model=actor.path=Qwen/Qwen3-235B-A22B arch=Qwen/Qwen3-235B-A22B | gradient_checkpointing=True recompute=full max_tokens_per_mb=32768",
             "ref megatron:d1p12t4e4 training inactive on=- offload=False model=ref.path=Qwen/Qwen3-235B-A22B arch=- | -",
@@ -294,7 +294,7 @@ EXPECTED = [
     (
         "tests/data/reference/tau2__config_30b_moe_airline.yaml",
         [
-            "cluster 8x8 run batch_size=16 max_length=1024 n_samples=8 max_new_tokens=8192 max_concurrent_rollouts=128 recompute_logprob=True",
+            "cluster 8x8 run batch_size=16 max_length=1024 n_samples=8 max_new_tokens=8192 max_tokens=30000 max_concurrent_rollouts=128 recompute_logprob=True",
             "rollout sglang:d8t4 inference active on=- offload=False model=sglang.model_path=Qwen/Qwen3-30B-A3B arch=Qwen/Qwen3-30B-A3B | memory_fraction=0.8 max_concurrent_rollouts=128",
             "actor megatron:d4p4t2e4 training active on=- offload=False model=actor.path=Qwen/Qwen3-30B-A3B arch=Qwen/Qwen3-30B-A3B | gradient_checkpointing=True recompute=full max_tokens_per_mb=32768",
             "ref megatron:d4p4t2e4 training inactive on=- offload=False model=ref.path=Qwen/Qwen3-30B-A3B arch=- | -",
@@ -303,7 +303,7 @@ EXPECTED = [
     (
         "tests/data/reference/tau2__config_8b_airline.yaml",
         [
-            "cluster 3x8 run batch_size=30 max_length=1024 n_samples=8 max_new_tokens=8192 max_concurrent_rollouts=256 recompute_logprob=True",
+            "cluster 3x8 run batch_size=30 max_length=1024 n_samples=8 max_new_tokens=8192 max_tokens=32767 max_concurrent_rollouts=256 recompute_logprob=True",
             "rollout sglang:d16 inference active on=- offload=False model=sglang.model_path=Qwen/Qwen3-8B arch=Qwen/Qwen3-8B | memory_fraction=0.8 max_concurrent_rollouts=256",
             "actor archon:d8 training active on=- offload=False model=actor.path=Qwen/Qwen3-8B arch=Qwen/Qwen3-8B | gradient_checkpointing=True recompute=op max_tokens_per_mb=32768 tree_training=True pad_to_maximum=True",
             "ref archon:d8 training inactive on=- offload=False model=ref.path=Qwen/Qwen3-8B arch=- | -",

@@ -121,7 +121,7 @@ _ROOTS = {
     "ref": "PPOActorConfig",
     "critic": "PPOCriticConfig",
     "rollout": "InferenceEngineConfig",
-    "teacher.train": "TrainEngineConfig",
+    "teacher.train": "PPOActorConfig",
     "teacher.rollout": "InferenceEngineConfig",
 }
 _SECTIONS: dict[str, Any] = {
