@@ -1123,9 +1123,9 @@ def _budgets_below_a_sequence(run: Run) -> list[str]:
     step that meets one stops the run; shorter sequences run, so this warns, not refuses.
     And a prompt of ``gconfig.max_tokens`` tokens or more leaves nothing to generate: the
     rollout raises "max_new_tokens (…) is non-positive!" (l.945-950)."""
-    if not _rl(run):
-        return []
     shape = run.experiment.run
+    if not _rl(run):  # SFT, reward modelling, DPO: the dataset's sequences, whole
+        return _budgets_below_the_dataset(run, shape.max_length)
     out = []
     if shape.max_length is not None and shape.max_length >= shape.tokens_cap:
         out.append(
@@ -1155,6 +1155,30 @@ def _budgets_below_a_sequence(run: Run) -> list[str]:
             f"{longest:,} tokens: a step with a sequence over {budget:,} stops the run in "
             f"seqpack (a value over its capacity {budget}, areal/utils/seqpack.py); set "
             f"{key}={longest} or more"
+        )
+    return out
+
+
+def _budgets_below_the_dataset(run: Run, max_length: int | None) -> list[str]:
+    """Without a rollout, a training engine's budget below ``train_dataset.max_length``: a
+    sequence the dataset keeps can be that long, and seqpack raises on it (a pair of them
+    for reward modelling and DPO, which pack chosen and rejected together: longer still)."""
+    if max_length is None:
+        return []
+    out = []
+    for engine in run.engines:
+        training = engine.training
+        if not engine.active or training is None or engine.allocation.is_inference:
+            continue
+        budget = training.max_tokens_per_mb
+        if budget is None or budget >= max_length:
+            continue
+        key = f"{engine.path}.mb_spec.max_tokens_per_mb"
+        out.append(
+            f"{key}={budget} is below train_dataset.max_length {max_length:,}, the longest "
+            f"sequence the dataset keeps: a step with a sequence over {budget:,} stops the run "
+            f"in seqpack (a value over its capacity {budget}, areal/utils/seqpack.py); set "
+            f"{key}={max_length} or more"
         )
     return out
 

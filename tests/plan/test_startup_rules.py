@@ -813,8 +813,18 @@ def _budget_warning(budget: int, made: str, longest: int) -> str:
                 "train_dataset.max_length"
             ],
         ),
-        # SFT (no rollout): the packed item depends on the trainer (pairs for RW and DPO)
-        (1024, {"max_length": 2048}, {"max_new_tokens": 4096}, False, []),
+        (  # SFT, RW, DPO (no rollout): the dataset's sequences (pairs for RW and DPO)
+            1024,
+            {"max_length": 2048},
+            {"max_new_tokens": 4096},
+            False,
+            [
+                "actor.mb_spec.max_tokens_per_mb=1024 is below train_dataset.max_length 2,048, "
+                "the longest sequence the dataset keeps: a step with a sequence over 1,024 "
+                "stops the run in seqpack (a value over its capacity 1024, "
+                "areal/utils/seqpack.py); set actor.mb_spec.max_tokens_per_mb=2048 or more"
+            ],
+        ),
         (None, {"max_length": 1024}, {"max_new_tokens": 256}, True, []),  # by count
     ],
 )
@@ -833,7 +843,7 @@ def test_a_budget_below_the_longest_sequence_warns(
         engines["rollout"] = {"backend": "sglang:d8"}
     config = cfg(train_dataset={"batch_size": 64, **dataset}, gconfig=gconfig, **engines)
     warnings = validate(config, on_memory="off").warnings
-    found = [w for w in warnings if "longest sequence" in w or "max_tokens" in w]
+    found = [w for w in warnings if "longest sequence" in w or "gconfig.max_tokens" in w]
     assert found == expected
 
 
