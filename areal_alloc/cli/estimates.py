@@ -768,7 +768,7 @@ def _suggest_from_config(ns: argparse.Namespace) -> tuple[bool, bool]:
         "in_flight": sequences_in_flight(run),
         "server": server_limit(experiment.get("rollout")),
         "recompute_logprob": bool(run.recompute_logprob),
-        "update_mode": experiment.update_mode,
+        "update_mode": experiment.transport,
         "minibatches": experiment.startup.ppo_n_minibatches,
         "critic_minibatches": experiment.startup.critic_ppo_n_minibatches,
         "dynamic_bs": experiment.startup.dynamic_bs,

@@ -678,7 +678,7 @@ def _update_terms(
     inside = experiment.cluster.n_gpus_per_node >= span
     term = weight_update(
         arch,
-        experiment.update_mode,
+        experiment.transport,
         hardware,
         inside_node=inside,
         senders=actor.allocation.world_size,

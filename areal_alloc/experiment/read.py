@@ -483,6 +483,18 @@ class Experiment:
         return defaults.WEIGHT_UPDATE_MODE if mode is None else mode
 
     @property
+    def transport(self) -> str:
+        """How the actor's weights reach the rollout each step: with the v1 controllers
+        :attr:`update_mode`; the v2 ones ignore it and take disk with LoRA, else awex
+        (areal/trainer/rl_trainer.py _init_impl l.380-399 at cbff54d6). The start-up rules
+        read the written mode (:attr:`update_mode`), as the reference's checks do."""
+        if self.actor_version != "v2":
+            return self.update_mode
+        actor = self.get("actor")
+        lora = actor is not None and actor.training is not None and actor.training.use_lora
+        return "disk" if lora else "awex"
+
+    @property
     def awex_v1(self) -> bool:
         """awex weight updates with the v1 controllers: the adapter hands the actor's GPUs
         to the rollout and back (areal/trainer/rl_trainer.py _is_v1_awex_colocate)."""

@@ -903,6 +903,29 @@ def _online(run: Run) -> bool:
     return run.startup.agent_mode == "online"
 
 
+#: the weight update modes the v1 trainer dispatches on (rl_trainer.py _init_impl l.400-450 at
+#: cbff54d6; TrainEngineConfig.weight_update_mode's "choices", cli_args.py l.1340)
+WEIGHT_UPDATE_MODES = ("disk", "xccl", "awex")
+
+
+def weight_update_mode_is_known(run: Run) -> str | None:
+    """rl_trainer._init_impl: with the v1 controllers (``actor._version`` v1, the default)
+    the weight update is dispatched on ``actor.weight_update_mode``, and any other text
+    raises "Invalid weight update mode: …" (l.448-450); v2 picks its transport from
+    ``use_lora`` and reads no mode."""
+    if not _rl(run) or run.version("actor") == "v2":
+        return None
+    mode = run.experiment.weight_update_mode
+    if mode is None or mode in WEIGHT_UPDATE_MODES:
+        return None
+    return (
+        f"actor.weight_update_mode={mode!r}: the trainer raises 'Invalid weight update mode: "
+        f"{mode}' (it dispatches on disk, xccl or awex: areal/trainer/rl_trainer.py "
+        f"_init_impl); set actor.weight_update_mode=xccl (the reference's default), disk or "
+        f"awex"
+    )
+
+
 def online_mode_runs_by_steps(run: Run) -> str | None:
     """rl_trainer._init_impl: online RL (rollout.agent.mode='online') has no dataset to count.
 
@@ -990,6 +1013,11 @@ RULES: tuple[Rule, ...] = (
         "online RL: no valid_dataset, total_train_steps ≥ total_train_epochs",
         f"{_RL} _init_impl",
         online_mode_runs_by_steps,
+    ),
+    Rule(
+        "actor.weight_update_mode is disk, xccl or awex (v1)",
+        f"{_RL} _init_impl (lines 400-450)",
+        weight_update_mode_is_known,
     ),
     Rule(
         "megatron engine with use_lora needs megatron.bridge_type megatron-bridge",

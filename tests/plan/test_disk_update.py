@@ -3,6 +3,8 @@ AREAL_ALLOC_DISK_GBPS, the hook's disk_gbps, cluster.disk_gbps)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from areal_alloc.catalogue import find_gpu, find_model
@@ -48,3 +50,36 @@ def test_the_setting_reaches_the_hardware(
     hardware = build_hardware(settings.resolve(), 8, None)
     assert hardware is not None
     assert hardware.disk_gbps == expected
+
+
+@pytest.mark.parametrize(
+    ("actor", "term"),
+    [
+        # v1: the written mode (xccl by default); v2 ignores it: disk with LoRA, else awex
+        # (areal/trainer/rl_trainer.py _init_impl l.380-399 at cbff54d6)
+        ({}, "weight update (xccl)"),
+        ({"weight_update_mode": "disk"}, "weight update (disk)"),
+        ({"_version": "v2"}, "weight update (awex)"),
+        ({"_version": "v2", "weight_update_mode": "disk"}, "weight update (awex)"),
+        ({"_version": "v2", "use_lora": True}, "weight update (disk)"),
+    ],
+)
+def test_the_pace_takes_the_transport_the_trainer_picks(actor: dict[str, Any], term: str) -> None:
+    from areal_alloc import validate
+    from areal_alloc.settings import Settings
+
+    version = {"_version": actor["_version"]} if "_version" in actor else {}
+    config = {
+        "cluster": {"n_nodes": 1, "n_gpus_per_node": 8},
+        "rollout": {"backend": "vllm:d4", **version},
+        "actor": {
+            "backend": "fsdp:d4",
+            "path": "Qwen/Qwen3-1.7B",
+            "gradient_checkpointing": True,
+            "mb_spec": {"max_tokens_per_mb": 8192},
+            **actor,
+        },
+    }
+    gpu = Settings.from_sources(flags={"gpu": "H100-80GB"})
+    pace = validate(config, on_memory="warn", settings=gpu).to_dict()["pace"]
+    assert [t["name"] for t in pace["step_terms"] if t["name"].startswith("weight")] == [term]

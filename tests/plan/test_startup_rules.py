@@ -61,6 +61,20 @@ REFUSED: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
         "total_train_epochs=0: must be ≥ 1 (the reference's loader refuses it)",
         cfg(actor={"backend": "fsdp:d4"}, total_train_epochs=1),
     ),
+    (  # areal/trainer/rl_trainer.py _init_impl: "Invalid weight update mode: …" (v1)
+        "actor.weight_update_mode is disk, xccl or awex (v1)",
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={"backend": "fsdp:d8", "weight_update_mode": "nccl"},
+        ),
+        "actor.weight_update_mode='nccl': the trainer raises 'Invalid weight update mode: "
+        "nccl' (it dispatches on disk, xccl or awex: areal/trainer/rl_trainer.py _init_impl); "
+        "set actor.weight_update_mode=xccl (the reference's default), disk or awex",
+        cfg(  # the v2 controllers read no mode
+            rollout={"backend": "sglang:d8", "_version": "v2"},
+            actor={"backend": "fsdp:d8", "weight_update_mode": "nccl", "_version": "v2"},
+        ),
+    ),
     (  # areal/engine/megatron_engine.py _prepare_mb_list: max(min_n_mbs, None) raises
         "megatron engine: mb_spec.n_mbs is not null",
         cfg(
