@@ -1121,8 +1121,9 @@ def check_startup(experiment: Experiment) -> None:
 
 
 def startup_warnings(experiment: Experiment) -> list[str]:
-    """What only the legacy SPMD launchers refuse (the single-controller trainer runs it), and
-    the dispatcher settings megatron-bridge ignores."""
+    """What only one launch path refuses (the legacy SPMD launchers, or the single-controller
+    trainers: an unknown ``scheduler.type``), the dispatcher settings megatron-bridge ignores,
+    and micro-batch budgets a long sequence overflows."""
     run = Run(experiment, 0)
     out = _megatron_bridge_ignores(run)
     found = _batch(run)
@@ -1137,7 +1138,21 @@ def startup_warnings(experiment: Experiment) -> list[str]:
                 f"(areal/utils/dataloader.py)"
             )
     out.extend(_budgets_below_a_sequence(run))
+    kind = run.startup.scheduler_type
+    if kind is not None and kind not in SCHEDULER_TYPES:
+        out.append(
+            f"scheduler.type={kind!r}: the single-controller trainers (python3 train.py) raise "
+            f"NotImplementedError('Unknown scheduler type: {kind}') in _init_scheduler "
+            f"(areal/trainer/rl_trainer.py, sft_trainer.py, rw_trainer.py, dpo_trainer.py); "
+            f"only the legacy SPMD launchers (areal.infra.launcher.*) do not read it: set "
+            f"scheduler.type=local, ray or slurm"
+        )
     return out
+
+
+#: the schedulers the single-controller trainers build (rl_trainer.py _init_scheduler
+#: l.1051-1059 at cbff54d6; null is the examples' own, given on the command line)
+SCHEDULER_TYPES = ("local", "ray", "slurm")
 
 
 def _budgets_below_a_sequence(run: Run) -> list[str]:

@@ -861,6 +861,31 @@ def test_a_budget_below_the_longest_sequence_warns(
     assert found == expected
 
 
+@pytest.mark.parametrize(
+    ("scheduler", "warned"),
+    [({"type": "k8s"}, True), ({"type": "Local"}, True), ({"type": "ray"}, False), ({}, False)],
+)
+def test_an_unknown_scheduler_type_warns(scheduler: dict[str, Any], warned: bool) -> None:
+    # rl_trainer.py _init_scheduler raises for it; the SPMD launchers never read it
+    plan = validate(
+        cfg(rollout={"backend": "sglang:d8"}, actor={"backend": "fsdp:d8"}, scheduler=scheduler),
+        on_memory="off",
+    )
+    found = [w for w in plan.warnings if w.startswith("scheduler.type=")]
+    kind = scheduler.get("type")
+    assert found == (
+        [
+            f"scheduler.type={kind!r}: the single-controller trainers (python3 train.py) raise "
+            f"NotImplementedError('Unknown scheduler type: {kind}') in _init_scheduler "
+            "(areal/trainer/rl_trainer.py, sft_trainer.py, rw_trainer.py, dpo_trainer.py); "
+            "only the legacy SPMD launchers (areal.infra.launcher.*) do not read it: set "
+            "scheduler.type=local, ray or slurm"
+        ]
+        if warned
+        else []
+    )
+
+
 def test_a_server_of_at_most_a_node_is_placed_on_a_node_it_does_not_divide() -> None:
     # one 2-GPU server per 3-GPU node: n_gpus_per_node // gpus_per_server servers a node
     plan = validate(
