@@ -1098,6 +1098,8 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
         archon = section(node, "archon", f"{path}.archon")
         schedule, layers_per_stage, less = _archon_pipeline(archon, path)
         pad = pad or _flag(archon, "enable_compile", False, f"{path}.archon.enable_compile")
+        # archon_utils.py force_pad_to_maximum pads for tree training too (l.294-300)
+        pad = pad or _flag(node, "enable_tree_training", False, f"{path}.enable_tree_training")
     elif megatron is not None:
         vpp = setting_int(
             megatron, f"{path}.megatron.virtual_pipeline_parallel_size", 1, 1, MAX_VPP

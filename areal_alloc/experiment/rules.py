@@ -439,6 +439,45 @@ def megatron_micro_batches_are_counted(run: Run) -> str | None:
     return None
 
 
+def tree_training_needs_no_context_parallelism(run: Run) -> str | None:
+    """``enable_tree_training`` packs a prefix tree that one GPU holds whole: the FSDP
+    engine refuses context parallelism at initialize ("Tree training currently cannot be
+    enabled with sp_size > 1.", areal/engine/fsdp_engine.py l.388-391; its sp_size is c,
+    fsdp_utils/parallel.py l.174), the Megatron engine asserts it on the first batch
+    ("Context parallelism is not supported in tree training.", megatron_engine.py
+    l.2677-2682), and archon also refuses pipeline parallelism and a critic
+    (archon_utils.py force_pad_to_maximum l.284-293, at cbff54d6)."""
+    for engine in run.engines:
+        training = engine.training
+        if not engine.active or training is None or not training.tree_training:
+            continue
+        backend, parallel = engine.allocation.backend, engine.allocation.parallel
+        where = f"{engine.path}.enable_tree_training=true with {engine.backend_key}={engine.spec!r}"
+        if backend == "archon" and training.is_critic:
+            return (
+                f"{where} and {engine.path}.is_critic=true: the archon engine raises 'Tree "
+                f"training with critic model is not supported yet.'; turn tree training off "
+                f"for the critic"
+            )
+        if parallel.cp_size > 1 or (backend == "archon" and parallel.pp_size > 1):
+            what = "context parallelism (c)"
+            if backend == "archon":
+                what = "pipeline or context parallelism (p, c)"
+            said = {
+                "fsdp": "raises 'Tree training currently cannot be enabled with sp_size > 1.'",
+                "megatron": "asserts 'Context parallelism is not supported in tree training.'",
+                "archon": (
+                    "raises 'Tree training with pipeline parallelism (pp > 1) or context "
+                    "parallelism (cp > 1) is currently not supported.'"
+                ),
+            }.get(backend, "refuses it")
+            return (
+                f"{where}: tree training takes no {what}; the {backend} engine {said}; "
+                f"use c1{' and p1' if backend == 'archon' else ''}, or turn tree training off"
+            )
+    return None
+
+
 def selective_recompute_needs_no_layer_count(run: Run) -> str | None:
     """Selective granularity takes ``recompute_num_layers: null`` (transformer_config.py
     l.1346-1352); the reference's default is 1 (areal/api/cli_args.py l.967)."""
@@ -1086,6 +1125,13 @@ RULES: tuple[Rule, ...] = (
         "areal/utils/dataloader.py create_dataloader; areal/utils/seqpack.py "
         "balanced_greedy_partition",
         batch_splits_over_data_parallel,
+    ),
+    Rule(
+        "tree training: no context parallelism (archon: no pipeline, no critic)",
+        "areal/engine/fsdp_engine.py initialize (lines 388-391); areal/engine/megatron_engine.py "
+        "_prepare_mb_list (lines 2677-2682); areal/experimental/engine/archon_utils.py "
+        "force_pad_to_maximum (lines 284-293)",
+        tree_training_needs_no_context_parallelism,
     ),
     Rule(
         "megatron engine: mb_spec.n_mbs is not null",

@@ -75,6 +75,20 @@ REFUSED: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
             actor={"backend": "fsdp:d8", "weight_update_mode": "nccl", "_version": "v2"},
         ),
     ),
+    (  # areal/engine/fsdp_engine.py initialize: tree training with sp_size (c) > 1
+        "tree training: no context parallelism (archon: no pipeline, no critic)",
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={"backend": "fsdp:d4c2", "enable_tree_training": True},
+        ),
+        "actor.enable_tree_training=true with actor.backend='fsdp:d4c2': tree training takes "
+        "no context parallelism (c); the fsdp engine raises 'Tree training currently cannot be "
+        "enabled with sp_size > 1.'; use c1, or turn tree training off",
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={"backend": "fsdp:d8", "enable_tree_training": True},
+        ),
+    ),
     (  # areal/engine/megatron_engine.py _prepare_mb_list: max(min_n_mbs, None) raises
         "megatron engine: mb_spec.n_mbs is not null",
         cfg(
@@ -625,6 +639,37 @@ def test_tree_training_packs_before_the_megatron_engines_count() -> None:
         ),
         on_memory="off",
     )
+
+
+@pytest.mark.parametrize(
+    ("engine", "message"),
+    [
+        (
+            {"backend": "megatron:d4c2"},
+            "actor.enable_tree_training=true with actor.backend='megatron:d4c2': tree training "
+            "takes no context parallelism (c); the megatron engine asserts 'Context "
+            "parallelism is not supported in tree training.'; use c1, or turn tree training off",
+        ),
+        (
+            {"backend": "archon:d4p2"},
+            "actor.enable_tree_training=true with actor.backend='archon:d4p2': tree training "
+            "takes no pipeline or context parallelism (p, c); the archon engine raises 'Tree "
+            "training with pipeline parallelism (pp > 1) or context parallelism (cp > 1) is "
+            "currently not supported.'; use c1 and p1, or turn tree training off",
+        ),
+        (
+            {"backend": "archon:d8", "is_critic": True},
+            "actor.enable_tree_training=true with actor.backend='archon:d8' and "
+            "actor.is_critic=true: the archon engine raises 'Tree training with critic model is "
+            "not supported yet.'; turn tree training off for the critic",
+        ),
+    ],
+)
+def test_tree_training_refusals_of_each_engine(engine: dict[str, Any], message: str) -> None:
+    config = cfg(rollout={"backend": "sglang:d8"}, actor={**engine, "enable_tree_training": True})
+    with pytest.raises(AllocationValidationError) as info:
+        validate(config, on_memory="off")
+    assert info.value.message == message
 
 
 def test_the_critics_minibatches_fill_their_micro_batches_too() -> None:
@@ -1502,3 +1547,16 @@ def test_archons_split_is_refused_at_start_up(config: dict[str, Any], message: s
 )
 def test_archons_split_that_builds(config: dict[str, Any]) -> None:
     assert validate(config, on_memory="off").warnings == ()
+
+
+def test_archons_tree_training_pads_every_micro_batch() -> None:
+    # archon_utils.py force_pad_to_maximum: tree training forces pad_to_maximum (l.294-300)
+    from areal_alloc.experiment.read import read_experiment
+
+    def padded(tree: bool) -> bool:
+        actor = {"backend": "archon:d8", "enable_tree_training": tree}
+        training = read_experiment(cfg(actor=actor))["actor"].training
+        assert training is not None
+        return training.pad_to_maximum
+
+    assert (padded(True), padded(False)) == (True, False)
