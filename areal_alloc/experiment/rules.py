@@ -445,19 +445,27 @@ def tree_training_needs_no_context_parallelism(run: Run) -> str | None:
     enabled with sp_size > 1.", areal/engine/fsdp_engine.py l.388-391; its sp_size is c,
     fsdp_utils/parallel.py l.174), the Megatron engine asserts it on the first batch
     ("Context parallelism is not supported in tree training.", megatron_engine.py
-    l.2677-2682), and archon also refuses pipeline parallelism and a critic
-    (archon_utils.py force_pad_to_maximum l.284-293, at cbff54d6)."""
+    l.2677-2682), and archon also refuses pipeline parallelism (archon_utils.py
+    force_pad_to_maximum l.284-293, at cbff54d6). No engine trains a critic so, and the
+    Megatron engine's megatron-bridge builder refuses it at initialize."""
     for engine in run.engines:
         training = engine.training
         if not engine.active or training is None or not training.tree_training:
             continue
         backend, parallel = engine.allocation.backend, engine.allocation.parallel
         where = f"{engine.path}.enable_tree_training=true with {engine.backend_key}={engine.spec!r}"
-        if backend == "archon" and training.is_critic:
+        if training.is_critic:  # every engine (fsdp_engine.py l.2161, megatron_engine.py l.2790)
             return (
-                f"{where} and {engine.path}.is_critic=true: the archon engine raises 'Tree "
+                f"{where} and {engine.path}.is_critic=true: the {backend} engine raises 'Tree "
                 f"training with critic model is not supported yet.'; turn tree training off "
                 f"for the critic"
+            )
+        if backend == "megatron" and training.bridge_type == "megatron-bridge":
+            return (
+                f"{where} and {engine.path}.megatron.bridge_type='megatron-bridge': the Megatron "
+                f"engine raises 'Tree training is not supported with bridge_type="
+                f"'megatron-bridge'.' (megatron_engine.py l.778-783); use mbridge, or turn tree "
+                f"training off"
             )
         if parallel.cp_size > 1 or (backend == "archon" and parallel.pp_size > 1):
             what = "context parallelism (c)"
@@ -1127,7 +1135,7 @@ RULES: tuple[Rule, ...] = (
         batch_splits_over_data_parallel,
     ),
     Rule(
-        "tree training: no context parallelism (archon: no pipeline, no critic)",
+        "tree training: no critic, no context parallelism, no archon pipeline, no megatron-bridge",
         "areal/engine/fsdp_engine.py initialize (lines 388-391); areal/engine/megatron_engine.py "
         "_prepare_mb_list (lines 2677-2682); areal/experimental/engine/archon_utils.py "
         "force_pad_to_maximum (lines 284-293)",

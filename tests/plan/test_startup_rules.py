@@ -76,7 +76,7 @@ REFUSED: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
         ),
     ),
     (  # areal/engine/fsdp_engine.py initialize: tree training with sp_size (c) > 1
-        "tree training: no context parallelism (archon: no pipeline, no critic)",
+        "tree training: no critic, no context parallelism, no archon pipeline, no megatron-bridge",
         cfg(
             rollout={"backend": "sglang:d8"},
             actor={"backend": "fsdp:d4c2", "enable_tree_training": True},
@@ -662,6 +662,19 @@ def test_tree_training_packs_before_the_megatron_engines_count() -> None:
             "actor.enable_tree_training=true with actor.backend='archon:d8' and "
             "actor.is_critic=true: the archon engine raises 'Tree training with critic model is "
             "not supported yet.'; turn tree training off for the critic",
+        ),
+        (
+            {"backend": "fsdp:d8", "is_critic": True},
+            "actor.enable_tree_training=true with actor.backend='fsdp:d8' and "
+            "actor.is_critic=true: the fsdp engine raises 'Tree training with critic model is "
+            "not supported yet.'; turn tree training off for the critic",
+        ),
+        (
+            {"backend": "megatron:d8", "megatron": {"bridge_type": "megatron-bridge"}},
+            "actor.enable_tree_training=true with actor.backend='megatron:d8' and "
+            "actor.megatron.bridge_type='megatron-bridge': the Megatron engine raises 'Tree "
+            "training is not supported with bridge_type='megatron-bridge'.' (megatron_engine.py "
+            "l.778-783); use mbridge, or turn tree training off",
         ),
     ],
 )
