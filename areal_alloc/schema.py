@@ -119,6 +119,7 @@ class MegatronConfig:
     #: full recomputation needs block or uniform (the start-up rules)
     recompute_method: str | None = None
     moe_shared_expert_overlap: bool | None = None
+    enable_chunked_logits: bool | None = None  # refuses tree training (the start-up rules)
     ddp: DistributedDataParallelConfig = field(default_factory=DistributedDataParallelConfig)
 
 

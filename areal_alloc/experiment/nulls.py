@@ -57,6 +57,7 @@ _TRAIN: tuple[tuple[str, str, int], ...] = (
     ("megatron.moe_shared_expert_overlap", "bool", 973),
     ("megatron.moe_enable_deepep", "bool", 980),
     ("megatron.moe_token_dispatcher_type", "str", 981),
+    ("megatron.enable_chunked_logits", "bool", 1017),
     ("megatron.bridge_type", "str", 1064),
     ("optimizer.type", "str", 382),
     ("scheduling_strategy", "SchedulingStrategy", 1450),

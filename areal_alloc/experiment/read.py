@@ -177,6 +177,10 @@ class TrainConfig:
     #: ``enable_tree_training`` (TrainEngineConfig l.1392, default false): the Megatron engine
     #: packs a prefix tree instead (``build_packed_tree_batch``, megatron_engine.py l.2677)
     tree_training: bool = False
+    #: ``megatron.enable_chunked_logits`` (MegatronEngineConfig l.1017, default false): AReaL's
+    #: vocab-parallel LM head, which refuses tree training (a start-up rule; its memory
+    #: is not modelled)
+    chunked_logits: bool = False
     use_lora: bool = False
     lora_rank: int = defaults.LORA_RANK
     target_modules: tuple[str, ...] = ()
@@ -198,8 +202,8 @@ class TrainConfig:
     archon_less_layers: tuple[int, int] = (1, 1)
     #: each micro-batch padded to ``mb_spec.max_tokens_per_mb`` (TrainEngineConfig.
     #: pad_to_maximum, default false, cli_args.py l.1288); the archon engine forces it
-    #: with pipeline parallelism or ``archon.enable_compile`` (archon_utils.py
-    #: force_pad_to_maximum l.258-282 at cbff54d6)
+    #: with pipeline parallelism, ``archon.enable_compile`` or tree training (archon_utils.py
+    #: force_pad_to_maximum l.258-300 at cbff54d6)
     pad_to_maximum: bool = False
     #: ``init_from_scratch`` (TrainEngineConfig.init_from_scratch, default false)
     init_from_scratch: bool = False
@@ -1133,6 +1137,10 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
         n_mbs=max(1, defaults.MICRO_BATCHES if count is None else count),
         n_mbs_null=count_null,
         tree_training=_flag(node, "enable_tree_training", False, f"{path}.enable_tree_training"),
+        chunked_logits=backend == "megatron"
+        and _flag(
+            megatron, "enable_chunked_logits", False, f"{path}.megatron.enable_chunked_logits"
+        ),
         use_lora=use_lora,
         lora_rank=rank,
         target_modules=targets,

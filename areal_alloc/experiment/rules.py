@@ -447,25 +447,33 @@ def tree_training_needs_no_context_parallelism(run: Run) -> str | None:
     ("Context parallelism is not supported in tree training.", megatron_engine.py
     l.2677-2682), and archon also refuses pipeline parallelism (archon_utils.py
     force_pad_to_maximum l.284-293, at cbff54d6). No engine trains a critic so, and the
-    Megatron engine's megatron-bridge builder refuses it at initialize."""
+    Megatron engine's megatron-bridge builder and its chunked-logits LM head refuse it at
+    initialize (l.778-783, l.211-222); each in the order the engine meets it."""
     for engine in run.engines:
         training = engine.training
         if not engine.active or training is None or not training.tree_training:
             continue
         backend, parallel = engine.allocation.backend, engine.allocation.parallel
         where = f"{engine.path}.enable_tree_training=true with {engine.backend_key}={engine.spec!r}"
-        if training.is_critic:  # every engine (fsdp_engine.py l.2161, megatron_engine.py l.2790)
-            return (
-                f"{where} and {engine.path}.is_critic=true: the {backend} engine raises 'Tree "
-                f"training with critic model is not supported yet.'; turn tree training off "
-                f"for the critic"
-            )
+        critic = (
+            f"{where} and {engine.path}.is_critic=true: the {backend} engine raises 'Tree "
+            f"training with critic model is not supported yet.'; turn tree training off "
+            f"for the critic"
+        )
+        if training.is_critic and backend == "archon":  # at initialize, before its p and c
+            return critic
         if backend == "megatron" and training.bridge_type == "megatron-bridge":
             return (
                 f"{where} and {engine.path}.megatron.bridge_type='megatron-bridge': the Megatron "
                 f"engine raises 'Tree training is not supported with bridge_type="
                 f"'megatron-bridge'.' (megatron_engine.py l.778-783); use mbridge, or turn tree "
                 f"training off"
+            )
+        if backend == "megatron" and training.chunked_logits:
+            return (
+                f"{where} and {engine.path}.megatron.enable_chunked_logits=true: the Megatron "
+                f"engine raises 'AReaL LM Head does not support tree training' "
+                f"(megatron_engine.py l.211-222); turn one of them off"
             )
         if parallel.cp_size > 1 or (backend == "archon" and parallel.pp_size > 1):
             what = "context parallelism (c)"
@@ -483,6 +491,8 @@ def tree_training_needs_no_context_parallelism(run: Run) -> str | None:
                 f"{where}: tree training takes no {what}; the {backend} engine {said}; "
                 f"use c1{' and p1' if backend == 'archon' else ''}, or turn tree training off"
             )
+        if training.is_critic:  # its first batch (fsdp_engine.py l.2161, megatron l.2790)
+            return critic
     return None
 
 
@@ -973,6 +983,35 @@ def weight_update_mode_is_known(run: Run) -> str | None:
     )
 
 
+def v2_awex_needs_sglang_and_fsdp_or_megatron(run: Run) -> str | None:
+    """The v2 controllers send weights by awex unless the actor trains LoRA (rl_trainer.py
+    _init_impl l.380-399): connecting asks both sides for ``/awex/report_parallelism``
+    (areal/v2/weight_update/gateway/app.py l.265-275), which only the SGLang inference
+    service serves (areal/v2/inference_service/sglang/awex.py; its vllm package has no awex),
+    and the training side has an awex adapter for the FSDP and Megatron engines only
+    (areal/v2/training_service/worker/awex.py l.195-211: TypeError otherwise)."""
+    if not _rl(run) or run.version("actor") != "v2":
+        return None
+    actor, rollout = run.engine("actor"), run.engine("rollout")
+    if actor is None or rollout is None or actor.training is None or actor.training.use_lora:
+        return None
+    if rollout.allocation.backend != "sglang":
+        return (
+            f"actor._version='v2' without use_lora sends weights by awex, which needs an "
+            f"sglang rollout, but {rollout.backend_key}={rollout.spec!r}: the vLLM inference "
+            f"service has no /awex endpoints (areal/v2/weight_update/gateway/app.py asks it for "
+            f"/awex/report_parallelism); serve with sglang, train LoRA (disk), or use v1"
+        )
+    if actor.allocation.backend not in ("fsdp", "megatron"):
+        return (
+            f"actor._version='v2' without use_lora sends weights by awex, which has training "
+            f"adapters for fsdp and megatron only, but {actor.backend_key}={actor.spec!r}: "
+            f"the worker raises 'Unsupported engine type for weight update' "
+            f"(areal/v2/training_service/worker/awex.py); train with fsdp or megatron, or use v1"
+        )
+    return None
+
+
 def online_mode_runs_by_steps(run: Run) -> str | None:
     """rl_trainer._init_impl: online RL (rollout.agent.mode='online') has no dataset to count.
 
@@ -1065,6 +1104,12 @@ RULES: tuple[Rule, ...] = (
         "actor.weight_update_mode is disk, xccl or awex (v1)",
         f"{_RL} _init_impl (lines 400-450)",
         weight_update_mode_is_known,
+    ),
+    Rule(
+        "v2 without LoRA (awex): an sglang rollout and an fsdp or megatron actor",
+        "areal/v2/weight_update/gateway/app.py (lines 265-275); areal/v2/training_service/"
+        "worker/awex.py _create_training_adapter (lines 195-211)",
+        v2_awex_needs_sglang_and_fsdp_or_megatron,
     ),
     Rule(
         "megatron engine with use_lora needs megatron.bridge_type megatron-bridge",

@@ -71,7 +71,7 @@ def test_the_pace_takes_the_transport_the_trainer_picks(actor: dict[str, Any], t
     version = {"_version": actor["_version"]} if "_version" in actor else {}
     config = {
         "cluster": {"n_nodes": 1, "n_gpus_per_node": 8},
-        "rollout": {"backend": "vllm:d4", **version},
+        "rollout": {"backend": "sglang:d4", **version},
         "actor": {
             "backend": "fsdp:d4",
             "path": "Qwen/Qwen3-1.7B",

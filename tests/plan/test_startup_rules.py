@@ -89,6 +89,21 @@ REFUSED: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
             actor={"backend": "fsdp:d8", "enable_tree_training": True},
         ),
     ),
+    (  # areal/v2/weight_update/gateway/app.py: awex asks the servers for /awex/report_parallelism
+        "v2 without LoRA (awex): an sglang rollout and an fsdp or megatron actor",
+        cfg(
+            rollout={"backend": "vllm:d8", "_version": "v2"},
+            actor={"backend": "fsdp:d8", "_version": "v2"},
+        ),
+        "actor._version='v2' without use_lora sends weights by awex, which needs an sglang "
+        "rollout, but rollout.backend='vllm:d8': the vLLM inference service has no /awex "
+        "endpoints (areal/v2/weight_update/gateway/app.py asks it for /awex/report_parallelism); "
+        "serve with sglang, train LoRA (disk), or use v1",
+        cfg(  # LoRA goes by disk, which vLLM takes
+            rollout={"backend": "vllm:d8", "_version": "v2"},
+            actor={"backend": "fsdp:d8", "_version": "v2", "use_lora": True},
+        ),
+    ),
     (  # areal/engine/megatron_engine.py _prepare_mb_list: max(min_n_mbs, None) raises
         "megatron engine: mb_spec.n_mbs is not null",
         cfg(
@@ -222,9 +237,15 @@ REFUSED: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
         ),
         "actor.weight_update_mode='awex' needs an sglang rollout, but rollout.backend='vllm:d8': "
         "serve with sglang:… or set actor.weight_update_mode=disk or xccl",
-        cfg(  # the v2 controllers never read weight_update_mode
+        cfg(  # the v2 controllers never read weight_update_mode (LoRA goes by disk)
             rollout={"backend": "vllm:d8", "_version": "v2"},
-            actor={"backend": "megatron:d8", "weight_update_mode": "awex", "_version": "v2"},
+            actor={
+                "backend": "megatron:d8",
+                "weight_update_mode": "awex",
+                "_version": "v2",
+                "use_lora": True,
+                "megatron": {"bridge_type": "megatron-bridge"},
+            },
         ),
     ),
     (  # areal/trainer/rl_trainer.py _validate_cfg (and _init_rollout)
@@ -683,6 +704,23 @@ def test_tree_training_refusals_of_each_engine(engine: dict[str, Any], message: 
     with pytest.raises(AllocationValidationError) as info:
         validate(config, on_memory="off")
     assert info.value.message == message
+
+
+def test_v2_awex_has_training_adapters_for_fsdp_and_megatron_only() -> None:
+    config = cfg(
+        rollout={"backend": "sglang:d8", "_version": "v2"},
+        actor={"backend": "archon:d8", "_version": "v2"},
+    )
+    with pytest.raises(AllocationValidationError) as info:
+        validate(config, on_memory="off")
+    assert info.value.message == (
+        "actor._version='v2' without use_lora sends weights by awex, which has training "
+        "adapters for fsdp and megatron only, but actor.backend='archon:d8': the worker raises "
+        "'Unsupported engine type for weight update' (areal/v2/training_service/worker/awex.py); "
+        "train with fsdp or megatron, or use v1"
+    )
+    config["actor"]["backend"] = "megatron:d8"
+    validate(config, on_memory="off")
 
 
 def test_the_critics_minibatches_fill_their_micro_batches_too() -> None:
