@@ -685,6 +685,19 @@ def test_tree_training_packs_before_the_megatron_engines_count() -> None:
             "not supported yet.'; turn tree training off for the critic",
         ),
         (
+            {"backend": "megatron:d8", "megatron": {"enable_chunked_logits": True}},
+            "actor.enable_tree_training=true with actor.backend='megatron:d8' and "
+            "actor.megatron.enable_chunked_logits=true: the Megatron engine raises 'AReaL LM "
+            "Head does not support tree training' (megatron_engine.py l.211-222); turn one of "
+            "them off",
+        ),
+        (  # FSDP meets c at initialize, the critic only at its first batch
+            {"backend": "fsdp:d4c2", "is_critic": True},
+            "actor.enable_tree_training=true with actor.backend='fsdp:d4c2': tree training takes "
+            "no context parallelism (c); the fsdp engine raises 'Tree training currently cannot "
+            "be enabled with sp_size > 1.'; use c1, or turn tree training off",
+        ),
+        (
             {"backend": "fsdp:d8", "is_critic": True},
             "actor.enable_tree_training=true with actor.backend='fsdp:d8' and "
             "actor.is_critic=true: the fsdp engine raises 'Tree training with critic model is "
