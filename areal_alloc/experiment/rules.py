@@ -1284,6 +1284,27 @@ def _budgets_below_a_sequence(run: Run) -> list[str]:
         made += " (train_dataset.max_length unset: a completion alone)"
     if longest < (shape.max_length or 0) + shape.new_tokens:
         made = f"gconfig.max_tokens {shape.tokens_cap:,} (the cap on {made})"
+    return out + _budgets_below(
+        run, longest, f"is below the longest sequence of one turn, {made} = {longest:,} tokens"
+    )
+
+
+def _budgets_below_the_dataset(run: Run, max_length: int | None) -> list[str]:
+    """Without a rollout, a training engine's budget below ``train_dataset.max_length``: a
+    sequence the dataset keeps can be that long, and seqpack raises on it (a pair of them
+    for reward modelling and DPO, which pack chosen and rejected together: longer still)."""
+    if max_length is None:
+        return []
+    said = (
+        f"is below train_dataset.max_length {max_length:,}, the longest sequence the dataset keeps"
+    )
+    return _budgets_below(run, max_length, said)
+
+
+def _budgets_below(run: Run, longest: int, said: str) -> list[str]:
+    """Each active training engine whose ``mb_spec.max_tokens_per_mb`` is below ``longest``
+    tokens (``said``: why that long), for :func:`_budgets_below_a_sequence`."""
+    out = []
     for engine in run.engines:
         training = engine.training
         if not engine.active or training is None or engine.allocation.is_inference:
@@ -1293,34 +1314,9 @@ def _budgets_below_a_sequence(run: Run) -> list[str]:
             continue
         key = f"{engine.path}.mb_spec.max_tokens_per_mb"
         out.append(
-            f"{key}={budget} is below the longest sequence of one turn, {made} = "
-            f"{longest:,} tokens: a step with a sequence over {budget:,} stops the run in "
+            f"{key}={budget} {said}: a step with a sequence over {budget:,} stops the run in "
             f"seqpack (a value over its capacity {budget}, areal/utils/seqpack.py); set "
             f"{key}={longest} or more"
-        )
-    return out
-
-
-def _budgets_below_the_dataset(run: Run, max_length: int | None) -> list[str]:
-    """Without a rollout, a training engine's budget below ``train_dataset.max_length``: a
-    sequence the dataset keeps can be that long, and seqpack raises on it (a pair of them
-    for reward modelling and DPO, which pack chosen and rejected together: longer still)."""
-    if max_length is None:
-        return []
-    out = []
-    for engine in run.engines:
-        training = engine.training
-        if not engine.active or training is None or engine.allocation.is_inference:
-            continue
-        budget = training.max_tokens_per_mb
-        if budget is None or budget >= max_length:
-            continue
-        key = f"{engine.path}.mb_spec.max_tokens_per_mb"
-        out.append(
-            f"{key}={budget} is below train_dataset.max_length {max_length:,}, the longest "
-            f"sequence the dataset keeps: a step with a sequence over {budget:,} stops the run "
-            f"in seqpack (a value over its capacity {budget}, areal/utils/seqpack.py); set "
-            f"{key}={max_length} or more"
         )
     return out
 

@@ -10,79 +10,21 @@ reads to the same plan through the schema as without it.
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import dataclasses
-import re
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 import areal_alloc
-from areal_alloc import _config, schema
-from areal_alloc.errors import AllocationError
+from areal_alloc import schema
 from areal_alloc.experiment.read import read_experiment
+from tests.reader_keys import asked_keys, engine_configs, read
 
 ROOT = Path(__file__).parents[2]
 REFERENCE = sorted((ROOT / "tests" / "data" / "reference").glob("*.yaml"))
-
-#: every section an engine may hold, present (empty) so that each key under it is asked for
-SECTIONS: dict[str, Any] = {
-    "archon": {},
-    "mb_spec": {},
-    "megatron": {"ddp": {}},
-    "fsdp": {},
-    "optimizer": {},
-    "scheduling_strategy": {},
-    "model_shape": {},
-}
-RUN: dict[str, Any] = {
-    "cluster": {"n_nodes": 4, "n_gpus_per_node": 8},
-    "train_dataset": {"batch_size": 64, "max_length": 1024},
-    "gconfig": {"n_samples": 4, "max_new_tokens": 1024},
-    "sglang": {},
-    "vllm": {},
-    "scheduler": {},
-}
-QWEN3_8B, QWEN3_MOE = "Qwen/Qwen3-8B", "Qwen/Qwen3-30B-A3B"
-
-#: one config per backend and role (archon, megatron and fsdp trainers; both servers)
-ENGINES: list[dict[str, Any]] = [
-    {
-        "rollout": {"backend": "vllm:d4"},
-        "actor": {"backend": "archon:d2p2", "path": QWEN3_8B, "kl_ctl": 0.1},
-        "ref": {"backend": "fsdp:d4", "path": QWEN3_8B},
-        "critic": {"backend": "megatron:d2p2", "path": QWEN3_8B},
-        "teacher": {"engine_type": "train", "train": {"backend": "megatron:d4", "path": QWEN3_8B}},
-    },
-    {
-        "rollout": {"backend": "sglang:d4"},
-        "actor": {
-            "backend": "megatron:d4p2",
-            "path": QWEN3_MOE,
-            "megatron": {"recompute_granularity": "selective", "ddp": {}},
-        },
-        "teacher": {
-            "engine_type": "rollout",
-            "rollout": {"backend": "sglang:d4", "path": QWEN3_8B},
-        },
-    },
-    {"rollout": {"backend": "sglang:d4"}, "actor": {"backend": "fsdp:d8", "use_lora": True}},
-]
-
-
-def _with_sections(node: Any) -> Any:
-    if isinstance(node, dict):
-        if "backend" in node:
-            for key, value in SECTIONS.items():
-                node.setdefault(key, copy.deepcopy(value))
-        for value in node.values():
-            _with_sections(value)
-    return node
 
 
 def _declared(dotted: str) -> bool:
@@ -101,31 +43,14 @@ def _declared(dotted: str) -> bool:
 @pytest.fixture
 def asked(monkeypatch: pytest.MonkeyPatch) -> set[str]:
     """The full keys (``actor.mb_spec.n_mbs``) the reader asks a DictConfig for."""
-    seen: set[str] = set()
-    original = _config.child
-
-    def child(node: object, key: str) -> Any:
-        if isinstance(node, DictConfig):
-            seen.add(re.sub(r"\[\d+\]", "", str(node._get_full_key(key))))
-        return original(node, key)
-
-    for module in list(sys.modules.values()):
-        name = getattr(module, "__name__", "")
-        if name.startswith("areal_alloc") and getattr(module, "child", None) is original:
-            monkeypatch.setattr(module, "child", child)
-    return seen
-
-
-def _read(config: dict[str, Any]) -> None:
-    with contextlib.suppress(AllocationError):  # a refusal still read the keys it got to
-        areal_alloc.validate(OmegaConf.create(config), on_memory="off")
+    return asked_keys(monkeypatch)
 
 
 def test_the_strict_schema_declares_every_key_the_reader_reads(asked: set[str]) -> None:
     for path in REFERENCE:
-        _read(OmegaConf.to_container(OmegaConf.load(path)))  # type: ignore[arg-type]
-    for engines in ENGINES:
-        _read(_with_sections({**copy.deepcopy(RUN), **copy.deepcopy(engines)}))
+        read(OmegaConf.to_container(OmegaConf.load(path)))  # type: ignore[arg-type]
+    for config in engine_configs():
+        read(config)
     assert "actor.mb_spec.n_mbs" in asked  # the instrument sees the reader
     assert "actor.archon.pp_schedule" in asked
     assert sorted(key for key in asked if not _declared(key)) == []
@@ -134,8 +59,8 @@ def test_the_strict_schema_declares_every_key_the_reader_reads(asked: set[str]) 
 def test_the_reader_asks_for_no_server_key_the_reference_lacks(asked: set[str]) -> None:
     # vLLMConfig has max_num_seqs and SGLangConfig max_running_requests; neither has
     # max_num_batched_tokens (areal/api/cli_args.py at cbff54d6): its loader refuses it
-    for engines in ENGINES:
-        _read(_with_sections({**copy.deepcopy(RUN), **copy.deepcopy(engines)}))
+    for config in engine_configs():
+        read(config)
     servers = {key for key in asked if key.startswith(("vllm.", "sglang."))}
     assert {"vllm.max_num_seqs", "sglang.max_running_requests"} <= servers
     assert {key for key in servers if key.endswith(".max_num_batched_tokens")} == set()

@@ -9,24 +9,21 @@ wheel types without None are all in the table.
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import dataclasses
 import os
-import re
-import sys
 import typing
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 import areal_alloc
-from areal_alloc import AllocationError, AllocationValidationError, _config
+from areal_alloc import AllocationValidationError
 from areal_alloc.experiment.nulls import NOT_NULL
 from tests.apps.reference.reference import REQUIRE_ENV, check_wheel, load_cli_args, wheel_path
+from tests.reader_keys import asked_keys, engine_configs, read
 
 CLUSTER = {"n_nodes": 1, "n_gpus_per_node": 8}
 
@@ -124,40 +121,6 @@ _ROOTS = {
     "teacher.train": "PPOActorConfig",
     "teacher.rollout": "InferenceEngineConfig",
 }
-_SECTIONS: dict[str, Any] = {
-    "archon": {},
-    "mb_spec": {},
-    "megatron": {"ddp": {}},
-    "fsdp": {},
-    "optimizer": {},
-    "scheduling_strategy": {},
-}
-#: one config per backend and role, every section present, so the reader asks for each key
-_CONFIGS: list[dict[str, Any]] = [
-    {
-        "rollout": {"backend": "vllm:d4", "agent": {}},
-        "actor": {"backend": "archon:d2p2", "path": "Qwen/Qwen3-8B", "kl_ctl": 0.1},
-        "ref": {"backend": "fsdp:d4", "path": "Qwen/Qwen3-8B"},
-        "critic": {"backend": "megatron:d2p2", "path": "Qwen/Qwen3-8B"},
-        "teacher": {"engine_type": "train", "train": {"backend": "megatron:d4"}},
-    },
-    {
-        "rollout": {"backend": "sglang:d4"},
-        "actor": {"backend": "megatron:d4p2", "gradient_checkpointing": True},
-        "teacher": {"engine_type": "rollout", "rollout": {"backend": "sglang:d4"}},
-    },
-    {"rollout": {"backend": "sglang:d4"}, "actor": {"backend": "fsdp:d8", "use_lora": True}},
-]
-
-
-def _with_sections(node: Any) -> Any:
-    if isinstance(node, dict):
-        if "backend" in node:
-            for key, value in _SECTIONS.items():
-                node.setdefault(key, copy.deepcopy(value))
-        for value in node.values():
-            _with_sections(value)
-    return node
 
 
 @pytest.fixture(scope="module")
@@ -208,30 +171,9 @@ def test_every_key_of_the_table_is_not_optional_in_the_reference(reference: Any)
 def test_every_key_the_reader_reads_and_the_reference_types_without_none_is_in_the_table(
     reference: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    seen: set[str] = set()
-    original = _config.child
-
-    def child(node: object, key: str) -> Any:
-        if isinstance(node, DictConfig):
-            seen.add(re.sub(r"\[\d+\]", "", str(node._get_full_key(key))))
-        return original(node, key)
-
-    for module in list(sys.modules.values()):
-        name = getattr(module, "__name__", "")
-        if name.startswith("areal_alloc") and getattr(module, "child", None) is original:
-            monkeypatch.setattr(module, "child", child)
-    run = {
-        "cluster": {"n_nodes": 4, "n_gpus_per_node": 8},
-        "train_dataset": {"batch_size": 64, "max_length": 1024},
-        "gconfig": {"n_samples": 4, "max_new_tokens": 1024},
-        "sglang": {},
-        "vllm": {},
-        "scheduler": {},
-    }
-    for engines in _CONFIGS:
-        config = _with_sections({**copy.deepcopy(run), **copy.deepcopy(engines)})
-        with contextlib.suppress(AllocationError):
-            areal_alloc.validate(OmegaConf.create(config), on_memory="off")
+    seen = asked_keys(monkeypatch)
+    for config in engine_configs():
+        read(config)
     table = {dotted for dotted, _, _ in NOT_NULL}
     refused = {"allocation_mode"}  # refused whatever its value (the migration message)
     missing = sorted(
