@@ -538,6 +538,7 @@ def read_experiment(cfg: object, settings: Settings | None = None) -> Experiment
     refuse_nulls(cfg)
     cluster = _cluster(cfg)
     read, warnings = _read_engines(cfg)
+    warnings += _not_inference_keys(cfg)
     engines = _apply_run_rules(cfg, read)
     engines = [_with_details(cfg, e) for e in engines]
     engines = [replace(e, version=_version(cfg, e)) for e in engines]
@@ -718,6 +719,33 @@ def _legacy_check(cfg: object) -> None:
         f"allocation_mode={shown(value)} {NOT_READ}; remove it and give each engine its own "
         f"backend field: {' '.join(migration.overrides)}{notes}"
     )
+
+
+#: keys areal-alloc reads under an inference engine that the reference's
+#: InferenceEngineConfig lacks (areal/api/cli_args.py l.2478-2690 at cbff54d6): its loader
+#: refuses them ("Key … not in 'InferenceEngineConfig'"), and where the servers' own keys
+#: say the same
+_NOT_INFERENCE_KEYS = {
+    "path": "name the model in sglang.model_path or vllm.model (or teacher.path)",
+    "offload": "the reference offloads a colocated rollout itself",
+}
+
+
+def _not_inference_keys(cfg: object) -> list[str]:
+    """A warning for each key of :data:`_NOT_INFERENCE_KEYS` written under ``rollout`` or
+    ``teacher.rollout`` (read for plain Hydra apps, whose configs take any key)."""
+    out = []
+    for dotted in ("rollout", "teacher.rollout"):
+        node = _at(cfg, dotted)
+        if not is_mapping(node) or strict_schema(node):
+            continue
+        for key, instead in _NOT_INFERENCE_KEYS.items():
+            if key in keys(node) and child(node, key) is not None:
+                out.append(
+                    f"{dotted}.{key}: the reference's InferenceEngineConfig has no '{key}', so "
+                    f"its loader refuses this config; {instead}"
+                )
+    return out
 
 
 def _read_engines(cfg: object) -> tuple[list[Engine], list[str]]:

@@ -428,6 +428,33 @@ def test_a_rollout_path_is_estimated_as_sglang_model_path_is() -> None:
         assert _estimated(cfg) == {"rollout": True, "actor": False}
 
 
+@pytest.mark.parametrize(
+    ("section", "key", "warned"),
+    [
+        ({"path": "Qwen/Qwen3-8B"}, "path", True),
+        ({"offload": True}, "offload", True),
+        ({"offload": False}, "offload", True),  # written at all: the loader refuses the key
+        ({}, "path", False),
+    ],
+)
+def test_a_rollout_key_the_reference_lacks_warns(
+    section: dict[str, Any], key: str, warned: bool
+) -> None:
+    # InferenceEngineConfig has neither path nor offload (areal/api/cli_args.py at cbff54d6)
+    cfg = {
+        "cluster": CLUSTER,
+        "actor": {"backend": "fsdp:d4"},
+        "rollout": {"backend": "sglang:d4", **section},
+    }
+    found = [w for w in plan_config(cfg, on_memory="off").warnings if w.startswith("rollout.")]
+    assert bool(found) is warned
+    if warned:
+        assert found[0].startswith(
+            f"rollout.{key}: the reference's InferenceEngineConfig has no '{key}', so its "
+            f"loader refuses this config; "
+        )
+
+
 def test_a_plan_of_an_experiment_read_once_is_the_plan_of_its_config() -> None:
     # suggest --config reads the experiment once and plans it
     cfg = compose_file(str(ROOT / "tests/data/real_grpo.yaml"))
