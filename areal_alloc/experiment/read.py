@@ -727,7 +727,7 @@ def _legacy_check(cfg: object) -> None:
 #: say the same
 _NOT_INFERENCE_KEYS = {
     "path": "name the model in sglang.model_path or vllm.model (or teacher.path)",
-    "offload": "the reference offloads a colocated rollout itself",
+    "offload": "the reference offloads a colocated rollout itself (a teacher: teacher.offload)",
 }
 
 
@@ -740,7 +740,7 @@ def _not_inference_keys(cfg: object) -> list[str]:
         if not is_mapping(node) or strict_schema(node):
             continue
         for key, instead in _NOT_INFERENCE_KEYS.items():
-            if key in keys(node) and child(node, key) is not None:
+            if key in keys(node):  # a struct dataclass refuses the key, whatever its value
                 out.append(
                     f"{dotted}.{key}: the reference's InferenceEngineConfig has no '{key}', so "
                     f"its loader refuses this config; {instead}"

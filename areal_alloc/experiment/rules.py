@@ -446,9 +446,10 @@ def tree_training_needs_no_context_parallelism(run: Run) -> str | None:
     fsdp_utils/parallel.py l.174), the Megatron engine asserts it on the first batch
     ("Context parallelism is not supported in tree training.", megatron_engine.py
     l.2677-2682), and archon also refuses pipeline parallelism (archon_utils.py
-    force_pad_to_maximum l.284-293, at cbff54d6). No engine trains a critic so, and the
-    Megatron engine's megatron-bridge builder and its chunked-logits LM head refuse it at
-    initialize (l.778-783, l.211-222); each in the order the engine meets it."""
+    force_pad_to_maximum l.284-293, at cbff54d6). No engine trains a critic so; the Megatron
+    engine's chunked-logits LM head refuses it in the constructor (l.211-222, l.343-347) and
+    its megatron-bridge builder at initialize (l.778-783); each in the order the engine
+    meets it."""
     for engine in run.engines:
         training = engine.training
         if not engine.active or training is None or not training.tree_training:
@@ -462,18 +463,18 @@ def tree_training_needs_no_context_parallelism(run: Run) -> str | None:
         )
         if training.is_critic and backend == "archon":  # at initialize, before its p and c
             return critic
+        if backend == "megatron" and training.chunked_logits:
+            return (
+                f"{where} and {engine.path}.megatron.enable_chunked_logits=true: the Megatron "
+                f"engine raises 'AReaL LM Head does not support tree training' "
+                f"(megatron_engine.py l.211-222); turn one of them off"
+            )
         if backend == "megatron" and training.bridge_type == "megatron-bridge":
             return (
                 f"{where} and {engine.path}.megatron.bridge_type='megatron-bridge': the Megatron "
                 f"engine raises 'Tree training is not supported with bridge_type="
                 f"'megatron-bridge'.' (megatron_engine.py l.778-783); use mbridge, or turn tree "
                 f"training off"
-            )
-        if backend == "megatron" and training.chunked_logits:
-            return (
-                f"{where} and {engine.path}.megatron.enable_chunked_logits=true: the Megatron "
-                f"engine raises 'AReaL LM Head does not support tree training' "
-                f"(megatron_engine.py l.211-222); turn one of them off"
             )
         if parallel.cp_size > 1 or (backend == "archon" and parallel.pp_size > 1):
             what = "context parallelism (c)"
@@ -1101,17 +1102,6 @@ RULES: tuple[Rule, ...] = (
         online_mode_runs_by_steps,
     ),
     Rule(
-        "actor.weight_update_mode is disk, xccl or awex (v1)",
-        f"{_RL} _init_impl (lines 400-450)",
-        weight_update_mode_is_known,
-    ),
-    Rule(
-        "v2 without LoRA (awex): an sglang rollout and an fsdp or megatron actor",
-        "areal/v2/weight_update/gateway/app.py (lines 265-275); areal/v2/training_service/"
-        "worker/awex.py _create_training_adapter (lines 195-211)",
-        v2_awex_needs_sglang_and_fsdp_or_megatron,
-    ),
-    Rule(
         "megatron engine with use_lora needs megatron.bridge_type megatron-bridge",
         "areal/engine/megatron_engine.py MegatronEngine.__init__ (line 475)",
         megatron_lora_needs_megatron_bridge,
@@ -1174,17 +1164,28 @@ RULES: tuple[Rule, ...] = (
         moe_dispatcher_is_known,
     ),
     Rule(
-        "train_dataset.batch_size splits over the actor's data-parallel ranks",
-        "areal/utils/dataloader.py create_dataloader; areal/utils/seqpack.py "
-        "balanced_greedy_partition",
-        batch_splits_over_data_parallel,
-    ),
-    Rule(
         "tree training: no critic, no context parallelism, no archon pipeline, no megatron-bridge",
         "areal/engine/fsdp_engine.py initialize (lines 388-391); areal/engine/megatron_engine.py "
         "_prepare_mb_list (lines 2677-2682); areal/experimental/engine/archon_utils.py "
         "force_pad_to_maximum (lines 284-293)",
         tree_training_needs_no_context_parallelism,
+    ),
+    Rule(
+        "actor.weight_update_mode is disk, xccl or awex (v1)",
+        f"{_RL} _init_impl (lines 400-450)",
+        weight_update_mode_is_known,
+    ),
+    Rule(
+        "v2 without LoRA (awex): an sglang rollout and an fsdp or megatron actor",
+        "areal/v2/weight_update/gateway/app.py (lines 265-275); areal/v2/training_service/"
+        "worker/awex.py _create_training_adapter (lines 195-211)",
+        v2_awex_needs_sglang_and_fsdp_or_megatron,
+    ),
+    Rule(
+        "train_dataset.batch_size splits over the actor's data-parallel ranks",
+        "areal/utils/dataloader.py create_dataloader; areal/utils/seqpack.py "
+        "balanced_greedy_partition",
+        batch_splits_over_data_parallel,
     ),
     Rule(
         "megatron engine: mb_spec.n_mbs is not null",
@@ -1237,6 +1238,14 @@ def startup_warnings(experiment: Experiment) -> list[str]:
                 f"(areal/utils/dataloader.py)"
             )
     out.extend(_budgets_below_a_sequence(run))
+    if _rl(run) and run.version("actor") == "v2":
+        out.append(
+            "actor._version='v2' runs under the single-controller trainer only: the legacy "
+            "SPMD launchers (areal.infra.launcher.*, AREAL_SPMD_MODE) still build its awex "
+            "weight update, which their engines do not take ('Unknown weight update type "
+            "awex', areal/engine/fsdp_engine.py), and refuse LoRA there (rl_trainer.py "
+            "_init_rollout)"
+        )
     kind = run.startup.scheduler_type
     if kind is not None and kind not in SCHEDULER_TYPES:
         out.append(

@@ -434,6 +434,7 @@ def test_a_rollout_path_is_estimated_as_sglang_model_path_is() -> None:
         ({"path": "Qwen/Qwen3-8B"}, "path", True),
         ({"offload": True}, "offload", True),
         ({"offload": False}, "offload", True),  # written at all: the loader refuses the key
+        ({"path": None}, "path", True),  # null too: a struct dataclass refuses the key
         ({}, "path", False),
     ],
 )
