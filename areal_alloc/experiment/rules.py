@@ -1238,14 +1238,6 @@ def startup_warnings(experiment: Experiment) -> list[str]:
                 f"(areal/utils/dataloader.py)"
             )
     out.extend(_budgets_below_a_sequence(run))
-    if _rl(run) and run.version("actor") == "v2":
-        out.append(
-            "actor._version='v2' runs under the single-controller trainer only: the legacy "
-            "SPMD launchers (areal.infra.launcher.*, AREAL_SPMD_MODE) still build its awex "
-            "weight update, which their engines do not take ('Unknown weight update type "
-            "awex', areal/engine/fsdp_engine.py), and refuse LoRA there (rl_trainer.py "
-            "_init_rollout)"
-        )
     kind = run.startup.scheduler_type
     if kind is not None and kind not in SCHEDULER_TYPES:
         out.append(

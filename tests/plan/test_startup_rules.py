@@ -748,22 +748,6 @@ def test_the_tree_refusal_the_megatron_engine_meets_first_is_said() -> None:
         validate(cfg(rollout={"backend": "vllm:d8"}, actor=actor), on_memory="off")
 
 
-def test_v2_warns_that_the_spmd_launchers_cannot_run_it() -> None:
-    config = cfg(
-        rollout={"backend": "sglang:d8", "_version": "v2"},
-        actor={"backend": "fsdp:d8", "_version": "v2"},
-    )
-    found = [w for w in validate(config, on_memory="off").warnings if "'v2'" in w]
-    assert found == [
-        "actor._version='v2' runs under the single-controller trainer only: the legacy SPMD "
-        "launchers (areal.infra.launcher.*, AREAL_SPMD_MODE) still build its awex weight "
-        "update, which their engines do not take ('Unknown weight update type awex', "
-        "areal/engine/fsdp_engine.py), and refuse LoRA there (rl_trainer.py _init_rollout)"
-    ]
-    v1 = cfg(rollout={"backend": "sglang:d8"}, actor={"backend": "fsdp:d8"})
-    assert not [w for w in validate(v1, on_memory="off").warnings if "'v2'" in w]
-
-
 def test_the_critics_minibatches_fill_their_micro_batches_too() -> None:
     # critic.py l.63-66 splits the critic's share into its own ppo_n_minibatches: 64 prompts
     # of one sample over the critic's d8 are 8 a rank, fewer than 16 minibatches of one
