@@ -1164,7 +1164,7 @@ RULES: tuple[Rule, ...] = (
         moe_dispatcher_is_known,
     ),
     Rule(
-        "tree training: no critic, no context parallelism, no archon pipeline, no megatron-bridge",
+        "tree training: no critic, c, archon p, megatron-bridge or chunked logits",
         "areal/engine/fsdp_engine.py initialize (lines 388-391); areal/engine/megatron_engine.py "
         "_prepare_mb_list (lines 2677-2682); areal/experimental/engine/archon_utils.py "
         "force_pad_to_maximum (lines 284-293)",

@@ -76,7 +76,7 @@ REFUSED: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
         ),
     ),
     (  # areal/engine/fsdp_engine.py initialize: tree training with sp_size (c) > 1
-        "tree training: no critic, no context parallelism, no archon pipeline, no megatron-bridge",
+        "tree training: no critic, c, archon p, megatron-bridge or chunked logits",
         cfg(
             rollout={"backend": "sglang:d8"},
             actor={"backend": "fsdp:d4c2", "enable_tree_training": True},
