@@ -754,7 +754,17 @@ def _suggest_from_config(ns: argparse.Namespace) -> tuple[bool, bool]:
     if ns.prompt_len is None:
         ns.prompt_len = run.max_length
     if ns.gen_len is None:  # capped by gconfig.max_tokens after the prompt, as the plan's pace
-        ns.gen_len = run.generation_after(ns.prompt_len or run.prompt)
+        prompt = ns.prompt_len or run.prompt
+        # a known prompt (flag or train_dataset.max_length) the rollout leaves no room after:
+        # it raises "max_new_tokens … non-positive"
+        if ns.prompt_len is not None and prompt >= run.tokens_cap:
+            raise AllocationValidationError(
+                f"--prompt-len {prompt:,} is not below gconfig.max_tokens {run.tokens_cap:,} "
+                f"(prompt and completion together): such a prompt leaves no token to generate "
+                f"(areal/infra/remote_inf_engine.py raises); give a shorter --prompt-len or "
+                f"raise gconfig.max_tokens"
+            )
+        ns.gen_len = run.generation_after(prompt)
     # the step as the plan's pace reads it (areal_alloc.estimate.rl_step): its mode, concurrency,
     # log-prob recomputation and weight update; ``current`` is the plan's own pace
     mode = rl_step.mode_of(run.max_head_offpolicyness, False)

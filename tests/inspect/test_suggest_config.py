@@ -207,3 +207,40 @@ def test_each_trainer_on_the_actors_layout_needs_its_own_sequences(
         top=1,
     )
     assert best.actor.spec == actor
+
+
+def test_a_prompt_with_no_room_under_max_tokens_is_one_line(main_cli: MainCli) -> None:
+    # remote_inf_engine.py: min(max_tokens − prompt, max_new_tokens) ≤ 0 raises
+    config = str(ROOT / CONFIGS[1])
+    done = main_cli(
+        "suggest",
+        "--gpu",
+        "H100-80GB",
+        "--config",
+        config,
+        "+gconfig.max_tokens=1536",
+        "--prompt-len",
+        "4096",
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "areal-alloc suggest: --prompt-len 4,096 is not below gconfig.max_tokens 1,536 (prompt "
+        "and completion together): such a prompt leaves no token to generate "
+        "(areal/infra/remote_inf_engine.py raises); give a shorter --prompt-len or raise "
+        "gconfig.max_tokens"
+    )
+    # a prompt that leaves room: capped at 1,536 − 1,400 = 136 new tokens
+    ok = main_cli(
+        "suggest",
+        "--gpu",
+        "H100-80GB",
+        "--config",
+        config,
+        "+gconfig.max_tokens=1536",
+        "--prompt-len",
+        "1400",
+        "--top",
+        "1",
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert "sequences of 1,400 + 136 tokens per step" in ok.stdout
