@@ -132,37 +132,69 @@ NOT_NULL: tuple[tuple[str, str, int], ...] = (
 )
 
 
-def _by_section() -> dict[tuple[str, ...], tuple[tuple[str, str, int], ...]]:
-    """:data:`NOT_NULL` grouped by the section holding each key: one walk to each."""
-    grouped: dict[tuple[str, ...], list[tuple[str, str, int]]] = {}
+#: one node of :data:`NOT_NULL` as a tree: its keys (type, line) and its sections
+_Tree = tuple[dict[str, tuple[str, int]], dict[str, "_Tree"]]
+
+
+def _tree() -> _Tree:
+    """:data:`NOT_NULL` as a tree of sections, walked once from the root."""
+    root: _Tree = ({}, {})
     for dotted, kind, line in NOT_NULL:
         *parents, key = dotted.split(".")
-        grouped.setdefault(tuple(parents), []).append((key, kind, line))
-    return {parents: tuple(rows) for parents, rows in grouped.items()}
+        node = root
+        for part in parents:
+            node = node[1].setdefault(part, ({}, {}))
+        node[0][key] = (kind, line)
+    return root
 
 
-_SECTIONS = _by_section()
+_TREE = _tree()
+
+
+def _is_null(node: object, key: str) -> bool:
+    """Whether ``node[key]`` is null; a DictConfig's plain value is read without resolving
+    it (an interpolation is resolved, as the reference's merge resolves it)."""
+    from omegaconf import DictConfig
+
+    if isinstance(node, DictConfig):
+        found = node._get_node(key)
+        if found is not None and not found._is_interpolation():
+            return bool(found._is_none())
+    return child(node, key) is None
 
 
 def refuse_nulls(cfg: object) -> None:
     """Raise for the first key of :data:`NOT_NULL` written as null (a plain mapping's or
     DictConfig's; the strict schema's nulls are its unset keys)."""
-    for parents, rows in _SECTIONS.items():
-        node = cfg
-        for part in parents:
-            node = child(node, part) if is_mapping(node) else None
-        if not is_mapping(node) or strict_schema(node):
-            continue
-        written = set(keys(node))
-        for key, kind, line in rows:
-            if key not in written or child(node, key) is not None:
-                continue
+    _walk(cfg, _TREE, ())
+
+
+def _walk(node: object, tree: _Tree, path: tuple[str, ...]) -> None:
+    if not is_mapping(node) or strict_schema(node):
+        return
+    rows, sections = tree
+    for key in keys(node):
+        if key in rows and _is_null(node, key):
+            kind, line = rows[key]
             found = f"Incompatible value 'None' for field of type '{kind}'"
             if kind.startswith("list") or kind[0].isupper():
                 found = f"field '{key}' is not Optional"
-            dotted = ".".join((*parents, key))
+            dotted = ".".join((*path, key))
             raise AllocationValidationError(
                 f"{dotted}=null: the reference's loader refuses it (the field is {kind}, not "
                 f'Optional: OmegaConf raises "{found}"; areal/api/cli_args.py l.{line} at '
                 f"cbff54d6); remove the key to take the reference's default"
             )
+        if key in sections:
+            _walk(_section(node, key), sections[key], (*path, key))
+
+
+def _section(node: object, key: str) -> object:
+    """``node[key]``; a DictConfig's section is taken as it is (no copy, no resolution)."""
+    from omegaconf import DictConfig
+
+    if isinstance(node, DictConfig):
+        found = node._get_node(key)
+        if isinstance(found, DictConfig) and not found._is_interpolation():
+            return found
+    return child(node, key)
