@@ -72,12 +72,16 @@ def _refusal(key: str, kind: str, line: int) -> str:
             {"actor": {"backend": "fsdp:d4"}, "cluster": {"n_nodes": None}},
             _refusal("cluster.n_nodes", "int", 3054),
         ),
+        (  # an interpolation to a null: the reference resolves it to None as well
+            {"x": None, "actor": {"backend": "fsdp:d4", "gradient_checkpointing": "${x}"}},
+            _refusal("actor.gradient_checkpointing", "bool", 1302),
+        ),
     ],
 )
 def test_a_null_the_reference_refuses_is_one_line(config: dict[str, Any], message: str) -> None:
-    config = {"cluster": CLUSTER, **config}
+    given = OmegaConf.create({"cluster": CLUSTER, **config})  # as Hydra hands it over
     with pytest.raises(AllocationValidationError) as info:
-        areal_alloc.validate(config, on_memory="off")
+        areal_alloc.validate(given, on_memory="off")
     assert info.value.message == message
 
 
