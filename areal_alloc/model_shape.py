@@ -253,6 +253,17 @@ def engine_micro_batches(backend: str, pp: int, vpp: int, micro_batches: int | N
     return -(-count // pp) * pp
 
 
+def packed_groups(
+    backend: str, pp: int, vpp: int, least: int, sequences: int, per_group: int
+) -> int:
+    """The micro-batches ``sequences`` whole sequences are packed into, ``per_group`` at most
+    in each (seqpack's allocation under a tokens budget: whole sequences a group), at least
+    ``least`` (``mb_spec.n_mbs``) and the engine's own count, a multiple of pp
+    (:func:`engine_micro_batches`; areal/utils/seqpack.py ffd_allocate, AReaL cbff54d6)."""
+    needed = max(least, -(-max(sequences, 1) // max(per_group, 1)))
+    return engine_micro_batches(backend, pp, vpp, needed) or needed
+
+
 def minibatch_micro_batches(backend: str, pp: int, vpp: int, n_mbs: int) -> int:
     """The micro-batches each of a trainer's ``ppo_n_minibatches`` minibatches is packed
     into at least (:func:`engine_micro_batches`, ``mb_spec.n_mbs`` otherwise; ``vpp``: the

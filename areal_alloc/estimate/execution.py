@@ -57,7 +57,7 @@ from areal_alloc.experiment.read import (
     recompute_module_names,
 )
 from areal_alloc.limits import MAX_COUNT
-from areal_alloc.model_shape import engine_micro_batches
+from areal_alloc.model_shape import engine_micro_batches, packed_groups
 from areal_alloc.numbers import read_float, read_int
 from areal_alloc.settings import Resolved
 
@@ -422,10 +422,15 @@ class TrainingSettings:
         share = self.forward_share_tokens if forward else self.share_tokens
         if share is None:
             return None
-        least = engine_micro_batches(backend, pp, self.virtual_pipeline, self.n_mbs) or self.n_mbs
         length = self.sequence_tokens or 1
-        per_group = max(1, self.tokens_per_micro_batch // length)
-        return max(least, math.ceil(math.ceil(share / length) / per_group))
+        return packed_groups(
+            backend,
+            pp,
+            self.virtual_pipeline,
+            self.n_mbs,
+            math.ceil(share / length),
+            self.tokens_per_micro_batch // length,
+        )
 
 
 @dataclass(frozen=True, slots=True)

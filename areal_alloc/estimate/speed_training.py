@@ -55,7 +55,7 @@ from areal_alloc.estimate.speed import (
 )
 from areal_alloc.estimate.system import DEFAULT_INTER_NODE_GBPS, Hardware
 from areal_alloc.experiment.read import recompute_module_names
-from areal_alloc.model_shape import engine_micro_batches
+from areal_alloc.model_shape import engine_micro_batches, packed_groups
 from areal_alloc.strategy import ParallelStrategy
 
 __all__ = [
@@ -127,11 +127,14 @@ def training_step(
     if pad_to_maximum and packed_count is None:
         # seqpack puts whole sequences in a micro-batch (TrainingSettings.groups): as many
         # as the budget holds, in at least the engine's count, each padded to the budget
-        per_group = max(1, tokens_per_micro_batch // sequence_length)
-        sequences = math.ceil(tokens_per_step / (dp * sequence_length))
-        wanted = max(least_count, math.ceil(sequences / per_group))
-        groups = engine_micro_batches(backend, parallel.pp_size, virtual_pipeline, wanted)
-        micro_batches = wanted if groups is None else groups
+        micro_batches = packed_groups(
+            backend,
+            parallel.pp_size,
+            virtual_pipeline,
+            least_count,
+            math.ceil(tokens_per_step / (dp * sequence_length)),
+            tokens_per_micro_batch // sequence_length,
+        )
         computed = max(tokens_per_step, dp * micro_batches * tokens_per_micro_batch)
         tokens_mb = tokens_per_micro_batch
     if computed > tokens_per_step:

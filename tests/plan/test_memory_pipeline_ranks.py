@@ -378,3 +378,25 @@ def test_the_engines_micro_batches(
     from areal_alloc.model_shape import engine_micro_batches
 
     assert engine_micro_batches(backend, pp, vpp, given) == runs
+
+
+@pytest.mark.parametrize(
+    ("backend", "pp", "vpp", "least", "sequences", "per_group", "groups"),
+    [
+        # whole sequences, per_group a micro-batch: ceil(10 / 2) = 5
+        ("fsdp", 1, 1, 1, 10, 2, 5),
+        ("fsdp", 1, 1, 8, 10, 2, 8),  # mb_spec.n_mbs is a minimum
+        # the Megatron engine: at least 2·p, a multiple of p (n_mbs_divisor=pp): 5 → 6
+        ("megatron", 2, 1, 1, 10, 2, 6),
+        ("megatron", 4, 1, 1, 10, 2, 8),
+        # archon: at least p × its stages per rank, a multiple of p: max(8, 5) = 8
+        ("archon", 2, 4, 1, 10, 2, 8),
+        ("fsdp", 1, 1, 1, 10, 0, 10),  # a budget under one sequence: one a micro-batch
+    ],
+)
+def test_whole_sequences_pack_into_the_engines_groups(
+    backend: str, pp: int, vpp: int, least: int, sequences: int, per_group: int, groups: int
+) -> None:
+    from areal_alloc.model_shape import packed_groups
+
+    assert packed_groups(backend, pp, vpp, least, sequences, per_group) == groups
