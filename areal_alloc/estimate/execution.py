@@ -718,10 +718,10 @@ def _whole_local_batch(
         else f"a {defaults.PROMPT_TOKENS:,}-token prompt (train_dataset.max_length unset)"
     )
     sequences = math.ceil(batch * samples / dp)
-    length = min(run.prompt + new_tokens, run.tokens_cap)
+    length = run.longest  # prompt + max_new_tokens, at most gconfig.max_tokens
     capped = (
         f", at most gconfig.max_tokens {run.tokens_cap:,}"
-        if run.prompt + new_tokens > run.tokens_cap
+        if length < run.prompt + new_tokens
         else ""
     )
     forward = whole_local_batch_tokens(batch * samples, dp, length, n_mbs)
