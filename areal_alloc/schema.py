@@ -120,6 +120,10 @@ class MegatronConfig:
     recompute_method: str | None = None
     moe_shared_expert_overlap: bool | None = None
     enable_chunked_logits: bool | None = None  # refuses tree training (the start-up rules)
+    #: the loader's lm_head_loss_chunk_size checks (MegatronEngineConfig.__post_init__)
+    lm_head_loss_chunk_size: int | None = None
+    entropy_requires_grad: bool | None = None
+    enable_mtp: bool | None = None
     ddp: DistributedDataParallelConfig = field(default_factory=DistributedDataParallelConfig)
 
 
@@ -141,6 +145,9 @@ class ArchonConfig:
 class FSDPConfig:
     offload_params: bool | None = None
     memory_efficient_load: bool | None = None
+    #: the optimizer's states on the CPU, streamed per layer (memory; a start-up rule)
+    per_layer_optim_step: bool | None = None
+    optim_step_prefetch_layers: int | None = None
 
 
 @dataclass

@@ -308,6 +308,12 @@ class TrainingSettings:
     #: (training_settings: _layer_split)
     layer_split: str = "areal"
     offload_params: bool = False  # FSDP CPU offload of parameters and optimizer
+    #: FSDP ``fsdp.per_layer_optim_step``: AdamW's states live on the CPU, and the step streams
+    #: them to the GPU one FSDP module (a layer, the embedding, the rest) at a time,
+    #: ``optim_prefetch_layers`` ahead (``PerLayerOptimWrapper``, areal/engine/fsdp_utils/
+    #: optimizer.py l.323-470 at cbff54d6)
+    per_layer_optim_step: bool = False
+    optim_prefetch_layers: int = 1
     flash_attention: bool = True  # never stores the a·s² attention scores
     dropout: bool = False  # dropout masks (the reference's LLMs train without dropout)
     #: None: the reference's rule, on when t > 1. It has no config key for it: the
@@ -382,6 +388,11 @@ class TrainingSettings:
             number = read_int(value, name, minimum=1, maximum=MAX_COUNT)  # the one reader
             if number is not value:  # "8192" given directly: kept as the number it names
                 object.__setattr__(self, name, number)
+        prefetch = read_int(
+            self.optim_prefetch_layers, "optim_prefetch_layers", minimum=0, maximum=MAX_COUNT
+        )
+        if prefetch is not self.optim_prefetch_layers:
+            object.__setattr__(self, "optim_prefetch_layers", prefetch)
 
     @property
     def forward_tokens(self) -> int:
@@ -607,6 +618,8 @@ def training_settings(
             virtual_pipeline=vpp,
             layer_split=_layer_split(engine),
             offload_params=read.offload_params,
+            per_layer_optim_step=read.per_layer_optim_step,
+            optim_prefetch_layers=read.optim_prefetch_layers,
             reserve_bytes=TRAINING_RESERVE_BYTES if reserve is None else reserve,
             lora_rank=lora_rank,
             lora_targets=read.target_modules if read.use_lora else (),

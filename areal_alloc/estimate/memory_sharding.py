@@ -443,10 +443,32 @@ def _sharded_optimizer(e: Engine, shard: _Shard) -> Term:
         "sgd": "SGD without momentum: no state",
     }[optimizer]
     what = "adapter params" if shard.lora else "params"
+    if e.backend == "fsdp" and e.settings.per_layer_optim_step and shard.params > 0:
+        return _streamed_optimizer(e, shard, state_bytes, name, what)
     return Term(
         "optimizer",
         int(shard.trained * state_bytes),
         f"{short_count(shard.trained)} {what} × {state_bytes} B ({name})",
+    )
+
+
+def _streamed_optimizer(e: Engine, shard: _Shard, state_bytes: int, name: str, what: str) -> Term:
+    """``fsdp.per_layer_optim_step``: the states stay on the CPU, and the step brings one
+    FSDP module's (a decoder layer, the embedding, the final norm and output layer) to the
+    GPU at a time with ``optim_prefetch_layers`` more in flight (``PerLayerOptimWrapper``,
+    areal/engine/fsdp_utils/optimizer.py l.323-470 at cbff54d6): at most 1 + prefetch of the
+    largest module's shard, counted in every phase (an upper bound outside the step)."""
+    in_flight = 1 + e.settings.optim_prefetch_layers
+    tp, p = e.parallel.tp_size, e.p
+    largest = max(_gathered_layer(e), p.embedding / tp, p.output / tp)  # a tied output: none
+    group = largest / (e.parallel.dp_size * e.parallel.cp_size)
+    held = shard.trained * min(1.0, in_flight * group / shard.params)
+    return Term(
+        "optimizer",
+        int(held * state_bytes),
+        f"per_layer_optim_step: {short_count(shard.trained)} {what}' states on the CPU; "
+        f"{in_flight} module{'s' if in_flight > 1 else ''} of at most {short_count(group)} "
+        f"params on this GPU at a time → {short_count(held)} {what} × {state_bytes} B ({name})",
     )
 
 

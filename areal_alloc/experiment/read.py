@@ -187,6 +187,12 @@ class TrainConfig:
     is_critic: bool = False
     memory_efficient_load: bool = False
     offload_params: bool = False
+    #: ``fsdp.per_layer_optim_step`` (FSDPEngineConfig l.503, default false): the FSDP engine
+    #: keeps AdamW's states on the CPU and streams them to the GPU layer by layer
+    #: (``PerLayerOptimWrapper``, areal/engine/fsdp_utils/optimizer.py l.323-470 at
+    #: cbff54d6), ``optim_step_prefetch_layers`` (l.512, default 1) ahead of the one stepped
+    per_layer_optim_step: bool = False
+    optim_prefetch_layers: int = 1
     distributed_optimizer: bool = True
     precision_aware_optimizer: bool = False
     #: a Megatron engine's ``megatron.virtual_pipeline_parallel_size`` as written (None: 1;
@@ -1049,6 +1055,40 @@ def _token_dispatcher(megatron: object, path: str) -> str:
     return value
 
 
+_LM_HEAD_CHECKS = "MegatronEngineConfig.__post_init__, areal/api/cli_args.py l.1107-1122"
+
+
+def _lm_head_chunk(megatron: object, path: str) -> int:
+    """``<engine>.megatron.lm_head_loss_chunk_size`` (0 unset: off) as MegatronEngineConfig.
+    __post_init__ takes it at load, whatever the backend (every training engine's config holds
+    a ``megatron`` section; areal/api/cli_args.py l.1034 and l.1107-1122 at cbff54d6): a
+    positive size needs ``enable_chunked_logits`` and neither ``entropy_requires_grad`` nor
+    ``enable_mtp``; each refusal in the order the loader raises it."""
+    key = f"{path}.megatron.lm_head_loss_chunk_size"
+    value = child(megatron, "lm_head_loss_chunk_size") if megatron is not None else None
+    if value is None:
+        return 0
+    from areal_alloc.numbers import read_int
+
+    size = read_int(value, key, minimum=0, maximum=MAX_COUNT)
+    if size == 0:
+        return 0
+    needs = (
+        ("enable_chunked_logits", True, "requires enable_chunked_logits=True"),
+        ("entropy_requires_grad", False, "requires entropy_requires_grad=False"),
+        ("enable_mtp", False, "does not support enable_mtp=True"),
+    )
+    for name, wanted, said in needs:
+        if _flag(megatron, name, False, f"{path}.megatron.{name}") != wanted:
+            fix = f"set {path}.megatron.{name}={str(wanted).lower()}"
+            raise AllocationValidationError(
+                f"{key}={size:,} with {path}.megatron.{name}={str(not wanted).lower()}: the "
+                f"reference's loader raises 'lm_head_loss_chunk_size {said}' "
+                f"({_LM_HEAD_CHECKS}); {fix}, or {key}=0"
+            )
+    return size
+
+
 def _train_config(node: object, path: str, key: str, backend: str | None = None) -> TrainConfig:
     """A training engine's settings (areal/api/cli_args.py TrainEngineConfig at cbff54d6)."""
     optimizer_node = section(node, "optimizer", f"{path}.optimizer")
@@ -1059,6 +1099,7 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
     else:
         optimizer = _text(optimizer_node, "type", "adam")
     megatron = section(node, "megatron", f"{path}.megatron")
+    _lm_head_chunk(megatron, path)  # the loader's checks, whatever the backend
     checkpointing = _flag(node, "gradient_checkpointing", False, f"{path}.gradient_checkpointing")
     bridge = _text(megatron, "bridge_type", defaults.BRIDGE_TYPE)
     # megatron-bridge's provider gets the recompute settings whatever gradient_checkpointing
@@ -1137,6 +1178,12 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
             megatron, f"{path}.megatron.virtual_pipeline_parallel_size", 1, 1, MAX_VPP
         )
     offload = _flag(fsdp, "offload_params", False, f"{path}.fsdp.offload_params")
+    per_layer = backend == "fsdp" and _flag(
+        fsdp, "per_layer_optim_step", False, f"{path}.fsdp.per_layer_optim_step"
+    )
+    # FSDPEngineConfig.__post_init__ refuses a negative count at load, whatever the backend
+    # (areal/api/cli_args.py l.517-521 at cbff54d6)
+    prefetch = setting_int(fsdp, f"{path}.fsdp.optim_step_prefetch_layers", 1, 0, MAX_COUNT)
     scratch = _flag(node, "init_from_scratch", False, f"{path}.init_from_scratch")
     deepep = _flag(
         megatron,
@@ -1175,6 +1222,8 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
         is_critic=critic,
         memory_efficient_load=efficient_load,
         offload_params=offload,
+        per_layer_optim_step=per_layer,
+        optim_prefetch_layers=1 if prefetch is None else prefetch,
         distributed_optimizer=distributed,
         precision_aware_optimizer=precision_aware,
         virtual_pipeline_size=vpp,

@@ -497,6 +497,33 @@ def tree_training_needs_no_context_parallelism(run: Run) -> str | None:
     return None
 
 
+def per_layer_optim_step_needs_adam(run: Run) -> str | None:
+    """``fsdp.per_layer_optim_step`` streams AdamW's states layer by layer: the FSDP engine's
+    initialize raises for any other optimizer once it has created it ("per_layer_optim_step
+    only supports 'adam' optimizer, got '…'.", areal/engine/fsdp_engine.py l.473-477 at
+    cbff54d6), and on an engine without one (a ref, a teacher) reads ``type`` of None."""
+    for engine in run.engines:
+        training = engine.training
+        if not engine.active or training is None or not training.per_layer_optim_step:
+            continue
+        where = f"{engine.path}.fsdp.per_layer_optim_step=true"
+        fix = "set it to false"
+        if training.optimizer is None:
+            return (
+                f"{where} on an engine without an optimizer: the FSDP engine's initialize "
+                f"reads its optimizer's type and raises AttributeError ('NoneType' object "
+                f"has no attribute 'type'); {fix}"
+            )
+        if training.optimizer != "adam":
+            return (
+                f"{where} with {engine.path}.optimizer.type={training.optimizer!r}: the FSDP "
+                f"engine raises \"per_layer_optim_step only supports 'adam' optimizer, got "
+                f"'{training.optimizer}'.\" (fsdp_engine.py l.473-477); use "
+                f"{engine.path}.optimizer.type=adam, or {fix}"
+            )
+    return None
+
+
 def selective_recompute_needs_no_layer_count(run: Run) -> str | None:
     """Selective granularity takes ``recompute_num_layers: null`` (transformer_config.py
     l.1346-1352); the reference's default is 1 (areal/api/cli_args.py l.967)."""
@@ -1169,6 +1196,11 @@ RULES: tuple[Rule, ...] = (
         "_prepare_mb_list (lines 2677-2682); areal/experimental/engine/archon_utils.py "
         "force_pad_to_maximum (lines 284-293)",
         tree_training_needs_no_context_parallelism,
+    ),
+    Rule(
+        "fsdp.per_layer_optim_step needs an adam optimizer",
+        "areal/engine/fsdp_engine.py initialize (lines 473-477)",
+        per_layer_optim_step_needs_adam,
     ),
     Rule(
         "actor.weight_update_mode is disk, xccl or awex (v1)",

@@ -551,6 +551,7 @@ def test_a_bad_setting_is_one_line_without_a_model(extra: dict[str, Any], messag
 
 _TRAIN_CHECKS = "TrainEngineConfig.__post_init__, areal/api/cli_args.py l.1493-1502"
 _DTYPES = "'float32', 'bfloat16', 'float16', 'fp32', 'bf16', 'fp16'"
+_LM_HEAD = "MegatronEngineConfig.__post_init__, areal/api/cli_args.py l.1107-1122"
 
 
 @pytest.mark.parametrize(
@@ -578,6 +579,53 @@ _DTYPES = "'float32', 'bfloat16', 'float16', 'fp32', 'bf16', 'fp16'"
             "actor.mb_spec.packing_algorithm='FFD': must be one of 'ffd', 'kk' (the reference's "
             "loader refuses the rest: MicroBatchSpec.__post_init__, areal/api/cli_args.py "
             "l.141-147)",
+        ),
+        # MegatronEngineConfig.__post_init__ (areal/api/cli_args.py l.1107-1122), at load
+        # and whatever the backend: every training engine's config holds a megatron section
+        (
+            {"megatron": {"lm_head_loss_chunk_size": 4096}},
+            "actor.megatron.lm_head_loss_chunk_size=4,096 with "
+            "actor.megatron.enable_chunked_logits=false: the reference's loader raises "
+            "'lm_head_loss_chunk_size requires enable_chunked_logits=True' (" + _LM_HEAD + "); "
+            "set actor.megatron.enable_chunked_logits=true, or "
+            "actor.megatron.lm_head_loss_chunk_size=0",
+        ),
+        (
+            {
+                "megatron": {
+                    "lm_head_loss_chunk_size": "512",
+                    "enable_chunked_logits": True,
+                    "entropy_requires_grad": "yes",
+                }
+            },
+            "actor.megatron.lm_head_loss_chunk_size=512 with "
+            "actor.megatron.entropy_requires_grad=true: the reference's loader raises "
+            "'lm_head_loss_chunk_size requires entropy_requires_grad=False' (" + _LM_HEAD + "); "
+            "set actor.megatron.entropy_requires_grad=false, or "
+            "actor.megatron.lm_head_loss_chunk_size=0",
+        ),
+        (
+            {
+                "megatron": {
+                    "lm_head_loss_chunk_size": 512,
+                    "enable_chunked_logits": True,
+                    "enable_mtp": True,
+                }
+            },
+            "actor.megatron.lm_head_loss_chunk_size=512 with actor.megatron.enable_mtp=true: "
+            "the reference's loader raises 'lm_head_loss_chunk_size does not support "
+            "enable_mtp=True' (" + _LM_HEAD + "); set actor.megatron.enable_mtp=false, or "
+            "actor.megatron.lm_head_loss_chunk_size=0",
+        ),
+        (  # FSDPEngineConfig.__post_init__ (l.517-521), at load whatever the backend
+            {"fsdp": {"optim_step_prefetch_layers": -1}},
+            "actor.fsdp.optim_step_prefetch_layers=-1: must be an integer from 0 to "
+            "1,099,511,627,776, e.g. actor.fsdp.optim_step_prefetch_layers=1",
+        ),
+        (
+            {"megatron": {"lm_head_loss_chunk_size": -1}},
+            "actor.megatron.lm_head_loss_chunk_size=-1: must be an integer from 0 to "
+            "1,099,511,627,776",
         ),
     ],
 )
@@ -1096,3 +1144,21 @@ def test_a_bad_micro_batch_is_one_line_naming_its_keys(
     with pytest.raises(AllocationValidationError) as info:
         plan_config(cfg)
     assert info.value.message == message
+
+
+@pytest.mark.parametrize(
+    "megatron",
+    [
+        {"lm_head_loss_chunk_size": 4096, "enable_chunked_logits": True},  # the chunked loss
+        {"lm_head_loss_chunk_size": 0, "entropy_requires_grad": True, "enable_mtp": True},
+        {"enable_chunked_logits": True, "entropy_requires_grad": True},  # its fallback
+    ],
+)
+def test_the_lm_head_settings_the_reference_loads_are_read(megatron: dict[str, Any]) -> None:
+    # MegatronEngineConfig.__post_init__ (areal/api/cli_args.py l.1107-1122 at cbff54d6)
+    # checks only a positive lm_head_loss_chunk_size
+    cfg = {
+        "cluster": {"n_nodes": 1, "n_gpus_per_node": 8},
+        "actor": {"backend": "megatron:d4", "megatron": megatron},
+    }
+    assert read_experiment(cfg)["actor"].training is not None

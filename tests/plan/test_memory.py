@@ -331,6 +331,28 @@ def test_fsdp_shards_states_over_dp_and_stores_parameters_in_optimizer_dtype() -
     assert _train("fsdp:d8", optimizer=None).term("gradients") == 0  # a forward-only ref
 
 
+@pytest.mark.parametrize(("spec", "prefetch"), [("fsdp:d8", 1), ("fsdp:d8", 0), ("fsdp:d4t2", 2)])
+def test_per_layer_optim_step_holds_the_streamed_modules_states_only(
+    spec: str, prefetch: int
+) -> None:
+    # PerLayerOptimWrapper (areal/engine/fsdp_utils/optimizer.py l.323-470, AReaL cbff54d6):
+    # the states live on the CPU; one FSDP module's (a layer, the embedding, the rest) at a
+    # time on the GPU, optim_step_prefetch_layers more in flight
+    arch = find_model("Qwen/Qwen3-8B")  # untied: embedding and output 151,936 × 4,096 each
+    p, parallel = arch.parameters, ModelAllocation.from_str(spec).parallel
+    tp, dp = parallel.tp_size, parallel.dp_size
+    streamed = _train(spec, per_layer_optim_step=True, optim_prefetch_layers=prefetch)
+    whole = _train(spec)
+    largest = max(p.largest_layer, p.embedding, p.output) / tp / dp  # Qwen3's MLPs split by t
+    assert p.embedding == 151_936 * 4_096 > p.largest_layer
+    assert streamed.term("optimizer") == pytest.approx((1 + prefetch) * largest * 8, rel=1e-6)
+    assert streamed.term("optimizer") < whole.term("optimizer") / 4
+    assert streamed.term("weights") == whole.term("weights")  # the parameters stay
+    assert streamed.term("gradients") == whole.term("gradients")
+    formula = next(t.formula for t in streamed.terms if t.name == "optimizer")
+    assert formula.startswith("per_layer_optim_step: ") and "states on the CPU" in formula
+
+
 def test_megatron_experts_states_over_expert_data_parallel() -> None:
     arch = find_model("Qwen/Qwen3-30B-A3B")
     p = arch.parameters

@@ -582,6 +582,42 @@ REFUSED: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
             gconfig={"n_samples": 3},
         ),
     ),
+    (  # areal/engine/fsdp_engine.py initialize l.473-477
+        "fsdp.per_layer_optim_step needs an adam optimizer",
+        cfg(
+            actor={
+                "backend": "fsdp:d8",
+                "fsdp": {"per_layer_optim_step": True},
+                "optimizer": {"type": "sgd"},
+            }
+        ),
+        "actor.fsdp.per_layer_optim_step=true with actor.optimizer.type='sgd': the FSDP engine "
+        "raises \"per_layer_optim_step only supports 'adam' optimizer, got 'sgd'.\" "
+        "(fsdp_engine.py l.473-477); use actor.optimizer.type=adam, or set it to false",
+        cfg(
+            actor={
+                "backend": "fsdp:d8",
+                "fsdp": {"per_layer_optim_step": True},
+                "optimizer": {"type": "adam"},
+            }
+        ),
+    ),
+    (  # the same rule on a ref, which has no optimizer: its initialize reads None.type
+        "fsdp.per_layer_optim_step needs an adam optimizer",
+        cfg(
+            rollout={"backend": "sglang:d4"},
+            actor={"backend": "fsdp:d4"},
+            ref={"backend": "fsdp:d4", "fsdp": {"per_layer_optim_step": True}},
+        ),
+        "ref.fsdp.per_layer_optim_step=true on an engine without an optimizer: the FSDP "
+        "engine's initialize reads its optimizer's type and raises AttributeError ('NoneType' "
+        "object has no attribute 'type'); set it to false",
+        cfg(
+            rollout={"backend": "sglang:d4"},
+            actor={"backend": "fsdp:d4"},
+            ref={"backend": "fsdp:d4"},
+        ),
+    ),
     (  # areal/infra/launcher/sglang_server.py; areal/infra/scheduler/ray.py _build_node_plan
         "an inference server wider than a node spans whole nodes",
         cfg(rollout={"backend": "sglang:d1t12"}, actor={"backend": "fsdp:d4"}),
