@@ -350,7 +350,8 @@ def test_per_layer_optim_step_holds_the_streamed_modules_states_only(
     assert streamed.term("weights") == whole.term("weights")  # the parameters stay
     assert streamed.term("gradients") == whole.term("gradients")
     formula = next(t.formula for t in streamed.terms if t.name == "optimizer")
-    assert formula.startswith("per_layer_optim_step: ") and "states on the CPU" in formula
+    assert formula.startswith("per_layer_optim_step: ")
+    assert "states on the CPU" in formula
 
 
 def test_megatron_experts_states_over_expert_data_parallel() -> None:
