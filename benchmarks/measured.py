@@ -10,7 +10,7 @@ row's inputs into the package's own public estimate functions:
 - ``train_tps``: ``speed_training.training_step``;
 - ``decode_tps``: ``speed_inference.generation`` of the run's batch, prompt and output lengths
   (the prefill, then the decode steps at the mean context); LMDeploy's rows the way
-  its ``profile_generation.py`` times them (:func:`_lmdeploy_decode_steps`);
+  its ``profile_generation.py`` times them (:func:`_lmdeploy_request`);
 - ``rl_step``: ``plan.plan_config`` of the run written as an experiment config (its ``pace``).
 
 Nothing here is fitted: the package's defaults are used wherever the row says nothing.
@@ -662,7 +662,9 @@ def _decode_tps(data: Mapping[str, Any], row: Mapping[str, Any]) -> Answer:
     kv = estimate.kv_cache
     prompt, output = int(inputs["prompt_len"]), int(inputs["output_len"])
     batch = int(inputs["batch"])
-    steps = _lmdeploy_decode_steps(row) if row["source"].startswith("lmdeploy") else output
+    steps = output
+    if row["source"].startswith("lmdeploy"):
+        prompt, steps = _lmdeploy_request(row)
     run = generation(
         arch,
         alloc.parallel,
@@ -677,29 +679,33 @@ def _decode_tps(data: Mapping[str, Any], row: Mapping[str, Any]) -> Answer:
 
 #: ``profile_generation.py``'s rounds per thread (``--test-round``, default 6; the warm-up
 #: round, ``--warmup-round`` 1, runs before the clock starts), InternLM/lmdeploy
-#: benchmark/profile_generation.py at v0.2.0 b319dce6.
+#: benchmark/profile_generation.py at 4818dac37 (the commit that published the rows).
 LMDEPLOY_TEST_ROUNDS = 6
 
 
-def _lmdeploy_decode_steps(row: Mapping[str, Any]) -> int:
-    """The decode steps of one LMDeploy request after its prefill: ``output − 1``.
+def _lmdeploy_request(row: Mapping[str, Any]) -> tuple[int, int]:
+    """One LMDeploy request as TurboMind v0.1.0a1 runs it: (prefill tokens, decode steps) =
+    (prompt − 1, output).
 
-    What the row times (InternLM/lmdeploy benchmark/profile_generation.py at v0.2.0
-    b319dce6, ``profile_throughput`` and ``infer``): ``batch`` threads each send
+    The rows were first published at InternLM/lmdeploy 4818dac37 ("The tested lmdeploy
+    version is `v0.1.0a1`", docs/en/benchmark/a100_fp16.md; relabelled v0.2.0 later with
+    the figures unchanged), timed by benchmark/profile_generation.py at that commit
+    (``profile_throughput`` and ``infer``): ``batch`` threads each send
     :data:`LMDEPLOY_TEST_ROUNDS` identical requests back to back (``stream_infer`` of the
-    same ``prompt_len`` tokens, ``request_output_len=output_len``, ``ignore_eos=True``);
-    the throughput is ``token_latency_stats.size / elapsed_time``, that is
-    batch × rounds × output tokens (each request's first token included, ``[:output_seqlen]``)
-    over the wall time from the threads' start to the last one's join. TurboMind produces a
-    request's first token from its prefill (``LlamaBatch::Forward``'s ``forwardUnified``
-    runs the new requests' prompts in the same step as the others' decode,
-    src/turbomind/models/llama/LlamaBatch.cc at b319dce6), then ``output − 1`` decode steps.
-    All threads' requests are the same and start together, so in lock step each round is
-    the prefill + ``output − 1`` steps at the whole batch, and the rounds cancel:
-    batch × output / (prefill + (output − 1) × step). The host's time between a thread's
-    requests and the threads drifting apart are in the wall time too; neither is a
-    published input (docs/accuracy.md)."""
-    return max(1, int(row["inputs"]["output_len"]) - 1)
+    same ``prompt_len`` tokens, ``request_output_len=output_len``, ``ignore_eos=True``); the
+    throughput is ``token_latency_stats.size / elapsed_time``, that is batch × rounds ×
+    output tokens over the wall time from the threads' start to the last one's join. At
+    v0.1.0a1 (9c46b27ce) ``LlamaBatch::ContextDecode`` prefills a new request's prompt but
+    its last token ("subtract input/context len by 1 to skip last input token (will process
+    with decoder later)", and nothing for a one-token prompt: ``missing > 1``,
+    src/turbomind/models/llama/LlamaBatch.cc l.1051-1056), and every output token, the first
+    included, is a decode step. All threads' requests are the same and start together, so
+    in lock step each round is that prefill + ``output`` steps at the whole batch, and the
+    rounds cancel: batch × output / (prefill + output × step). The host's time inside the
+    clock (each thread's ``create_instance()``, between a thread's requests, the threads
+    drifting apart) is in the wall time too; none is a published input (docs/accuracy.md)."""
+    inputs = row["inputs"]
+    return max(0, int(inputs["prompt_len"]) - 1), max(1, int(inputs["output_len"]))
 
 
 def _in_flight(source: str, inputs: Mapping[str, Any]) -> dict[str, int]:

@@ -153,10 +153,11 @@ def test_a_colocated_row_refits_in_place(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_an_lmdeploy_row_is_timed_as_its_benchmark(capsys: pytest.CaptureFixture[str]) -> None:
-    """profile_generation.py (lmdeploy v0.2.0 b319dce6) counts every request's output
-    tokens, the first one included, and the first token comes from the prefill: the
-    estimate is batch × output / (prefill + (output − 1) decode steps); other sources keep
-    their output-length steps."""
+    """profile_generation.py (InternLM/lmdeploy 4818dac37, the rows' TurboMind v0.1.0a1)
+    counts every request's output tokens, the first one included, and TurboMind prefills the
+    prompt but its last token, which the first decode step takes: the estimate is batch ×
+    output / (prefill of prompt − 1 tokens + output decode steps), with no prefill for a
+    one-token prompt; other sources prefill the whole prompt."""
     assert accuracy.main(["--json", "--kind", "decode_tps"]) == 0
     printed = {r["id"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
     compared = [row for row in rows(DATA, "decode_tps") if printed[row["id"]]["compared"]]
@@ -166,11 +167,14 @@ def test_an_lmdeploy_row_is_timed_as_its_benchmark(capsys: pytest.CaptureFixture
     for row in compared:
         answer = printed[row["id"]]
         batch, output = row["inputs"]["batch"], row["inputs"]["output_len"]
-        steps = output - 1 if row in lmdeploy else output
+        steps, prompt = output, row["inputs"]["prompt_len"]
+        prefilled = prompt - 1 if row in lmdeploy else prompt
         decode = [t for t in answer["terms"] if str(t["name"]).startswith("decode ")]
         assert decode, row["id"]
         for term in decode:
             assert str(term["formula"]).startswith(f"{steps:,} steps × "), (row["id"], term)
+        formula = next(t["formula"] for t in answer["terms"] if t["name"] == "prefill compute")
+        assert f" × {batch * prefilled:,} prompt tokens + " in str(formula), (row["id"], formula)
         prefill = _shown(answer)["prefill compute"]
         step = sum(float(t["seconds"]) for t in decode if not t.get("hidden")) / steps
         assert answer["estimate"] == pytest.approx(batch * output / (prefill + steps * step))
