@@ -18,6 +18,7 @@ from areal_alloc.compose import compose_file
 from areal_alloc.defaults import (
     ARCHON_STAGES_PER_RANK,
     CONTEXT_LENGTH,
+    MAX_TOKENS,
     MEMORY_FRACTION,
     MICRO_BATCH_TOKENS,
     NEW_TOKENS,
@@ -49,7 +50,7 @@ from areal_alloc.estimate.speed import fit_decode, fit_training
 from areal_alloc.estimate.speed_inference import decode_step, generation
 from areal_alloc.estimate.speed_training import settings_step
 from areal_alloc.estimate.system import GPUSpec, Hardware, build_hardware
-from areal_alloc.experiment.read import Experiment, read_experiment
+from areal_alloc.experiment.read import Experiment, RunConfig, read_experiment
 from areal_alloc.layouts import (
     LayoutConstraints,
     TooManyLayouts,
@@ -753,18 +754,7 @@ def _suggest_from_config(ns: argparse.Namespace) -> tuple[bool, bool]:
         ns.n_samples = run.n_samples or None
     if ns.prompt_len is None:
         ns.prompt_len = run.max_length
-    if ns.gen_len is None:  # capped by gconfig.max_tokens after the prompt, as the plan's pace
-        prompt = ns.prompt_len or run.prompt
-        # a known prompt (flag or train_dataset.max_length) the rollout leaves no room after:
-        # it raises "max_new_tokens … non-positive"
-        if ns.prompt_len is not None and prompt >= run.tokens_cap:
-            raise AllocationValidationError(
-                f"--prompt-len {prompt:,} is not below gconfig.max_tokens {run.tokens_cap:,} "
-                f"(prompt and completion together): such a prompt leaves no token to generate "
-                f"(areal/infra/remote_inf_engine.py raises); give a shorter --prompt-len or "
-                f"raise gconfig.max_tokens"
-            )
-        ns.gen_len = run.generation_after(prompt)
+    _cap_generation(ns, run, f"gconfig.max_tokens {run.tokens_cap:,}", "raise gconfig.max_tokens")
     # the step as the plan's pace reads it (areal_alloc.estimate.rl_step): its mode, concurrency,
     # log-prob recomputation and weight update; ``current`` is the plan's own pace
     mode = rl_step.mode_of(run.max_head_offpolicyness, False)
@@ -791,6 +781,29 @@ def _suggest_from_config(ns: argparse.Namespace) -> tuple[bool, bool]:
     if ns.rollout_backend is None and "rollout" in by_key:
         ns.rollout_backend = by_key["rollout"].allocation.backend
     return ("ref" in by_key) and not ns.no_ref, ("critic" in by_key) or ns.critic
+
+
+def _cap_generation(ns: argparse.Namespace, run: RunConfig, cap: str, fix: str) -> None:
+    """``--gen-len`` (``gconfig.max_new_tokens``: the flag, else ``run``'s) as the rollout
+    caps it after the prompt: min(max_tokens − prompt, max_new_tokens)
+    (``RunConfig.generation_after``, as the plan's pace). A known prompt (``--prompt-len``
+    or ``train_dataset.max_length``) that leaves no room is one error line: the rollout
+    raises "max_new_tokens … non-positive". ``cap`` names the bound, ``fix`` its remedy."""
+    prompt = ns.prompt_len or run.prompt
+    if ns.prompt_len is not None and prompt >= run.tokens_cap:
+        raise AllocationValidationError(
+            f"--prompt-len {prompt:,} is not below {cap} (prompt and completion together): "
+            f"such a prompt leaves no token to generate (areal/infra/remote_inf_engine.py "
+            f"raises); give a shorter --prompt-len or {fix}"
+        )
+    written = ns.gen_len or run.new_tokens
+    ns.gen_len = replace(run, max_new_tokens=written).generation_after(prompt)
+    if ns.gen_len < written:
+        ns.cap_note = (
+            f"{cap} caps the generation after a {prompt:,}-token prompt at "
+            f"{run.tokens_cap:,} − {prompt:,} = {ns.gen_len:,} tokens, not --gen-len "
+            f"{written:,} (areal/infra/remote_inf_engine.py l.942-944 at cbff54d6)"
+        )
 
 
 def _step_sequences(ns: argparse.Namespace) -> int:
@@ -1007,6 +1020,9 @@ def suggest_command(args: list[str]) -> int:
         ref, critic = _suggest_from_config(ns)
     elif ns.overrides:
         raise AllocationValidationError("KEY=VALUE overrides go with --config FILE")
+    else:  # the reference's own cap, gconfig.max_tokens unset
+        default = f"the reference's default gconfig.max_tokens {MAX_TOKENS:,}"
+        _cap_generation(ns, RunConfig(), default, "pass --config with a larger gconfig.max_tokens")
     for flag in ("model", "gpus", "gpu"):
         missing = chosen_gpu(ns) is None if flag == "gpu" else getattr(ns, flag) is None
         if missing:
@@ -1109,7 +1125,8 @@ def suggest_command(args: list[str]) -> int:
     print()
     for note in dict.fromkeys(p.search_note for p in proposals if p.search_note):
         print(f"# searched: {note}")
-    _footer(ns, proposals[0].actor.speed.assumptions)
+    cap = getattr(ns, "cap_note", None)
+    _footer(ns, proposals[0].actor.speed.assumptions + ((cap,) if cap else ()))
     return 0
 
 

@@ -244,3 +244,57 @@ def test_a_prompt_with_no_room_under_max_tokens_is_one_line(main_cli: MainCli) -
     )
     assert ok.returncode == 0, ok.stderr
     assert "sequences of 1,400 + 136 tokens per step" in ok.stdout
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        # the reference's default gconfig.max_tokens 32,768 (GenerationHyperparameters) caps
+        # --gen-len after the prompt, as with a config
+        (["--prompt-len", "8192", "--gen-len", "30000"], "sequences of 8,192 + 24,576 tokens"),
+        (["--prompt-len", "8192", "--gen-len", "20000"], "sequences of 8,192 + 20,000 tokens"),
+        ([], "sequences of 1,024 + 16,384 tokens"),  # the defaults leave room
+    ],
+)
+def test_plain_suggest_caps_the_generation_at_the_references_max_tokens(
+    main_cli: MainCli, flags: list[str], expected: str
+) -> None:
+    done = main_cli(
+        "suggest",
+        "--model",
+        "Qwen2.5-1.5B",
+        "--gpus",
+        "16",
+        "--gpu",
+        "H100-80GB",
+        "--top",
+        "1",
+        *flags,
+    )
+    assert done.returncode == 0, done.stderr
+    assert expected in done.stdout
+    capped = "# assumed: the reference's default gconfig.max_tokens 32,768 caps the generation"
+    assert (capped in done.stdout) == ("30000" in flags)
+
+
+def test_plain_suggest_refuses_a_prompt_with_no_room_under_the_default_cap(
+    main_cli: MainCli,
+) -> None:
+    done = main_cli(
+        "suggest",
+        "--model",
+        "Qwen2.5-1.5B",
+        "--gpus",
+        "16",
+        "--gpu",
+        "H100-80GB",
+        "--prompt-len",
+        "32768",
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "areal-alloc suggest: --prompt-len 32,768 is not below the reference's default "
+        "gconfig.max_tokens 32,768 (prompt and completion together): such a prompt leaves no "
+        "token to generate (areal/infra/remote_inf_engine.py raises); give a shorter "
+        "--prompt-len or pass --config with a larger gconfig.max_tokens"
+    )
