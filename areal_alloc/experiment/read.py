@@ -1065,6 +1065,13 @@ def _lm_head_chunk(megatron: object, path: str) -> int:
     positive size needs ``enable_chunked_logits`` and neither ``entropy_requires_grad`` nor
     ``enable_mtp``; each refusal in the order the loader raises it."""
     key = f"{path}.megatron.lm_head_loss_chunk_size"
+    needs = (
+        ("enable_chunked_logits", True, "requires enable_chunked_logits=True"),
+        ("entropy_requires_grad", False, "requires entropy_requires_grad=False"),
+        ("enable_mtp", False, "does not support enable_mtp=True"),
+    )
+    # the loader types each flag whatever the size (OmegaConf's bool fields)
+    flags = {name: _flag(megatron, name, False, f"{path}.megatron.{name}") for name, *_ in needs}
     value = child(megatron, "lm_head_loss_chunk_size") if megatron is not None else None
     if value is None:
         return 0
@@ -1073,13 +1080,8 @@ def _lm_head_chunk(megatron: object, path: str) -> int:
     size = read_int(value, key, minimum=0, maximum=MAX_COUNT)
     if size == 0:
         return 0
-    needs = (
-        ("enable_chunked_logits", True, "requires enable_chunked_logits=True"),
-        ("entropy_requires_grad", False, "requires entropy_requires_grad=False"),
-        ("enable_mtp", False, "does not support enable_mtp=True"),
-    )
     for name, wanted, said in needs:
-        if _flag(megatron, name, False, f"{path}.megatron.{name}") != wanted:
+        if flags[name] != wanted:
             fix = f"set {path}.megatron.{name}={str(wanted).lower()}"
             raise AllocationValidationError(
                 f"{key}={size:,} with {path}.megatron.{name}={str(not wanted).lower()}: the "
@@ -1178,9 +1180,9 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
             megatron, f"{path}.megatron.virtual_pipeline_parallel_size", 1, 1, MAX_VPP
         )
     offload = _flag(fsdp, "offload_params", False, f"{path}.fsdp.offload_params")
-    per_layer = backend == "fsdp" and _flag(
-        fsdp, "per_layer_optim_step", False, f"{path}.fsdp.per_layer_optim_step"
-    )
+    # typed at load whatever the backend; only the FSDP engine reads it
+    per_layer = _flag(fsdp, "per_layer_optim_step", False, f"{path}.fsdp.per_layer_optim_step")
+    per_layer = per_layer and backend == "fsdp"
     # FSDPEngineConfig.__post_init__ refuses a negative count at load, whatever the backend
     # (areal/api/cli_args.py l.517-521 at cbff54d6)
     prefetch = setting_int(fsdp, f"{path}.fsdp.optim_step_prefetch_layers", 1, 0, MAX_COUNT)

@@ -622,6 +622,10 @@ _LM_HEAD = "MegatronEngineConfig.__post_init__, areal/api/cli_args.py l.1107-112
             "actor.fsdp.optim_step_prefetch_layers=-1: must be an integer from 0 to "
             "1,099,511,627,776, e.g. actor.fsdp.optim_step_prefetch_layers=1",
         ),
+        (  # OmegaConf types a bool field at load, whatever the backend reads
+            {"megatron": {"entropy_requires_grad": 3}, "fsdp": {"per_layer_optim_step": True}},
+            "actor.megatron.entropy_requires_grad=3: must be true or false",
+        ),
         (
             {"megatron": {"lm_head_loss_chunk_size": -1}},
             "actor.megatron.lm_head_loss_chunk_size=-1: must be an integer from 0 to "
