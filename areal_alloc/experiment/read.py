@@ -560,7 +560,7 @@ def read_experiment(cfg: object, settings: Settings | None = None) -> Experiment
         None if mode is None else str(mode),
         None if version is None else str(version),
         cfg,
-        _startup(cfg),
+        _startup(cfg, rl=any(e.key == "rollout" for e in engines)),
     )
     return experiment.resolved(settings) if settings is not None else experiment
 
@@ -1461,10 +1461,13 @@ def _version(cfg: object, engine: Engine) -> str:
     return defaults.ENGINE_VERSION if value is None else str(value)
 
 
-def _startup(cfg: object) -> StartupConfig:
+def _startup(cfg: object, rl: bool = True) -> StartupConfig:
     """The keys only the start-up rules read (areal/api/cli_args.py at cbff54d6:
     BaseExperimentConfig, SchedulerConfig, PPOConfig, AgentConfig, InferenceEngineConfig,
-    TrainEngineConfig, PPOActorConfig)."""
+    TrainEngineConfig, PPOActorConfig). Without a rollout (``rl`` false: SFT, RW, DPO) no
+    trainer splits a step into minibatches: ``LMEngine._train_lm`` trains the whole batch
+    in one ``train_batch`` (areal/trainer/sft/lm_engine.py l.27-34 at cbff54d6), and the
+    actor is a plain TrainEngineConfig without ``ppo_n_minibatches``."""
     from areal_alloc.numbers import read_int
 
     epochs_raw = child(cfg, "total_train_epochs")
@@ -1489,6 +1492,8 @@ def _startup(cfg: object) -> StartupConfig:
     written = defaults.PPO_MINIBATCHES if minibatches is None else minibatches
     if method == "reuse_train_logp" and written > 1:  # __post_init__ l.1911-1923: forced to 1
         forced, minibatches = written, 1
+    if not rl:  # one optimizer step over the whole batch
+        forced, minibatches = None, 1
     critic = child(cfg, "critic")
     critic_minibatches = whole_number(
         critic if is_mapping(critic) else None, "ppo_n_minibatches", "critic.ppo_n_minibatches"
@@ -1514,7 +1519,11 @@ def _startup(cfg: object) -> StartupConfig:
         ),
         ppo_n_minibatches=defaults.PPO_MINIBATCHES if minibatches is None else minibatches,
         critic_ppo_n_minibatches=(
-            defaults.PPO_MINIBATCHES if critic_minibatches is None else critic_minibatches
+            1
+            if not rl
+            else defaults.PPO_MINIBATCHES
+            if critic_minibatches is None
+            else critic_minibatches
         ),
         prox_logp_method=method,
         forced_minibatches=forced,

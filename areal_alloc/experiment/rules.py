@@ -817,14 +817,18 @@ def minibatches_fill_their_micro_batches(run: Run) -> str | None:
             continue
         if engine.allocation.is_inference:
             continue
-        message = _short_minibatch(engine, run.startup.minibatches_of(key), batch, items)
+        minibatches = run.startup.minibatches_of(key)
+        message = _short_minibatch(engine, minibatches, batch, items, _rl(run))
         if message is not None:
             return message
     return None
 
 
-def _short_minibatch(engine: Engine, minibatches: int, batch: int, items: int) -> str | None:
-    """The message of :func:`minibatches_fill_their_micro_batches` for one trainer, or None."""
+def _short_minibatch(
+    engine: Engine, minibatches: int, batch: int, items: int, rl: bool = True
+) -> str | None:
+    """The message of :func:`minibatches_fill_their_micro_batches` for one trainer, or None
+    (``rl`` false: SFT, RW or DPO, whose step trains the whole batch at once)."""
     training = engine.training
     backend, parallel = engine.allocation.backend, engine.allocation.parallel
     pp, dp = parallel.pp_size, parallel.dp_size
@@ -867,10 +871,12 @@ def _short_minibatch(engine: Engine, minibatches: int, batch: int, items: int) -
         if backend == "archon" and pp > 1
         else "the reference's seqpack raises 'Number of values … is smaller than min_groups'"
     )
-    if engine.key in ("ref", "teacher"):  # a forward over the whole share, no minibatches
+    if engine.key in ("ref", "teacher") or not rl:  # the whole share, no minibatches
+        what = "trajectories" if rl else "sequences"
+        step = "forward" if rl else "step"
         return (
-            f"{items} trajectories a step over the {dp} data-parallel ranks of "
-            f"{engine.backend_key}={engine.spec!r} are {per_rank} per rank, which its forward "
+            f"{items} {what} a step over the {dp} data-parallel ranks of "
+            f"{engine.backend_key}={engine.spec!r} are {per_rank} per rank, which its {step} "
             f"packs into {packed}: {per_rank} < {least}, so {raises}; set "
             f"train_dataset.batch_size={enough} or more, or use fewer data-parallel ranks"
         )

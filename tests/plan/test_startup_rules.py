@@ -881,6 +881,36 @@ def test_an_sft_config_has_no_rl_trainer_rules() -> None:
     assert plan.total_gpus == 8
 
 
+@pytest.mark.parametrize("backend", ["fsdp:d8", "megatron:d8"])
+def test_an_sft_step_is_one_optimizer_step_over_the_whole_batch(backend: str) -> None:
+    # LMEngine._train_lm: one train_batch over the whole batch (areal/trainer/sft/lm_engine.py
+    # l.27-34 at cbff54d6); no ppo_n_minibatches splits it, so 8 sequences fill d8's ranks
+    # (a PPO actor's default 4 minibatches would leave 8 / 8 / 4 < 1 a minibatch)
+    from areal_alloc.experiment.read import read_experiment
+
+    config = cfg(actor={"backend": backend}, train_dataset={"batch_size": 8})
+    validate(config, on_memory="off")
+    startup = read_experiment(config).startup
+    assert (startup.minibatches_of("actor"), startup.minibatches_of("critic")) == (1, 1)
+    # with a rollout the same batch is a PPO actor's, split into 4 minibatches
+    rl = cfg(rollout={"backend": "sglang:d8"}, actor={"backend": backend})
+    assert read_experiment(rl).startup.minibatches_of("actor") == 4
+
+
+def test_an_sft_step_still_packs_its_share_into_the_engines_micro_batches() -> None:
+    # the Megatron engine at p2 packs a rank's 2 sequences into at least 2·p = 4 micro-batches
+    config = cfg(actor={"backend": "megatron:d4p2"}, train_dataset={"batch_size": 8})
+    with pytest.raises(AllocationValidationError) as info:
+        validate(config, on_memory="off")
+    assert info.value.message == (
+        "8 sequences a step over the 4 data-parallel ranks of actor.backend='megatron:d4p2' "
+        "are 2 per rank, which its step packs into 4 micro-batches (the Megatron engine's at "
+        "least 2·p2, a multiple of p): 2 < 4, so the reference's seqpack raises 'Number of "
+        "values … is smaller than min_groups'; set train_dataset.batch_size=16 or more, or use "
+        "fewer data-parallel ranks"
+    )
+
+
 def test_the_batch_the_single_controller_splits_warns_of_the_spmd_launchers() -> None:
     # 12 prompts × 4 samples = 48 trajectories split 6 per rank; only the SPMD dataloader refuses 12
     plan = validate(
