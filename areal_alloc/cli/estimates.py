@@ -796,12 +796,13 @@ def _cap_generation(ns: argparse.Namespace, run: RunConfig, cap: str, fix: str) 
             f"such a prompt leaves no token to generate (areal/infra/remote_inf_engine.py "
             f"raises); give a shorter --prompt-len or {fix}"
         )
+    named = "--gen-len" if ns.gen_len else "gconfig.max_new_tokens"
     written = ns.gen_len or run.new_tokens
     ns.gen_len = replace(run, max_new_tokens=written).generation_after(prompt)
     if ns.gen_len < written:
         ns.cap_note = (
             f"{cap} caps the generation after a {prompt:,}-token prompt at "
-            f"{run.tokens_cap:,} − {prompt:,} = {ns.gen_len:,} tokens, not --gen-len "
+            f"{run.tokens_cap:,} − {prompt:,} = {ns.gen_len:,} tokens, not {named} "
             f"{written:,} (areal/infra/remote_inf_engine.py l.942-944 at cbff54d6)"
         )
 
