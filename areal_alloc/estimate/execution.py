@@ -254,7 +254,56 @@ OPTIMIZERS = ("adam", "adam_bf16", "sgd")
 #: and the compiled ``compute_cross_entropy`` upcasts one chunk at a time: the bfloat16
 #: chunks (2 B) and one chunk's float32 upcast, gradient and bfloat16 gradient
 #: ((4 + 4 + 2) / 8 B, rounded up): 3 B.
-LOGITS = ("areal", "float32", "float32_logits", "float32_compiled", "chunked_compiled")
+#:
+#: The reference's own vocab-parallel LM head (``megatron.enable_chunked_logits: true``,
+#: MegatronEngineConfig l.1017; the Megatron engine, actor and ref alike, swaps it in for
+#: Megatron's output layer, areal/models/mcore/registry.py l.319-330; areal-project/AReaL@
+#: cbff54d645d2cd8ee1f1c358a82f3f473588433d, the citations below at that commit). Its GEMM
+#: writes float32 logits directly (``_LinearWithFp32Output.forward``,
+#: areal/models/mcore/vocab_parallel_head.py l.245-255; ``enable_fp32_lm_head``'s float32
+#: operands give a float32 matmul output too, l.149-155 and l.437-449) and Float16Module's
+#: cast is bypassed (``_float16_wrapper_fp32_output``, areal/engine/megatron_engine.py
+#: l.165-177). Assumed: a packed (THD) text model, and Triton available
+#: (``reusable_vocab_parallel_logits``, areal/utils/functional/vocab_parallel_kernels.py
+#: l.250-272; without it the differentiable path below runs):
+#:
+#: ``areal_lm_head`` (``entropy_requires_grad`` false, its default, l.1025): the loss
+#: reuses the float32 logits' storage (``_reuse_chunked_logits_storage``,
+#: megatron_engine.py l.180-186 and l.2858-2861): its forward overwrites them with the
+#: softmax and its backward with the gradient, in place and chunk by chunk inside one
+#: autograd node (``_InplaceVocabParallelLogProbsEntropy``, areal/utils/functional/
+#: vocab_parallel.py l.386-521), and the head's backward packs that float32 gradient into
+#: the first half of the same storage as bfloat16 (``_pack_fp32_to_half_inplace``,
+#: vocab_parallel_head.py l.25-65 and l.267-281): 4 B through forward and backward.
+#: Forward only (compute_logp: ``gather_logprobs`` on the same logits, megatron_engine.py
+#: l.2963-2972): the float32 logits, 4 B, log-probabilities by chunks of
+#: ``logprobs_chunk_size`` tokens.
+#:
+#: ``areal_lm_head_differentiable`` (``entropy_requires_grad`` true): no reuse; the loss
+#: runs the same ``gather_logprobs_entropy`` path on float32 logits as without the head
+#: (vocab_parallel.py l.643-651) and the head's backward casts the gradient to bfloat16 as
+#: the cast it replaces did (vocab_parallel_head.py l.264-265, l.283): the ``areal`` term.
+#: Forward only: the float32 logits, 4 B.
+#:
+#: ``areal_lm_head_chunks`` (``lm_head_loss_chunk_size`` N > 0, l.1034, which needs the
+#: two settings above, l.1107-1122): the model returns its hidden states and the head
+#: computes float32 logits N tokens at a time, forward and backward (recomputed), keeping
+#: only per-token values (``_ChunkedVocabParallelLMHead``, vocab_parallel_head.py
+#: l.560-938, run in the forward step for train and compute_logp alike,
+#: megatron_engine.py l.1164-1236). Each chunk's buffer is a new float32 tensor
+#: (``_linear_chunk_fp32``, l.538-557) bound to ``logits`` only after it is made, so the
+#: previous chunk's is still held (l.647, l.811): min(tokens, 2·N) rows × 4 B
+#: (:data:`TrainingSettings.lm_head_chunk`).
+LOGITS = (
+    "areal",
+    "float32",
+    "float32_logits",
+    "float32_compiled",
+    "chunked_compiled",
+    "areal_lm_head",
+    "areal_lm_head_differentiable",
+    "areal_lm_head_chunks",
+)
 
 #: How a Megatron engine's MoE layers move tokens to their experts (``TrainingSettings.
 #: token_dispatcher``): megatron-core's alltoall or allgather dispatcher, or its flex
@@ -336,6 +385,9 @@ class TrainingSettings:
     #: how the loss holds the vocabulary logits (:data:`LOGITS`): the reference's
     #: engines, a whole-vocabulary float32 cross-entropy, or the float32 logits alone
     logits: str = "areal"
+    #: ``megatron.lm_head_loss_chunk_size``: the tokens of each chunk of the
+    #: ``areal_lm_head_chunks`` logits (needed by that mode, None otherwise)
+    lm_head_chunk: int | None = None
     #: the optimizer steps each parameter inside the backward as its gradient is ready and
     #: frees it, so one parameter's gradient is held at a time (torchtune's
     #: ``optimizer_in_bwd``: "By completely removing the buffer of gradients",
@@ -368,6 +420,12 @@ class TrainingSettings:
             raise AllocationValidationError(
                 f"logits={self.logits!r}: must be one of {', '.join(LOGITS)}"
             )
+        if (self.logits == "areal_lm_head_chunks") != (self.lm_head_chunk is not None):
+            raise AllocationValidationError(
+                f"logits={self.logits!r} with lm_head_chunk={self.lm_head_chunk!r}: the "
+                f"chunk size (megatron.lm_head_loss_chunk_size) goes with "
+                f"logits='areal_lm_head_chunks' and only with it"
+            )
         if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
             raise AllocationValidationError(
                 f"optimizer.type={self.optimizer!r}: must be one of {', '.join(OPTIMIZERS)}"
@@ -381,6 +439,7 @@ class TrainingSettings:
             "share_tokens",
             "forward_share_tokens",
             "sequence_tokens",
+            "lm_head_chunk",
         ):
             value = getattr(self, name)
             if value is None and name != "tokens_per_micro_batch" and name != "n_mbs":
@@ -567,6 +626,20 @@ def _layer_split(engine: Engine) -> str:
     return "areal"
 
 
+def _logits_mode(engine: Engine, read: TrainConfig) -> tuple[str, int | None]:
+    """How the engine's loss holds its logits (:data:`LOGITS`): the reference's own LM head
+    where ``megatron.enable_chunked_logits`` swaps it in (a Megatron engine's only,
+    ``TrainConfig.chunked_logits``), by ``lm_head_loss_chunk_size`` and
+    ``entropy_requires_grad``; else the reference's default (``areal``)."""
+    if engine.allocation.backend != "megatron" or not read.chunked_logits:
+        return "areal", None
+    if read.lm_head_chunk > 0:
+        return "areal_lm_head_chunks", read.lm_head_chunk
+    if read.entropy_requires_grad:
+        return "areal_lm_head_differentiable", None
+    return "areal_lm_head", None
+
+
 def training_settings(
     engine: Engine, run: RunConfig, reserve: int | None, notes: list[str], minibatches: int = 1
 ) -> TrainingSettings:
@@ -598,6 +671,7 @@ def training_settings(
     vpp = read.virtual_pipeline_size or 1
     if engine.allocation.backend == "archon":
         vpp = _archon_stages(engine, read, notes)
+    logits, lm_head_chunk = _logits_mode(engine, read)
     try:
         settings = TrainingSettings(
             dtype=read.dtype,
@@ -629,6 +703,8 @@ def training_settings(
             recompute_logprob=engine.key == "actor" and bool(run.recompute_logprob),
             token_dispatcher=token_dispatcher(engine),
             recompute_modules=read.recompute_modules,
+            logits=logits,
+            lm_head_chunk=lm_head_chunk,
         )
     except AllocationError as error:
         raise AllocationValidationError(f"{path}: {error.message}") from None

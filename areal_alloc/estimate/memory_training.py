@@ -463,6 +463,19 @@ def _logits(e: Engine, s: Stage, forward_only: bool) -> Term | None:
     tokens, tp, vocab = e.tokens, e.parallel.tp_size, e.arch.vocab_size
     if not s.last or e.settings.critic:
         return None
+    chunk = e.settings.lm_head_chunk
+    if e.settings.logits == "areal_lm_head_chunks" and chunk is not None:
+        # two chunks' float32 buffers at once, the micro-batch's tokens at most
+        rows = min(tokens, 2 * chunk)
+        logits = rows * (vocab / tp) * 4
+        return Term(
+            "logits",
+            int(logits),
+            f"min({tokens:,} tokens, 2 × {chunk:,}) = {rows:,} tokens × vocab {vocab:,}/t{tp} "
+            f"× 4 B (AReaL LM head, megatron.lm_head_loss_chunk_size {chunk:,}: float32 "
+            f"logits of one chunk and the previous one's"
+            f"{', no gradient' if forward_only else ', recomputed in the backward'})",
+        )
     per_logit, logits_text = _logit_bytes(e.settings.logits, e.megatron, tp, forward_only)
     logits = tokens * (vocab / tp) * per_logit
     if not logits:
@@ -478,9 +491,26 @@ def _logit_bytes(mode: str, megatron: bool, tp: int, forward_only: bool) -> tupl
     """:data:`areal_alloc.estimate.execution.LOGITS`: bytes per logit element and what
     holds them. A forward-only engine (ref, a teacher) computes its log-probabilities
     without gradients: the reference's keep only the bfloat16 logits, 1,024 tokens at a
-    time in float32."""
+    time in float32; with the reference's own LM head (``areal_lm_head*``) the logits it
+    writes are float32. ``areal_lm_head_chunks`` is :func:`_logits`' own (a chunk term)."""
+    if mode in ("areal_lm_head", "areal_lm_head_differentiable") and forward_only:
+        return 4, (
+            "AReaL LM head, megatron.enable_chunked_logits: float32 logits; log-probs by "
+            "chunks of 1,024 tokens, no gradient"
+        )
+    if mode == "areal_lm_head":
+        return 4, (
+            "AReaL LM head, megatron.enable_chunked_logits with entropy_requires_grad false: "
+            "float32 logits reused in place as softmax and gradient"
+        )
     if mode == "areal" and forward_only:
         return 2, "bf16 logits; log-probs by chunks of 1,024 tokens, no gradient"
+    head = (
+        "AReaL LM head, megatron.entropy_requires_grad true: no storage reuse, the loss as "
+        "without the head: "
+        if mode == "areal_lm_head_differentiable"
+        else ""
+    )
     if mode == "float32":
         return 12, "float32 cross-entropy: log-softmax, its gradient and nll's"
     if mode == "float32_logits":
@@ -490,8 +520,8 @@ def _logit_bytes(mode: str, megatron: bool, tp: int, forward_only: bool) -> tupl
     if mode == "chunked_compiled":
         return 3, "chunked compiled cross-entropy: bf16 logits + one of 8 chunks upcast"
     if megatron and tp > 1:
-        return 8, "bf16 logits + float32 vocab-parallel softmax + bf16 gradient"
-    return 6, "bf16 logits + bf16 gradient + one chunk's slice gradient"
+        return 8, f"{head}bf16 logits + float32 vocab-parallel softmax + bf16 gradient"
+    return 6, f"{head}bf16 logits + bf16 gradient + one chunk's slice gradient"
 
 
 def _reserve(settings: TrainingSettings) -> Term:

@@ -178,9 +178,15 @@ class TrainConfig:
     #: packs a prefix tree instead (``build_packed_tree_batch``, megatron_engine.py l.2677)
     tree_training: bool = False
     #: ``megatron.enable_chunked_logits`` (MegatronEngineConfig l.1017, default false): AReaL's
-    #: vocab-parallel LM head, which refuses tree training (a start-up rule; its memory
-    #: is not modelled)
+    #: vocab-parallel LM head, which refuses tree training (a start-up rule); its logits'
+    #: memory: ``execution.LOGITS`` (``areal_lm_head*``). Read for the Megatron backend only.
     chunked_logits: bool = False
+    #: ``megatron.entropy_requires_grad`` (l.1025, default false): with the LM head, true
+    #: turns off its logits-storage reuse. Read for the Megatron backend only.
+    entropy_requires_grad: bool = False
+    #: ``megatron.lm_head_loss_chunk_size`` (l.1034, default 0: off), as :func:`_lm_head_chunk`
+    #: checks it; read for the Megatron backend only
+    lm_head_chunk: int = 0
     use_lora: bool = False
     lora_rank: int = defaults.LORA_RANK
     target_modules: tuple[str, ...] = ()
@@ -1101,7 +1107,7 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
     else:
         optimizer = _text(optimizer_node, "type", "adam")
     megatron = section(node, "megatron", f"{path}.megatron")
-    _lm_head_chunk(megatron, path)  # the loader's checks, whatever the backend
+    lm_head_chunk = _lm_head_chunk(megatron, path)  # the loader's checks, whatever the backend
     checkpointing = _flag(node, "gradient_checkpointing", False, f"{path}.gradient_checkpointing")
     bridge = _text(megatron, "bridge_type", defaults.BRIDGE_TYPE)
     # megatron-bridge's provider gets the recompute settings whatever gradient_checkpointing
@@ -1218,6 +1224,11 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
         and _flag(
             megatron, "enable_chunked_logits", False, f"{path}.megatron.enable_chunked_logits"
         ),
+        entropy_requires_grad=backend == "megatron"
+        and _flag(
+            megatron, "entropy_requires_grad", False, f"{path}.megatron.entropy_requires_grad"
+        ),
+        lm_head_chunk=lm_head_chunk if backend == "megatron" else 0,
         use_lora=use_lora,
         lora_rank=rank,
         target_modules=targets,

@@ -1166,3 +1166,38 @@ def test_the_lm_head_settings_the_reference_loads_are_read(megatron: dict[str, A
         "actor": {"backend": "megatron:d4", "megatron": megatron},
     }
     assert read_experiment(cfg)["actor"].training is not None
+
+
+@pytest.mark.parametrize(
+    ("backend", "megatron", "expected"),
+    [
+        ("megatron:d4", {}, (False, False, 0)),  # MegatronEngineConfig's defaults
+        ("megatron:d4", {"enable_chunked_logits": True}, (True, False, 0)),
+        (
+            "megatron:d4",
+            {"enable_chunked_logits": True, "entropy_requires_grad": True},
+            (True, True, 0),
+        ),
+        (
+            "megatron:d4",
+            {"enable_chunked_logits": True, "lm_head_loss_chunk_size": 2048},
+            (True, False, 2048),
+        ),
+        # the section is the Megatron engine's: another backend's memory ignores it
+        (
+            "fsdp:d4",
+            {"enable_chunked_logits": True, "lm_head_loss_chunk_size": 2048},
+            (False, False, 0),
+        ),
+    ],
+)
+def test_the_lm_head_settings_are_read_for_the_megatron_engine(
+    backend: str, megatron: dict[str, Any], expected: tuple[bool, bool, int]
+) -> None:
+    cfg = {
+        "cluster": {"n_nodes": 1, "n_gpus_per_node": 8},
+        "actor": {"backend": backend, "megatron": megatron},
+    }
+    read = read_experiment(cfg)["actor"].training
+    assert read is not None
+    assert (read.chunked_logits, read.entropy_requires_grad, read.lm_head_chunk) == expected

@@ -756,8 +756,120 @@ def test_an_unknown_logits_mode_is_refused() -> None:
         TrainingSettings(logits="fp8")
     assert str(caught.value) == (
         "logits='fp8': must be one of areal, float32, float32_logits, float32_compiled, "
-        "chunked_compiled"
+        "chunked_compiled, areal_lm_head, areal_lm_head_differentiable, areal_lm_head_chunks"
     )
+
+
+# AReaL's own vocab-parallel LM head (megatron.enable_chunked_logits: true), by hand from
+# areal-project/AReaL@cbff54d645d2cd8ee1f1c358a82f3f473588433d. Llama-3.1-8B (vocab 128,256),
+# 4,096 tokens a micro-batch: rows × 128,256/t × bytes.
+_HEAD = {"logits": "areal_lm_head"}
+_FALLBACK = {"logits": "areal_lm_head_differentiable"}
+
+
+def _chunks(size: int) -> dict[str, Any]:
+    return {"logits": "areal_lm_head_chunks", "lm_head_chunk": size}
+
+
+@pytest.mark.parametrize(
+    ("spec", "settings", "rows", "per_element"),
+    [
+        # (a) entropy_requires_grad false: _LinearWithFp32Output writes float32 logits
+        # (vocab_parallel_head.py l.245-255), the loss overwrites them with the softmax and
+        # the gradient in place (vocab_parallel.py l.386-521, reuse: megatron_engine.py
+        # l.180-186), the head's backward packs that into bf16 in the same storage
+        # (vocab_parallel_head.py l.25-65, l.267-281): 4 B, whatever t
+        ("megatron:d4t2", _HEAD, 4096, 4),
+        ("megatron:d8", _HEAD, 4096, 4),
+        # forward only (compute_logp: gather_logprobs on those float32 logits,
+        # megatron_engine.py l.2963-2972): the float32 logits, 4 B
+        ("megatron:d4t2", {**_HEAD, "optimizer": None}, 4096, 4),
+        # (b) entropy_requires_grad true: no reuse, the loss as without the head
+        # (vocab_parallel.py l.643-651), the head's backward casts to bf16 as Megatron's
+        # cast did (vocab_parallel_head.py l.264-265, l.283): the default's 8 B / 6 B
+        ("megatron:d4t2", _FALLBACK, 4096, 8),
+        ("megatron:d8", _FALLBACK, 4096, 6),
+        ("megatron:d4t2", {**_FALLBACK, "optimizer": None}, 4096, 4),  # float32 logits
+        # (c) lm_head_loss_chunk_size N: one float32 chunk [N, vocab/t] made while the
+        # previous one is still bound (vocab_parallel_head.py l.647 forward, l.811 backward,
+        # _linear_chunk_fp32 l.538-557): min(tokens, 2·N) rows × 4 B
+        ("megatron:d4t2", _chunks(1024), 2048, 4),
+        ("megatron:d4t2", _chunks(3000), 4096, 4),  # chunks of 3,000 and 1,096 rows
+        ("megatron:d8", _chunks(8192), 4096, 4),  # one chunk: the micro-batch
+        ("megatron:d4t2", {**_chunks(512), "optimizer": None}, 1024, 4),  # compute_logp too
+    ],
+)
+def test_areal_lm_head_logits_as_the_reference_holds_them(
+    spec: str, settings: dict[str, Any], rows: int, per_element: int
+) -> None:
+    allocation = ModelAllocation.from_str(spec)
+    tp = allocation.parallel.tp_size
+    estimate = training_memory(
+        "actor",
+        allocation.backend,
+        find_model("meta-llama/Llama-3.1-8B"),
+        allocation.parallel,
+        TrainingSettings(tokens_per_micro_batch=4096, memory_efficient_load=True, **settings),
+        None,
+    )
+    assert estimate.term("logits") == rows * (128_256 // tp) * per_element
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            {"logits": "areal_lm_head_chunks"},
+            "logits='areal_lm_head_chunks' with lm_head_chunk=None: the chunk size "
+            "(megatron.lm_head_loss_chunk_size) goes with logits='areal_lm_head_chunks' and "
+            "only with it",
+        ),
+        (
+            {"logits": "areal_lm_head", "lm_head_chunk": 1024},
+            "logits='areal_lm_head' with lm_head_chunk=1024: the chunk size "
+            "(megatron.lm_head_loss_chunk_size) goes with logits='areal_lm_head_chunks' and "
+            "only with it",
+        ),
+        (
+            _chunks(0),
+            "lm_head_chunk=0: must be an integer from 1 to",
+        ),
+    ],
+)
+def test_the_lm_head_chunk_goes_with_its_mode(settings: dict[str, Any], message: str) -> None:
+    with pytest.raises(AllocationValidationError) as caught:
+        TrainingSettings(**settings)
+    assert str(caught.value).startswith(message)
+
+
+def _megatron_logits(**megatron: Any) -> tuple[int, str]:
+    cfg = _cfg(actor__backend="megatron:d4t2", actor__mb_spec={"max_tokens_per_mb": 8192})
+    cfg["actor"]["megatron"] = megatron
+    memory = plan_config(cfg, on_memory="warn")["actor"].memory
+    assert memory is not None
+    term = next(t for t in memory.terms if t.name == "logits")
+    return term.bytes, term.formula
+
+
+def test_a_config_with_the_areal_lm_head_has_its_smaller_logits_term() -> None:
+    default, default_text = _megatron_logits()
+    head, head_text = _megatron_logits(enable_chunked_logits=True)
+    chunked, chunked_text = _megatron_logits(
+        enable_chunked_logits=True, lm_head_loss_chunk_size=1024
+    )
+    fallback, _ = _megatron_logits(enable_chunked_logits=True, entropy_requires_grad=True)
+    # Qwen3-8B, vocab 151,936 over t2, the micro-batch's tokens as the default term says
+    tokens = int(default_text.split(" tokens")[0].replace(",", ""))
+    assert default == tokens * (151_936 // 2) * 8  # the default: 8 B a logit
+    assert head == tokens * (151_936 // 2) * 4  # the head's float32 logits, reused
+    assert head_text.endswith(
+        "× 4 B (AReaL LM head, megatron.enable_chunked_logits with entropy_requires_grad "
+        "false: float32 logits reused in place as softmax and gradient)"
+    )
+    assert tokens > 2048
+    assert chunked == 2048 * (151_936 // 2) * 4  # two chunks of 1,024
+    assert chunked_text.startswith(f"min({tokens:,} tokens, 2 × 1,024) = 2,048 tokens")
+    assert fallback == default
 
 
 # --- biases and learned positions ---------------------------------------------------------
