@@ -33,11 +33,18 @@ __all__ = [
     "MegatronConfig",
     "MicroBatchConfig",
     "ModelShapeConfig",
+    "NormConfig",
     "OptimizerConfig",
+    "PolicyConfig",
+    "RecoverConfig",
+    "RejectionSamplingConfig",
+    "SaverConfig",
     "SchedulerConfig",
     "SchedulingConfig",
     "ServerConfig",
+    "StatsLoggerConfig",
     "TeacherConfig",
+    "TrackerConfig",
     "register_configs",
 ]
 
@@ -195,6 +202,51 @@ class EngineConfig:
     init_from_scratch: bool | None = None
     return_routed_experts: bool | None = None  # rollout
     agent: AgentConfig = field(default_factory=AgentConfig)  # rollout
+    # refused at load outside their range (areal_alloc.experiment.loader)
+    logprobs_chunk_size: int | None = None
+    attn_impl: str | None = None
+    deterministic_sampling: bool | None = None  # rollout
+
+
+@dataclass
+class NormConfig:
+    """``reward_norm`` / ``adv_norm``: the levels and group size the loader checks."""
+
+    mean_level: str | None = None
+    std_level: str | None = None
+    group_size: int | None = None
+
+
+@dataclass
+class RejectionSamplingConfig:
+    """``rejection_sampling``: the choices and bounds the loader checks."""
+
+    level: str | None = None
+    action: str | None = None
+    metric: str | None = None
+    agg: str | None = None
+    upper: float | None = None
+    lower: float | None = None
+
+
+@dataclass
+class PolicyConfig(EngineConfig):
+    """A PPOActorConfig (actor, ref, teacher.train): the loss settings its loader checks
+    (areal_alloc.experiment.loader); a section left all-null is one nobody set."""
+
+    use_sapo_loss: bool | None = None
+    sapo_tau_pos: float | None = None
+    sapo_tau_neg: float | None = None
+    use_cispo_loss: bool | None = None
+    eps_clip_higher: float | None = None
+    importance_sampling_level: str | None = None
+    gae_timestep_unit: str | None = None
+    use_decoupled_loss: bool | None = None
+    reward_norm: NormConfig | None = field(default_factory=NormConfig)
+    adv_norm: NormConfig | None = field(default_factory=NormConfig)
+    rejection_sampling: RejectionSamplingConfig | None = field(
+        default_factory=RejectionSamplingConfig
+    )
 
 
 @dataclass
@@ -214,7 +266,7 @@ class ServerConfig:
 
 
 @dataclass
-class ActorConfig(EngineConfig):
+class ActorConfig(PolicyConfig):
     """The actor, with the run settings that decide which other engines exist."""
 
     kl_ctl: float | None = None
@@ -223,7 +275,6 @@ class ActorConfig(EngineConfig):
     ppo_n_minibatches: int | None = None
     # the actor's extra forward each step (PPOActorConfig.should_compute_prox_logp)
     recompute_logprob: bool | None = None
-    use_decoupled_loss: bool | None = None
     prox_logp_method: str | None = None
 
 
@@ -240,7 +291,7 @@ class TeacherConfig(EngineConfig):
 
     engine_type: str | None = None
     rollout: EngineConfig = field(default_factory=EngineConfig)
-    train: EngineConfig = field(default_factory=EngineConfig)
+    train: PolicyConfig = field(default_factory=PolicyConfig)
 
 
 @dataclass
@@ -276,6 +327,36 @@ class GenerationConfig:
     n_samples: int | None = None
     max_new_tokens: int | None = None
     max_tokens: int | None = None  # prompt + completion at most
+    reward_normalization: bool | None = None  # refused with actor.reward_norm (the loader)
+    seed: int | None = None  # refused with deterministic grouped rollouts (the loader)
+
+
+@dataclass
+class SaverConfig:
+    """``saver.mode``: auto, sync or async (areal_alloc.experiment.loader)."""
+
+    mode: str | None = None
+
+
+@dataclass
+class RecoverConfig:
+    """``recover.mode``: on, off, auto or disabled (areal_alloc.experiment.loader)."""
+
+    mode: str | None = None
+
+
+@dataclass
+class TrackerConfig:
+    """``stats_logger.wandb`` / ``swanlab`` / ``trackio``: each one's ``mode``."""
+
+    mode: str | None = None
+
+
+@dataclass
+class StatsLoggerConfig:
+    wandb: TrackerConfig = field(default_factory=TrackerConfig)
+    swanlab: TrackerConfig = field(default_factory=TrackerConfig)
+    trackio: TrackerConfig = field(default_factory=TrackerConfig)
 
 
 @dataclass
@@ -286,7 +367,7 @@ class ExperimentConfig:
     teacher: TeacherConfig = field(default_factory=TeacherConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
-    ref: EngineConfig = field(default_factory=EngineConfig)
+    ref: PolicyConfig = field(default_factory=PolicyConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     model_shape: ModelShapeConfig = field(default_factory=ModelShapeConfig)
     sglang: ServerConfig = field(default_factory=ServerConfig)
@@ -294,6 +375,11 @@ class ExperimentConfig:
     train_dataset: DatasetConfig = field(default_factory=DatasetConfig)
     valid_dataset: DatasetConfig = field(default_factory=DatasetConfig)
     gconfig: GenerationConfig = field(default_factory=GenerationConfig)
+    eval_gconfig: GenerationConfig | None = field(default_factory=GenerationConfig)
+    # the modes the reference's loader checks (areal_alloc.experiment.loader)
+    saver: SaverConfig = field(default_factory=SaverConfig)
+    recover: RecoverConfig = field(default_factory=RecoverConfig)
+    stats_logger: StatsLoggerConfig = field(default_factory=StatsLoggerConfig)
     # the run settings the reference's start-up rules read (areal_alloc.experiment.rules)
     enable_offload: bool | None = None
     total_train_epochs: int | None = None

@@ -165,9 +165,11 @@ LAYERS = [
     "areal_alloc.vocab",
     "areal_alloc.kinds",
     "areal_alloc._config",
-    # the experiment: which model each engine runs, the nulls the reference refuses
+    # the experiment: which model each engine runs, the nulls and the settings the
+    # reference's loader refuses
     "areal_alloc.experiment.models",
     "areal_alloc.experiment.nulls",
+    "areal_alloc.experiment.loader",
     "areal_alloc.files",
     # string → syntax
     "areal_alloc._syntax",
@@ -300,6 +302,7 @@ def test_the_layer_test_sees_imports() -> None:
 READS_THE_RAW_CONFIG = {
     "areal_alloc.experiment.models",
     "areal_alloc.experiment.nulls",
+    "areal_alloc.experiment.loader",
     "areal_alloc.experiment.read",
     "areal_alloc.settings",
 }

@@ -67,6 +67,8 @@ _TRAIN: tuple[tuple[str, str, int], ...] = (
     ("optimizer.type", "str", 382),
     ("scheduling_strategy", "SchedulingStrategy", 1450),
     ("scheduling_strategy.type", "str", 1132),
+    ("logprobs_chunk_size", "int", 1279),
+    ("attn_impl", "str", 1254),
 )
 #: PPOActorConfig's own (the actor; ``ref`` is one too, PPOConfig l.3411, and
 #: ``teacher.train``, TeacherConfig l.3353)
@@ -76,6 +78,22 @@ _ACTOR = (
     ("use_decoupled_loss", "bool", 1810),
     ("prox_logp_method", "str", 1832),
     ("ppo_n_minibatches", "int", 1676),
+    # the loader's checks (areal_alloc.experiment.loader); NormConfig l.76 and
+    # RejectionSamplingConfig l.1533-1582 under the Optional reward_norm, adv_norm and
+    # rejection_sampling
+    ("gae_timestep_unit", "str", 1757),
+    ("use_sapo_loss", "bool", 1778),
+    ("sapo_tau_pos", "float", 1782),
+    ("sapo_tau_neg", "float", 1786),
+    ("use_cispo_loss", "bool", 1792),
+    ("importance_sampling_level", "str", 1824),
+    ("reward_norm.group_size", "int", 76),
+    ("adv_norm.group_size", "int", 76),
+    ("rejection_sampling.level", "str", 1533),
+    ("rejection_sampling.action", "str", 1544),
+    ("rejection_sampling.metric", "str", 1555),
+    ("rejection_sampling.agg", "str", 1568),
+    ("rejection_sampling.upper", "float", 1582),
 )
 #: InferenceEngineConfig (the rollout, a served teacher)
 _INFERENCE = (
@@ -87,6 +105,7 @@ _INFERENCE = (
     ("agent.mode", "str", 2359),
     ("scheduling_strategy", "SchedulingStrategy", 2592),
     ("scheduling_strategy.type", "str", 1132),
+    ("deterministic_sampling", "bool", 2516),
 )
 #: the experiment's own (BaseExperimentConfig, PPOConfig, TeacherConfig, the servers, the
 #: cluster, the dataset and the generation settings)
@@ -105,6 +124,21 @@ _TOP = (
     ("gconfig.n_samples", "int", 167),
     ("gconfig.max_new_tokens", "int", 170),
     ("gconfig.max_tokens", "int", 176),
+    ("gconfig.reward_normalization", "bool", 243),
+    ("eval_gconfig.n_samples", "int", 167),
+    # the modes the loader checks (SaverConfig, RecoverConfig, StatsLoggerConfig and its
+    # trackers' configs)
+    ("saver", "SaverConfig", 3238),
+    ("saver.mode", "str", 2738),
+    ("stats_logger", "StatsLoggerConfig", 3240),
+    ("stats_logger.wandb", "WandBConfig", 2910),
+    ("stats_logger.wandb.mode", "str", 2809),
+    ("stats_logger.swanlab", "SwanlabConfig", 2914),
+    ("stats_logger.swanlab.mode", "str", 2845),
+    ("stats_logger.trackio", "TrackioConfig", 2922),
+    ("stats_logger.trackio.mode", "str", 2884),
+    ("recover", "RecoverConfig", 3251),
+    ("recover.mode", "str", 2763),
     ("scheduler", "SchedulerConfig", 3256),
     ("sglang", "SGLangConfig", 3253),
     ("sglang.model_path", "str", 2158),

@@ -46,6 +46,7 @@ from areal_alloc._config import (
     whole_number,
 )
 from areal_alloc.errors import AllocationError, AllocationValidationError
+from areal_alloc.experiment.loader import refuse_at_load
 from areal_alloc.experiment.models import ModelSource, model_sources
 from areal_alloc.experiment.nulls import refuse_nulls
 from areal_alloc.limits import MAX_COUNT, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES, grouped
@@ -548,6 +549,7 @@ def read_experiment(cfg: object, settings: Settings | None = None) -> Experiment
         )
     _legacy_check(cfg)
     refuse_nulls(cfg)
+    refuse_at_load(cfg)
     cluster = _cluster(cfg)
     read, warnings = _read_engines(cfg)
     warnings += _not_inference_keys(cfg)

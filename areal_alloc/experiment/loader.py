@@ -1,0 +1,464 @@
+"""The settings the reference's loader refuses that the plan itself never reads.
+
+``load_expr_config`` first refuses the removed ``behave_imp_weight_*`` keys
+(``_migrate_legacy_rejection_sampling``), then ``OmegaConf.to_object`` builds the
+experiment's dataclasses, and each one's ``__post_init__`` raises on the loss, the
+normalization, the rejection sampling, the saver's, the recovery's and the loggers' modes
+checked here (areal/api/cli_args.py at areal-project/AReaL@
+cbff54d645d2cd8ee1f1c358a82f3f473588433d; each rule cites its lines). A config those refuse
+never starts, so :func:`refuse_at_load` refuses it too, in one line that quotes the value,
+names the key, says what is allowed and quotes the reference's own message.
+
+One pass over the few sections, in the reference's order (the removed keys, the saver and
+loggers, the recovery, the engines, then ``PPOConfig.__post_init__``); a key is read only
+when a rule needs it, through :mod:`areal_alloc._config`. A null is the reference's
+default here: the nulls it refuses are refused before (:mod:`areal_alloc.experiment.nulls`),
+and the strict schema's are its unset keys (a section it leaves all-null is one nobody set).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from areal_alloc._config import child, is_mapping, keys, section, strict_schema, unset, whole_number
+from areal_alloc.errors import AllocationValidationError, clipped
+from areal_alloc.numbers import quote
+
+__all__ = [
+    "ATTN_IMPLS",
+    "MODES",
+    "REMOVED_KEYS",
+    "refuse_at_load",
+]
+
+_AT = "at cbff54d6"
+_CLI = "areal/api/cli_args.py"
+
+#: ``_LEGACY_REJECTION_SAMPLING_KEYS`` and the sections ``_migrate_legacy_rejection_sampling``
+#: looks in, before the merge (areal/api/cli_args.py l.3499-3531, cbff54d6)
+REMOVED_KEYS = ("behave_imp_weight_cap", "behave_imp_weight_mode")
+_REMOVED_UNDER = ("actor", "teacher")
+_REMOVED_WHERE = f"_migrate_legacy_rejection_sampling, {_CLI} l.3499-3531"
+
+#: The modes each ``__post_init__`` allows, by section: (section, allowed, the reference's
+#: message for a value ``{}``, where). Python prints the reference's sets in no fixed order;
+#: they are quoted in the order of the allowed tuple.
+MODES: tuple[tuple[str, tuple[str, ...], str, str], ...] = (
+    (  # SaverConfig.__post_init__ (areal/api/cli_args.py l.2753-2756, cbff54d6)
+        "saver",
+        ("auto", "sync", "async"),
+        "Invalid mode '{}'. Valid: {{'auto', 'sync', 'async'}}",
+        f"SaverConfig.__post_init__, {_CLI} l.2753-2756",
+    ),
+    (  # WandBConfig.__post_init__ (l.2828-2834)
+        "stats_logger.wandb",
+        ("online", "offline", "disabled", "shared"),
+        "Invalid wandb mode: '{}'. Must be one of: online, offline, disabled, shared.",
+        f"WandBConfig.__post_init__, {_CLI} l.2828-2834",
+    ),
+    (  # SwanlabConfig.__post_init__ (l.2855-2861)
+        "stats_logger.swanlab",
+        ("cloud", "local", "disabled", "offline"),
+        "Invalid swanlab mode: '{}'. Must be one of: cloud, local, disabled, offline.",
+        f"SwanlabConfig.__post_init__, {_CLI} l.2855-2861",
+    ),
+    (  # TrackioConfig.__post_init__ (l.2894-2900)
+        "stats_logger.trackio",
+        ("disabled", "online", "local"),
+        "Invalid trackio mode: '{}'. Must be one of {{'disabled', 'online', 'local'}}.",
+        f"TrackioConfig.__post_init__, {_CLI} l.2894-2900",
+    ),
+    (  # RecoverConfig.__post_init__ (l.2795-2802): the removed modes are named
+        "recover",
+        ("on", "off", "auto", "disabled"),
+        "Invalid recover mode '{}'. Valid options: {{'on', 'off', 'auto', 'disabled'}}. "
+        "Note: 'fault' and 'resume' modes have been removed.",
+        f"RecoverConfig.__post_init__, {_CLI} l.2795-2802",
+    ),
+)
+
+#: BUILTIN_ATTN_IMPLS (areal/engine/fsdp_utils/attn_impl.py l.5-11, cbff54d6); any other
+#: ``attn_impl`` must be a Hugging Face kernels repo ID ``org/repo[@revision][:entrypoint]``
+#: (transformers' ``is_kernel``): one without a ``/`` never is one.
+ATTN_IMPLS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+
+#: NormConfig.__post_init__'s levels (l.80-96); RejectionSamplingConfig.__post_init__'s
+#: choices (l.1602-1625: "binary_kl", in the field's help, is not among its metrics)
+_NORM_LEVELS = ("batch", "group")
+_NORM_WHERE = f"NormConfig.__post_init__, {_CLI} l.80-96"
+_REJECTION = (
+    ("level", "token", ("token", "sequence")),
+    ("action", "mask", ("mask", "clamp")),
+    ("metric", "ratio", ("ratio", "kl_k1", "kl_k2", "kl_k3")),
+    ("agg", "mean", ("sum", "mean", "max")),
+)
+_REJECTION_WHERE = f"RejectionSamplingConfig.__post_init__, {_CLI} l.1602-1659"
+_PPO_WHERE = f"PPOActorConfig.__post_init__, {_CLI}"
+_TRAIN_WHERE = f"TrainEngineConfig.__post_init__, {_CLI}"
+_EXPERIMENT_WHERE = f"PPOConfig.__post_init__, {_CLI}"
+
+#: the sections the reference types PPOActorConfig (PPOConfig l.3410-3411, TeacherConfig
+#: l.3353) and the training engines (those and PPOCriticConfig, l.3412)
+_POLICIES = ("actor", "ref", "teacher.train")
+_TRAINERS = ("actor", "ref", "critic", "teacher.train")
+
+
+def refuse_at_load(cfg: object) -> None:
+    """Raise for the first setting the reference's loader refuses among those above."""
+    for name in _REMOVED_UNDER:
+        _refuse_removed(child(cfg, name), name)
+    for path, allowed, said, where in MODES:
+        _refuse_mode(_at(cfg, path), path, allowed, said, where)
+    for path in _TRAINERS:
+        node = _at(cfg, path)
+        if node is None:
+            continue
+        if path in _POLICIES:
+            _refuse_policy(node, path)
+        _refuse_train(node, path)
+    _refuse_experiment(cfg)
+
+
+# --- reading -----------------------------------------------------------------------------
+
+
+def _at(cfg: object, dotted: str) -> Any:
+    """The section at ``dotted``, or None when absent, null or left all-null by the strict
+    schema (a section nobody set: the reference's default)."""
+    node: Any = cfg
+    done: list[str] = []
+    for part in dotted.split("."):
+        done.append(part)
+        node = section(node, part, ".".join(done))
+        if node is None or (strict_schema(node) and unset(node)):
+            return None
+    return node
+
+
+#: The spellings OmegaConf's bool fields accept.
+_BOOLEAN = {"true": True, "yes": True, "on": True, "1": True}
+_BOOLEAN |= {"false": False, "no": False, "off": False, "0": False}
+
+
+def _flag(node: object, key: str, path: str) -> bool:
+    """A bool setting whose reference default is False, as OmegaConf reads it."""
+    value = child(node, key)
+    if value is None:
+        return False
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _BOOLEAN:
+        return _BOOLEAN[value.strip().lower()]
+    raise AllocationValidationError(f"{path}.{key}={quote(value)}: must be true or false")
+
+
+def _real(node: object, key: str, path: str) -> float | None:
+    """A float setting as OmegaConf's float fields convert it (``"0.5"`` → 0.5); None
+    when absent or null."""
+    value = child(node, key)
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            pass
+    raise AllocationValidationError(f"{path}.{key}={quote(value)}: must be a number")
+
+
+def _integer(node: object, key: str, path: str, default: int) -> int:
+    """An int setting as OmegaConf's int fields convert it (``"8"`` → 8)."""
+    value = child(node, key)
+    if value is None:
+        return default
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        return int(value.strip())
+    raise AllocationValidationError(f"{path}.{key}={quote(value)}: must be an integer")
+
+
+def _text(node: object, key: str, path: str) -> str | None:
+    """A str setting as OmegaConf's str fields convert a scalar (``1`` → ``'1'``); None
+    when absent or null (the reference's default, which every rule here allows)."""
+    value = child(node, key)
+    if value is None:
+        return None
+    if not _scalar(value):
+        raise AllocationValidationError(f"{path}.{key}={quote(value)}: must be a string")
+    return value if isinstance(value, str) else str(value)
+
+
+def _scalar(value: object) -> bool:
+    return isinstance(value, (str, int, float, bool))
+
+
+def _refused(subject: str, allowed: str, said: str, where: str) -> AllocationValidationError:
+    """One line: the key and value, what is allowed, the reference's words and lines."""
+    return AllocationValidationError(
+        f'{subject}: {allowed} (the reference\'s loader raises "{said}": {where} {_AT})'
+    )
+
+
+def _choices(allowed: tuple[str, ...], last: str = "or") -> str:
+    quoted = [repr(name) for name in allowed]
+    return f"{', '.join(quoted[:-1])} {last} {quoted[-1]}" if len(quoted) > 1 else quoted[0]
+
+
+# --- the rules ---------------------------------------------------------------------------
+
+
+def _refuse_removed(node: object, name: str) -> None:
+    """``actor`` / ``teacher`` holding a removed ``behave_imp_weight_*`` key (l.3516-3531)."""
+    if not is_mapping(node):
+        return
+    found = [key for key in REMOVED_KEYS if key in keys(node)]
+    if not found:
+        return
+    subject = ", ".join(f"{name}.{key}={quote(_raw(node, key))}" for key in found)
+    listed = ", ".join(repr(key) for key in found)
+    raise _refused(
+        subject,
+        f"removed; use {name}.rejection_sampling instead (behave_imp_weight_mode 'token_mask' "
+        f"or 'token_truncate' with behave_imp_weight_cap X → {{level: token, action: mask or "
+        f"clamp, metric: ratio, upper: X}}; 'disabled' → null)",
+        f"Found removed config key(s) {{{listed}}} under '{name}'. Config keys "
+        f"'behave_imp_weight_cap' and 'behave_imp_weight_mode' have been removed. Use "
+        f"'rejection_sampling' sub-config instead.",
+        _REMOVED_WHERE,
+    )
+
+
+def _raw(node: object, key: str) -> object:
+    """``node[key]`` as written: a DictConfig's interpolation is shown, not resolved."""
+    from omegaconf import DictConfig
+
+    if isinstance(node, DictConfig):
+        found = node._get_node(key)
+        if found is not None:
+            return found._value()
+    return child(node, key)
+
+
+def _refuse_mode(node: object, path: str, allowed: tuple[str, ...], said: str, where: str) -> None:
+    mode = _text(node, "mode", path) if node is not None else None
+    if mode is not None and mode not in allowed:
+        raise _refused(
+            f"{path}.mode={quote(mode)}",
+            f"must be {_choices(allowed)}",
+            said.format(clipped(mode)),
+            where,
+        )
+
+
+def _refuse_policy(node: object, path: str) -> None:
+    """A PPOActorConfig: its norms, its rejection sampling, then its own ``__post_init__``."""
+    for name in ("reward_norm", "adv_norm"):
+        norm = _at(node, name)
+        if norm is not None:
+            _refuse_norm(norm, f"{path}.{name}")
+    rejection = _at(node, "rejection_sampling")
+    if rejection is not None:
+        _refuse_rejection(rejection, f"{path}.rejection_sampling")
+    # PPOActorConfig.__post_init__ l.1886-1890
+    unit = _text(node, "gae_timestep_unit", path)
+    if unit is not None and unit not in ("token", "turn"):
+        raise _refused(
+            f"{path}.gae_timestep_unit={quote(unit)}",
+            "must be 'token' or 'turn'",
+            f"gae_timestep_unit must be 'token' or 'turn', got {clipped(unit)!r}",
+            f"{_PPO_WHERE} l.1886-1890",
+        )
+    sapo = _flag(node, "use_sapo_loss", path)
+    if sapo:  # l.1955-1965
+        given = (_real(node, "sapo_tau_pos", path), _real(node, "sapo_tau_neg", path))
+        positive = 1.0 if given[0] is None else given[0]  # the fields' defaults
+        negative = 1.05 if given[1] is None else given[1]
+        for key, tau in (("sapo_tau_pos", positive), ("sapo_tau_neg", negative)):
+            if tau <= 0:
+                raise _refused(
+                    f"{path}.{key}={quote(tau)}",
+                    f"must be > 0 with {path}.use_sapo_loss=true",
+                    "SAPO temperatures (sapo_tau_pos, sapo_tau_neg) must be positive. "
+                    f"Got sapo_tau_pos={positive}, sapo_tau_neg={negative}.",
+                    f"{_PPO_WHERE} l.1955-1960",
+                )
+        if _flag(node, "use_decoupled_loss", path):
+            raise _refused(
+                f"{path}.use_decoupled_loss=true",
+                f"must be false with {path}.use_sapo_loss=true",
+                "SAPO is not compatible with `use_decoupled_loss=True`. Please set "
+                "`actor.use_decoupled_loss=false` in your configuration.",
+                f"{_PPO_WHERE} l.1961-1965",
+            )
+    if _flag(node, "use_cispo_loss", path):  # l.1968-1984
+        if sapo:
+            raise _refused(
+                f"{path}.use_cispo_loss=true",
+                f"cannot go with {path}.use_sapo_loss=true; set at most one",
+                "CISPO and SAPO are mutually exclusive surrogates. Set at most one of "
+                "use_cispo_loss / use_sapo_loss.",
+                f"{_PPO_WHERE} l.1969-1973",
+            )
+        higher = _real(node, "eps_clip_higher", path)
+        if higher is None or higher <= 0:
+            raise _refused(
+                f"{path}.eps_clip_higher={'null' if higher is None else quote(higher)}",
+                f"must be > 0 with {path}.use_cispo_loss=true, e.g. 4.0",
+                "CISPO requires a positive eps_clip_higher (the asymmetric upper clip is its "
+                f"defining knob, MiniMax-M1 Eq. 4-5). Got eps_clip_higher={higher}.",
+                f"{_PPO_WHERE} l.1974-1979",
+            )
+        level = _text(node, "importance_sampling_level", path)
+        if level is not None and level != "token":
+            raise _refused(
+                f"{path}.importance_sampling_level={quote(level)}",
+                f"must be 'token' with {path}.use_cispo_loss=true",
+                "CISPO only supports importance_sampling_level='token'. Sequence-level "
+                "(GSPO-style) CISPO has no published surrogate.",
+                f"{_PPO_WHERE} l.1980-1984",
+            )
+
+
+def _refuse_norm(node: object, path: str) -> None:
+    """NormConfig.__post_init__ (l.80-96): the levels, and a group's size."""
+    levels: list[str | None] = []
+    for key, comma in (("mean_level", ""), ("std_level", ",")):
+        level = _text(node, key, path)  # null: none (or, in the strict schema, 'batch')
+        if level is not None and level not in _NORM_LEVELS:
+            raise _refused(
+                f"{path}.{key}={quote(level)}",
+                "must be 'batch', 'group' or null",
+                f"{key} must be 'batch', 'group'{comma} or None, got {clipped(level)}",
+                _NORM_WHERE,
+            )
+        levels.append(level)
+    if "group" in levels:
+        size = _integer(node, "group_size", path, 1)
+        if size < 1:
+            raise _refused(
+                f"{path}.group_size={quote(size)}",
+                "must be ≥ 1 with a 'group' level",
+                f"group_size must be a positive integer when using group normalization, got {size}",
+                _NORM_WHERE,
+            )
+
+
+def _refuse_rejection(node: object, path: str) -> None:
+    """RejectionSamplingConfig.__post_init__ (l.1602-1659), in its order."""
+    chosen: dict[str, str] = {}
+    for key, default, allowed in _REJECTION:  # l.1612-1625
+        found = _text(node, key, path)
+        value = default if found is None else found
+        if value not in allowed:
+            raise _refused(
+                f"{path}.{key}={quote(value)}",
+                f"must be {_choices(allowed)}",
+                f"{key} must be one of {allowed}, got {clipped(value)!r}",
+                _REJECTION_WHERE,
+            )
+        chosen[key] = value
+    given = _real(node, "upper", path)
+    upper = 5.0 if given is None else given  # the field's default
+    lower = _real(node, "lower", path)
+    metric = chosen["metric"]
+    if lower is not None and lower > upper:  # l.1628-1631
+        raise _refused(
+            f"{path}.lower={quote(lower)}",
+            f"must be ≤ {path}.upper={quote(upper)}",
+            f"lower ({lower}) cannot be greater than upper ({upper})",
+            _REJECTION_WHERE,
+        )
+    if metric == "ratio" and upper <= 1.0:  # l.1634-1639
+        raise _refused(
+            f"{path}.upper={quote(upper)}",
+            "must be > 1.0 with metric 'ratio'",
+            "upper must be > 1.0 for 'ratio' metric (otherwise all non-identical policy tokens "
+            f"will be filtered), got {upper}",
+            _REJECTION_WHERE,
+        )
+    if metric == "ratio" and lower is not None and lower <= 0:  # l.1640-1643
+        raise _refused(
+            f"{path}.lower={quote(lower)}",
+            "must be > 0 (or null) with metric 'ratio'",
+            f"lower must be positive for 'ratio' metric, got {lower}",
+            _REJECTION_WHERE,
+        )
+    if metric in ("kl_k2", "kl_k3") and upper <= 0:  # l.1647-1650
+        raise _refused(
+            f"{path}.upper={quote(upper)}",
+            f"must be > 0 with metric {metric!r}",
+            f"upper must be positive for '{metric}' metric, got {upper}",
+            _REJECTION_WHERE,
+        )
+    if chosen["action"] == "clamp" and metric != "ratio":  # l.1652-1657
+        raise _refused(
+            f"{path}.action='clamp'",
+            f"needs metric 'ratio', not {metric!r}; use action 'mask' with a KL metric",
+            "action='clamp' only supports metric='ratio' (direct importance weight "
+            f"truncation). Got metric='{metric}'. Use action='mask' for KL-based filtering.",
+            _REJECTION_WHERE,
+        )
+
+
+def _refuse_train(node: object, path: str) -> None:
+    """TrainEngineConfig.__post_init__'s chunk size and attention (l.1460-1470)."""
+    chunk = _integer(node, "logprobs_chunk_size", path, 1024)
+    if chunk <= 0:
+        raise _refused(
+            f"{path}.logprobs_chunk_size={quote(chunk)}",
+            "must be ≥ 1",
+            f"logprobs_chunk_size must be positive, got {chunk}",
+            f"{_TRAIN_WHERE} l.1460-1463",
+        )
+    attention = _text(node, "attn_impl", path)
+    if attention is not None and attention not in ATTN_IMPLS and "/" not in attention:
+        raise _refused(
+            f"{path}.attn_impl={quote(attention)}",
+            f"must be one of {', '.join(map(repr, ATTN_IMPLS))}, or a Hugging Face kernels "
+            f"repo ID org/repo[@revision][:entrypoint]",
+            f"attn_impl must be one of {ATTN_IMPLS} or a Hugging Face kernels repo ID "
+            f"formatted as org/repo[@revision][:entrypoint] (optionally prefixed with "
+            f"wrapper|), got '{clipped(attention)}'.",
+            f"{_TRAIN_WHERE} l.1469-1470; areal/engine/fsdp_utils/attn_impl.py l.21-29",
+        )
+
+
+def _refuse_experiment(cfg: object) -> None:
+    """PPOConfig.__post_init__ (l.3433-3458): shared seeds, and two reward normalizations."""
+    gconfig = _at(cfg, "gconfig")
+    if _flag(_at(cfg, "rollout"), "deterministic_sampling", "rollout"):  # l.3437-3451
+        evaluation = _at(cfg, "eval_gconfig")
+        for name, node in (("gconfig", gconfig), ("eval_gconfig", evaluation)):
+            seed = child(node, "seed") if node is not None else None
+            if seed is None:
+                continue
+            samples = whole_number(node, "n_samples", f"{name}.n_samples") or 1
+            if samples > 1:
+                raise _refused(
+                    f"{name}.seed={quote(seed)}",
+                    f"must be null with rollout.deterministic_sampling=true and "
+                    f"{name}.n_samples={samples} (or set {name}.n_samples=1)",
+                    "deterministic_sampling with grouped rollouts cannot use a shared "
+                    f"{name}.seed, because every sample would receive the same sampling "
+                    "seed. Set the seed to null to derive stable per-sample seeds, or set "
+                    "n_samples=1.",
+                    f"{_EXPERIMENT_WHERE} l.3437-3451",
+                )
+    if gconfig is not None and _flag(gconfig, "reward_normalization", "gconfig"):
+        actor = _at(cfg, "actor")
+        norm = _at(actor, "reward_norm") if actor is not None else None
+        if norm is not None:  # l.3452-3457
+            raise _refused(
+                f"gconfig.reward_normalization=true and actor.reward_norm={quote(norm)}",
+                "enable only one (set gconfig.reward_normalization=false or "
+                "actor.reward_norm=null)",
+                "gconfig.reward_normalization (rollout-time, per-prompt) and "
+                "actor.reward_norm (training-time, on collected batch) both apply reward "
+                "normalization. Enable only one.",
+                f"{_EXPERIMENT_WHERE} l.3452-3457",
+            )
