@@ -1,0 +1,519 @@
+"""What the reference's loader refuses in settings the plan never reads is refused here.
+
+``load_expr_config`` refuses the removed ``behave_imp_weight_*`` keys and runs each
+dataclass's ``__post_init__`` (areal/api/cli_args.py at AReaL cbff54d6); every row below was
+run through the reference's own loader both ways (refused there; the nearby value taken).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+import areal_alloc
+from areal_alloc import AllocationValidationError
+
+BASE: dict[str, Any] = {
+    "cluster": {"n_nodes": 1, "n_gpus_per_node": 8},
+    "rollout": {"backend": "sglang:d4"},
+    "actor": {"backend": "fsdp:d4"},
+}
+CLI = "areal/api/cli_args.py"
+PPO = f"PPOActorConfig.__post_init__, {CLI}"
+NORM = f"NormConfig.__post_init__, {CLI} l.80-96"
+REJECTION = f"RejectionSamplingConfig.__post_init__, {CLI} l.1602-1659"
+EXPERIMENT = f"PPOConfig.__post_init__, {CLI}"
+TRAIN = f"TrainEngineConfig.__post_init__, {CLI}"
+
+
+def _config(**settings: Any) -> Any:
+    """:data:`BASE` with each dotted setting (``actor__use_sapo_loss`` → actor.use_sapo_loss)."""
+    config = copy.deepcopy(BASE)
+    for dotted, value in settings.items():
+        *parents, key = dotted.split("__")
+        node = config
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[key] = value
+    return OmegaConf.create(config)  # as Hydra hands it over
+
+
+def _said(subject: str, allowed: str, said: str, where: str) -> str:
+    return f'{subject}: {allowed} (the reference\'s loader raises "{said}": {where} at cbff54d6)'
+
+
+_REMOVED = (
+    "removed; use {0}.rejection_sampling instead (behave_imp_weight_mode 'token_mask' or "
+    "'token_truncate' with behave_imp_weight_cap X → {{level: token, action: mask or clamp, "
+    "metric: ratio, upper: X}}; 'disabled' → null)"
+)
+_REMOVED_SAID = (
+    "Found removed config key(s) {{{0}}} under '{1}'. Config keys 'behave_imp_weight_cap' and "
+    "'behave_imp_weight_mode' have been removed. Use 'rejection_sampling' sub-config instead."
+)
+_REMOVED_WHERE = f"_migrate_legacy_rejection_sampling, {CLI} l.3499-3531"
+_SAPO_TAU = "SAPO temperatures (sapo_tau_pos, sapo_tau_neg) must be positive. Got {}."
+_CISPO_HIGHER = (
+    "CISPO requires a positive eps_clip_higher (the asymmetric upper clip is its defining "
+    "knob, MiniMax-M1 Eq. 4-5). Got eps_clip_higher={}."
+)
+_SEED = (
+    "deterministic_sampling with grouped rollouts cannot use a shared {}.seed, because every "
+    "sample would receive the same sampling seed. Set the seed to null to derive stable "
+    "per-sample seeds, or set n_samples=1."
+)
+_ATTN = (
+    "attn_impl must be one of ('eager', 'sdpa', 'flash_attention_2', 'flash_attention_3', "
+    "'flex_attention') or a Hugging Face kernels repo ID formatted as "
+    "org/repo[@revision][:entrypoint] (optionally prefixed with wrapper|), got 'flash'."
+)
+_TEACHER_TRAIN = {"engine_type": "train", "train": {"backend": "fsdp:d4"}}
+
+REFUSED: list[tuple[dict[str, Any], str]] = [
+    # 1. the removed keys, under the actor and the teacher (l.3499-3531)
+    (
+        {"actor__behave_imp_weight_cap": 5.0},
+        _said(
+            "actor.behave_imp_weight_cap=5.0",
+            _REMOVED.format("actor"),
+            _REMOVED_SAID.format("'behave_imp_weight_cap'", "actor"),
+            _REMOVED_WHERE,
+        ),
+    ),
+    (
+        {"actor__behave_imp_weight_cap": 2, "actor__behave_imp_weight_mode": "token_mask"},
+        _said(
+            "actor.behave_imp_weight_cap=2, actor.behave_imp_weight_mode='token_mask'",
+            _REMOVED.format("actor"),
+            _REMOVED_SAID.format("'behave_imp_weight_cap', 'behave_imp_weight_mode'", "actor"),
+            _REMOVED_WHERE,
+        ),
+    ),
+    (
+        {"teacher__behave_imp_weight_mode": "disabled"},
+        _said(
+            "teacher.behave_imp_weight_mode='disabled'",
+            _REMOVED.format("teacher"),
+            _REMOVED_SAID.format("'behave_imp_weight_mode'", "teacher"),
+            _REMOVED_WHERE,
+        ),
+    ),
+    # 2. SAPO and CISPO (PPOActorConfig.__post_init__ l.1955-1984), for every PPOActorConfig
+    (
+        {"actor__use_sapo_loss": True, "actor__use_decoupled_loss": True},
+        _said(
+            "actor.use_decoupled_loss=true",
+            "must be false with actor.use_sapo_loss=true",
+            "SAPO is not compatible with `use_decoupled_loss=True`. Please set "
+            "`actor.use_decoupled_loss=false` in your configuration.",
+            f"{PPO} l.1961-1965",
+        ),
+    ),
+    (
+        {"actor__use_sapo_loss": "yes", "actor__sapo_tau_pos": 0},
+        _said(
+            "actor.sapo_tau_pos=0.0",
+            "must be > 0 with actor.use_sapo_loss=true",
+            _SAPO_TAU.format("sapo_tau_pos=0.0, sapo_tau_neg=1.05"),
+            f"{PPO} l.1955-1960",
+        ),
+    ),
+    (
+        {"actor__use_sapo_loss": True, "actor__sapo_tau_neg": "-1"},
+        _said(
+            "actor.sapo_tau_neg=-1.0",
+            "must be > 0 with actor.use_sapo_loss=true",
+            _SAPO_TAU.format("sapo_tau_pos=1.0, sapo_tau_neg=-1.0"),
+            f"{PPO} l.1955-1960",
+        ),
+    ),
+    (
+        {"actor__use_cispo_loss": True},
+        _said(
+            "actor.eps_clip_higher=null",
+            "must be > 0 with actor.use_cispo_loss=true, e.g. 4.0",
+            _CISPO_HIGHER.format("None"),
+            f"{PPO} l.1974-1979",
+        ),
+    ),
+    (
+        {"actor__use_cispo_loss": True, "actor__eps_clip_higher": 0},
+        _said(
+            "actor.eps_clip_higher=0.0",
+            "must be > 0 with actor.use_cispo_loss=true, e.g. 4.0",
+            _CISPO_HIGHER.format("0.0"),
+            f"{PPO} l.1974-1979",
+        ),
+    ),
+    (
+        {"actor__use_cispo_loss": True, "actor__eps_clip_higher": 4, "actor__use_sapo_loss": True},
+        _said(
+            "actor.use_cispo_loss=true",
+            "cannot go with actor.use_sapo_loss=true; set at most one",
+            "CISPO and SAPO are mutually exclusive surrogates. Set at most one of "
+            "use_cispo_loss / use_sapo_loss.",
+            f"{PPO} l.1969-1973",
+        ),
+    ),
+    (
+        {
+            "actor__use_cispo_loss": True,
+            "actor__eps_clip_higher": 4.0,
+            "actor__importance_sampling_level": "sequence",
+        },
+        _said(
+            "actor.importance_sampling_level='sequence'",
+            "must be 'token' with actor.use_cispo_loss=true",
+            "CISPO only supports importance_sampling_level='token'. Sequence-level "
+            "(GSPO-style) CISPO has no published surrogate.",
+            f"{PPO} l.1980-1984",
+        ),
+    ),
+    (
+        {"ref": {"backend": "fsdp:d4", "use_sapo_loss": True, "use_decoupled_loss": True}},
+        _said(
+            "ref.use_decoupled_loss=true",
+            "must be false with ref.use_sapo_loss=true",
+            "SAPO is not compatible with `use_decoupled_loss=True`. Please set "
+            "`actor.use_decoupled_loss=false` in your configuration.",
+            f"{PPO} l.1961-1965",
+        ),
+    ),
+    (
+        {"teacher": {"engine_type": "train", "train": {"backend": "fsdp:d4", "use_cispo_loss": 1}}},
+        _said(
+            "teacher.train.eps_clip_higher=null",
+            "must be > 0 with teacher.train.use_cispo_loss=true, e.g. 4.0",
+            _CISPO_HIGHER.format("None"),
+            f"{PPO} l.1974-1979",
+        ),
+    ),
+    (
+        {"actor__gae_timestep_unit": "step"},
+        _said(
+            "actor.gae_timestep_unit='step'",
+            "must be 'token' or 'turn'",
+            "gae_timestep_unit must be 'token' or 'turn', got 'step'",
+            f"{PPO} l.1886-1890",
+        ),
+    ),
+    # 3. two reward normalizations (PPOConfig.__post_init__ l.3452-3457)
+    (
+        {"gconfig__reward_normalization": True, "actor__reward_norm": {}},
+        _said(
+            "gconfig.reward_normalization=true and actor.reward_norm={}",
+            "enable only one (set gconfig.reward_normalization=false or actor.reward_norm=null)",
+            "gconfig.reward_normalization (rollout-time, per-prompt) and actor.reward_norm "
+            "(training-time, on collected batch) both apply reward normalization. Enable only one.",
+            f"{EXPERIMENT} l.3452-3457",
+        ),
+    ),
+    # 4. rejection sampling (RejectionSamplingConfig.__post_init__ l.1602-1659)
+    (
+        {"actor__rejection_sampling": {"level": "step"}},
+        _said(
+            "actor.rejection_sampling.level='step'",
+            "must be 'token' or 'sequence'",
+            "level must be one of ('token', 'sequence'), got 'step'",
+            REJECTION,
+        ),
+    ),
+    (
+        {"actor__rejection_sampling": {"action": "truncate"}},
+        _said(
+            "actor.rejection_sampling.action='truncate'",
+            "must be 'mask' or 'clamp'",
+            "action must be one of ('mask', 'clamp'), got 'truncate'",
+            REJECTION,
+        ),
+    ),
+    (
+        {"actor__rejection_sampling": {"metric": "binary_kl"}},
+        _said(
+            "actor.rejection_sampling.metric='binary_kl'",
+            "must be 'ratio', 'kl_k1', 'kl_k2' or 'kl_k3'",
+            "metric must be one of ('ratio', 'kl_k1', 'kl_k2', 'kl_k3'), got 'binary_kl'",
+            REJECTION,
+        ),
+    ),
+    (
+        {"actor__rejection_sampling": {"agg": "min"}},
+        _said(
+            "actor.rejection_sampling.agg='min'",
+            "must be 'sum', 'mean' or 'max'",
+            "agg must be one of ('sum', 'mean', 'max'), got 'min'",
+            REJECTION,
+        ),
+    ),
+    (
+        {"actor__rejection_sampling": {"lower": 6}},
+        _said(
+            "actor.rejection_sampling.lower=6.0",
+            "must be ≤ actor.rejection_sampling.upper=5.0",
+            "lower (6.0) cannot be greater than upper (5.0)",
+            REJECTION,
+        ),
+    ),
+    (
+        {"actor__rejection_sampling": {"upper": "1"}},
+        _said(
+            "actor.rejection_sampling.upper=1.0",
+            "must be > 1.0 with metric 'ratio'",
+            "upper must be > 1.0 for 'ratio' metric (otherwise all non-identical policy tokens "
+            "will be filtered), got 1.0",
+            REJECTION,
+        ),
+    ),
+    (
+        {"actor__rejection_sampling": {"lower": 0}},
+        _said(
+            "actor.rejection_sampling.lower=0.0",
+            "must be > 0 (or null) with metric 'ratio'",
+            "lower must be positive for 'ratio' metric, got 0.0",
+            REJECTION,
+        ),
+    ),
+    (
+        {"actor__rejection_sampling": {"metric": "kl_k2", "upper": 0}},
+        _said(
+            "actor.rejection_sampling.upper=0.0",
+            "must be > 0 with metric 'kl_k2'",
+            "upper must be positive for 'kl_k2' metric, got 0.0",
+            REJECTION,
+        ),
+    ),
+    (
+        {"actor__rejection_sampling": {"metric": "kl_k3", "action": "clamp"}},
+        _said(
+            "actor.rejection_sampling.action='clamp'",
+            "needs metric 'ratio', not 'kl_k3'; use action 'mask' with a KL metric",
+            "action='clamp' only supports metric='ratio' (direct importance weight "
+            "truncation). Got metric='kl_k3'. Use action='mask' for KL-based filtering.",
+            REJECTION,
+        ),
+    ),
+    # 5. the norms (NormConfig.__post_init__ l.80-96)
+    (
+        {"actor__reward_norm": {"mean_level": "none"}},
+        _said(
+            "actor.reward_norm.mean_level='none'",
+            "must be 'batch', 'group' or null",
+            "mean_level must be 'batch', 'group' or None, got none",
+            NORM,
+        ),
+    ),
+    (
+        {"actor__adv_norm": {"std_level": "none"}},
+        _said(
+            "actor.adv_norm.std_level='none'",
+            "must be 'batch', 'group' or null",
+            "std_level must be 'batch', 'group', or None, got none",
+            NORM,
+        ),
+    ),
+    (
+        {"actor__adv_norm": {"mean_level": "group", "group_size": 0}},
+        _said(
+            "actor.adv_norm.group_size=0",
+            "must be ≥ 1 with a 'group' level",
+            "group_size must be a positive integer when using group normalization, got 0",
+            NORM,
+        ),
+    ),
+    (
+        {
+            "teacher": {
+                **_TEACHER_TRAIN,
+                "train": {"backend": "fsdp:d4", "adv_norm": {"mean_level": "x"}},
+            }
+        },
+        _said(
+            "teacher.train.adv_norm.mean_level='x'",
+            "must be 'batch', 'group' or null",
+            "mean_level must be 'batch', 'group' or None, got x",
+            NORM,
+        ),
+    ),
+    # 6. the modes (SaverConfig, RecoverConfig, WandBConfig, SwanlabConfig, TrackioConfig)
+    (
+        {"saver__mode": "background"},
+        _said(
+            "saver.mode='background'",
+            "must be 'auto', 'sync' or 'async'",
+            "Invalid mode 'background'. Valid: {'auto', 'sync', 'async'}",
+            f"SaverConfig.__post_init__, {CLI} l.2753-2756",
+        ),
+    ),
+    (
+        {"recover__mode": "fault"},
+        _said(
+            "recover.mode='fault'",
+            "must be 'on', 'off', 'auto' or 'disabled'",
+            "Invalid recover mode 'fault'. Valid options: {'on', 'off', 'auto', 'disabled'}. "
+            "Note: 'fault' and 'resume' modes have been removed.",
+            f"RecoverConfig.__post_init__, {CLI} l.2795-2802",
+        ),
+    ),
+    (
+        {"stats_logger__wandb__mode": "cloud"},
+        _said(
+            "stats_logger.wandb.mode='cloud'",
+            "must be 'online', 'offline', 'disabled' or 'shared'",
+            "Invalid wandb mode: 'cloud'. Must be one of: online, offline, disabled, shared.",
+            f"WandBConfig.__post_init__, {CLI} l.2828-2834",
+        ),
+    ),
+    (
+        {"stats_logger__swanlab__mode": "online"},
+        _said(
+            "stats_logger.swanlab.mode='online'",
+            "must be 'cloud', 'local', 'disabled' or 'offline'",
+            "Invalid swanlab mode: 'online'. Must be one of: cloud, local, disabled, offline.",
+            f"SwanlabConfig.__post_init__, {CLI} l.2855-2861",
+        ),
+    ),
+    (
+        {"stats_logger__trackio__mode": "offline"},
+        _said(
+            "stats_logger.trackio.mode='offline'",
+            "must be 'disabled', 'online' or 'local'",
+            "Invalid trackio mode: 'offline'. Must be one of {'disabled', 'online', 'local'}.",
+            f"TrackioConfig.__post_init__, {CLI} l.2894-2900",
+        ),
+    ),
+    # 7. the training engines' chunk size and attention; the shared seed
+    (
+        {"actor__logprobs_chunk_size": 0},
+        _said(
+            "actor.logprobs_chunk_size=0",
+            "must be ≥ 1",
+            "logprobs_chunk_size must be positive, got 0",
+            f"{TRAIN} l.1460-1463",
+        ),
+    ),
+    (
+        {"critic": {"backend": "fsdp:d4", "logprobs_chunk_size": "-3"}},
+        _said(
+            "critic.logprobs_chunk_size=-3",
+            "must be ≥ 1",
+            "logprobs_chunk_size must be positive, got -3",
+            f"{TRAIN} l.1460-1463",
+        ),
+    ),
+    (
+        {"actor__attn_impl": "flash"},
+        _said(
+            "actor.attn_impl='flash'",
+            "must be one of 'eager', 'sdpa', 'flash_attention_2', 'flash_attention_3', "
+            "'flex_attention', or a Hugging Face kernels repo ID org/repo[@revision][:entrypoint]",
+            _ATTN,
+            f"{TRAIN} l.1469-1470; areal/engine/fsdp_utils/attn_impl.py l.21-29",
+        ),
+    ),
+    (
+        {"rollout__deterministic_sampling": True, "gconfig": {"n_samples": 4, "seed": 1}},
+        _said(
+            "gconfig.seed=1",
+            "must be null with rollout.deterministic_sampling=true and gconfig.n_samples=4 "
+            "(or set gconfig.n_samples=1)",
+            _SEED.format("gconfig"),
+            f"{EXPERIMENT} l.3437-3451",
+        ),
+    ),
+    (
+        {"rollout__deterministic_sampling": True, "eval_gconfig": {"n_samples": 2, "seed": 3}},
+        _said(
+            "eval_gconfig.seed=3",
+            "must be null with rollout.deterministic_sampling=true and eval_gconfig.n_samples=2 "
+            "(or set eval_gconfig.n_samples=1)",
+            _SEED.format("eval_gconfig"),
+            f"{EXPERIMENT} l.3437-3451",
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(("settings", "message"), REFUSED)
+def test_what_the_reference_loader_refuses_is_one_line(
+    settings: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(AllocationValidationError) as info:
+        areal_alloc.validate(_config(**settings), on_memory="off")
+    assert info.value.message == message
+    assert "\n" not in info.value.message
+
+
+#: nearby settings the reference's loader takes (each run through it)
+TAKEN: list[dict[str, Any]] = [
+    {"actor__use_sapo_loss": True, "actor__use_decoupled_loss": False, "actor__sapo_tau_pos": 0.1},
+    {"actor__use_decoupled_loss": True, "actor__recompute_logprob": True},  # the GRPO examples
+    {"actor__use_cispo_loss": True, "actor__eps_clip_higher": 4.0, "actor__eps_clip": 1.0},
+    {"actor__use_cispo_loss": True, "actor__eps_clip_higher": "4", "actor__use_decoupled_loss": 1},
+    {"actor__importance_sampling_level": "sequence"},  # without CISPO
+    {"actor__sapo_tau_pos": 0},  # without SAPO
+    {"gconfig__reward_normalization": True, "actor__reward_norm": None},
+    {"gconfig__reward_normalization": False, "actor__reward_norm": {"mean_level": "group"}},
+    {"actor__adv_norm": {"mean_level": "group", "std_level": None, "group_size": 8}},
+    {"actor__adv_norm": {"mean_level": "batch", "group_size": 0}},  # not a 'group' level
+    {"actor__reward_norm": {"mean_level": None, "std_level": None}},
+    {"actor__rejection_sampling": {}},
+    {"actor__rejection_sampling": None},
+    {"actor__rejection_sampling": {"metric": "kl_k1", "upper": -1}},
+    {
+        "actor__rejection_sampling": {
+            "level": "sequence",
+            "action": "clamp",
+            "upper": 2,
+            "lower": 0.5,
+        }
+    },
+    {"actor__rejection_sampling": {"metric": "kl_k3", "action": "mask", "upper": 0.5}},
+    {"saver__mode": "async", "recover__mode": "auto", "evaluator": {"freq_epochs": 1}},
+    {"stats_logger": {"wandb": {"mode": "shared"}, "swanlab": {"mode": "cloud"}}},
+    {"stats_logger__trackio__mode": "local"},
+    {"actor__logprobs_chunk_size": 1, "actor__attn_impl": "sdpa"},
+    {"actor__attn_impl": "kernels-community/flash-attn@main:fwd"},
+    {"actor__gae_timestep_unit": "turn"},
+    {"rollout__deterministic_sampling": True, "gconfig": {"n_samples": 4, "seed": None}},
+    {"rollout__deterministic_sampling": True, "gconfig": {"n_samples": 1, "seed": 3}},
+    {"rollout__deterministic_sampling": False, "gconfig": {"n_samples": 4, "seed": 3}},
+]
+
+
+@pytest.mark.parametrize("settings", TAKEN)
+def test_what_the_reference_loader_takes_passes(settings: dict[str, Any]) -> None:
+    areal_alloc.validate(_config(**settings), on_memory="off")
+
+
+def _strict(tmp_path: Path, body: str) -> Any:
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "strict.yaml").write_text(
+        "defaults:\n  - areal_alloc/schema\n  - _self_\n"
+        "cluster: {n_nodes: 1, n_gpus_per_node: 8}\nrollout: {backend: 'sglang:d4'}\n" + body
+    )
+    with initialize_config_dir(str(conf), version_base=None):
+        return compose("strict")
+
+
+def test_the_strict_schemas_unset_sections_are_the_references_defaults(tmp_path: Path) -> None:
+    # reward_norm, rejection_sampling, saver … all null: sections nobody set
+    cfg = _strict(tmp_path, "actor: {backend: 'fsdp:d4'}\ngconfig: {reward_normalization: true}\n")
+    assert areal_alloc.validate(cfg, on_memory="off")["actor"].gpus == 4
+
+
+def test_the_strict_schema_reads_the_same_refusals(tmp_path: Path) -> None:
+    cfg = _strict(tmp_path, "actor: {backend: 'fsdp:d4', reward_norm: {std_level: none}}\n")
+    with pytest.raises(AllocationValidationError) as info:
+        areal_alloc.validate(cfg, on_memory="off")
+    assert info.value.message == _said(
+        "actor.reward_norm.std_level='none'",
+        "must be 'batch', 'group' or null",
+        "std_level must be 'batch', 'group', or None, got none",
+        NORM,
+    )
