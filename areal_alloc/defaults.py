@@ -19,6 +19,7 @@ __all__ = [
     "CONTEXT_LENGTH",
     "DTYPE",
     "ENABLE_OFFLOAD",
+    "ENGINE_OPTIMIZERS",
     "ENGINE_VERSION",
     "LORA_ALPHA",
     "LORA_RANK",
@@ -152,6 +153,19 @@ ARCHON_PP_SCHEDULES: dict[str, int] = {
 ARCHON_PP_SCHEDULE = "Interleaved1F1B"
 #: the archon engine's virtual stages per pipeline rank without a config (its default schedule's)
 ARCHON_STAGES_PER_RANK = ARCHON_PP_SCHEDULES[ARCHON_PP_SCHEDULE]
+#: ``optimizer.type`` each training engine builds (the one home of the allowed types):
+#: OptimizerConfig.type's choices adam, sgd, adam_bf16 (cli_args.py l.382-390) are not
+#: checked by the loader; the FSDP engine asserts adam/adam_bf16/sgd (areal/engine/
+#: fsdp_engine.py _create_optimizer l.1156-1160); the Megatron engine turns adam_bf16 into
+#: adam with megatron-core's precision-aware optimizer first (megatron_engine.py
+#: _normalize_adam_bf16_config l.1650-1663, called at initialize l.456), then asserts
+#: adam/sgd (_create_optimizer l.1813-1816); archon builds adam or sgd and raises for the rest
+#: (areal/experimental/engine/archon_utils.py create_optimizer l.55-71).
+ENGINE_OPTIMIZERS: dict[str, tuple[str, ...]] = {
+    "fsdp": ("adam", "adam_bf16", "sgd"),
+    "megatron": ("adam", "adam_bf16", "sgd"),
+    "archon": ("adam", "sgd"),
+}
 
 _CLI_ARGS = f"areal/api/cli_args.py@{REFERENCE_COMMIT[:8]}"
 

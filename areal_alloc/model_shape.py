@@ -9,6 +9,7 @@ against pipeline × virtual pipeline stages, experts against expert parallelism.
 from __future__ import annotations
 
 import errno
+import math
 import os
 import stat
 from dataclasses import dataclass, replace
@@ -293,6 +294,87 @@ def engine_shape(backend: str, shape: ModelShape) -> ModelShape:
     return shape
 
 
+#: The training engines whose context parallelism is Ulysses sequence parallelism, which
+#: scatters the attention heads over the c ranks (AReaL cbff54d6: the FSDP engine's
+#: apply_monkey_patch, areal/models/transformers/ulyssess_patch.py l.165-177, called from
+#: fsdp_engine.py initialize l.393 with sp_size = c; the archon engine's
+#: validate_cp_constraints, areal/experimental/models/archon/utils.py l.64-93, called from
+#: apply_cp, qwen2/infra/parallelize.py l.351 and qwen3/infra/parallelize.py l.523).
+#: Megatron's context parallelism splits the sequence, not the heads.
+ULYSSES_BACKENDS = ("fsdp", "archon")
+
+
+def _ulysses_divisors(heads: int, kv: int | None, tp: int, backend: str) -> str:
+    """The c > 1 whose Ulysses split the heads take, as text ("c2, c4"; "none")."""
+    small = [d for d in range(1, math.isqrt(heads) + 1) if heads % d == 0]
+    divisors = sorted({*small, *(heads // d for d in small)})  # c must divide the heads
+    fits = [c for c in divisors[1:] if not _ulysses_problems(backend, tp, c, heads, kv, hint=False)]
+    return ", ".join(f"c{c}" for c in fits[:6]) + (", …" if len(fits) > 6 else "") or "none"
+
+
+def _ulysses_problems(
+    backend: str, tp: int, cp: int, heads: int | None, kv: int | None, hint: bool = True
+) -> list[str]:
+    """Why Ulysses context parallelism over ``cp`` ranks cannot split the heads.
+
+    FSDP checks the model's heads (ulyssess_patch.py l.165-177): the attention heads divisible
+    by c, the KV heads divisible by c or dividing it (then repeated). Archon checks the heads
+    after tensor parallelism (archon/utils.py l.64-93): q = heads // t divisible by c; kv =
+    KV heads // t divisible by c when at least c, else dividing c; its last check, c // kv
+    dividing heads // KV heads, follows from those (c divides q and kv divides c). A model
+    without head counts is not checked.
+    """
+    if heads is None:
+        return []
+    kv_heads = kv if kv is not None else heads
+    if backend == "fsdp":
+        said = f"the FSDP engine's Ulysses patch raises 'num_attention_heads {heads} must be "
+        if heads % cp:
+            found = (
+                f"num_attention_heads={heads} is not divisible by context parallel size c{cp}: "
+                f"{heads} % {cp} = {heads % cp}, and {said}divisible by ulysses_sp_size {cp}'"
+            )
+        elif kv_heads % cp and cp % kv_heads:
+            found = (
+                f"num_key_value_heads={kv_heads} and context parallel size c{cp}: neither "
+                f"divides the other ({kv_heads} % {cp} = {kv_heads % cp}, {cp} % {kv_heads} = "
+                f"{cp % kv_heads}), and the FSDP engine's Ulysses patch raises "
+                f"'num_key_value_heads {kv_heads} must be divisible by ulysses_sp_size {cp} or "
+                f"vice versa.'"
+            )
+        else:
+            return []
+    else:
+        if heads % tp or kv_heads % tp:
+            return []  # the tensor-parallel check above, which archon's apply_tp meets first
+        q, local_kv = heads // tp, kv_heads // tp
+        after = f" after t{tp}" if tp > 1 else ""
+        if q % cp:
+            found = (
+                f"{q} attention heads{after} are not divisible by context parallel size c{cp}: "
+                f"{q} % {cp} = {q % cp}, and the archon engine raises 'q_heads after TP ({q}) "
+                f"must be divisible by cp_size ({cp})'"
+            )
+        elif local_kv >= cp and local_kv % cp:
+            found = (
+                f"{local_kv} KV heads{after} are not divisible by context parallel size c{cp}: "
+                f"{local_kv} % {cp} = {local_kv % cp}, and the archon engine raises 'kv_heads "
+                f"after TP ({local_kv}) must be divisible by cp_size ({cp})'"
+            )
+        elif local_kv < cp and cp % local_kv:
+            found = (
+                f"context parallel size c{cp} is not divisible by the {local_kv} KV heads"
+                f"{after}: {cp} % {local_kv} = {cp % local_kv}, and the archon engine raises "
+                f"'cp_size ({cp}) must be divisible by kv_heads after TP ({local_kv})'"
+            )
+        else:
+            return []
+    if hint:
+        sizes = _ulysses_divisors(heads, kv, tp, backend)
+        found += f"; use a context parallel size the heads take ({sizes})"
+    return [found]
+
+
 def layout_problems(backend: str, p: ParallelStrategy, shape: ModelShape) -> list[str]:
     """Every way the layout ``p`` of ``backend`` does not fit ``shape``."""
     inference = backend in INFERENCE_BACKENDS
@@ -316,6 +398,8 @@ def layout_problems(backend: str, p: ParallelStrategy, shape: ModelShape) -> lis
                 f"num_key_value_heads={kv} is not divisible by tensor parallel size t{tp}: "
                 f"{kv} % {tp} = {kv % tp}"
             )
+    if p.cp_size > 1 and backend in ULYSSES_BACKENDS:
+        problems.extend(_ulysses_problems(backend, tp, p.cp_size, heads, kv))
     stages = p.pp_size * shape.virtual_pipeline_size
     if backend == "megatron":
         # The reference's Megatron engine splits the layers unevenly, by parameters, over

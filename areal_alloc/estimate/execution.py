@@ -214,7 +214,8 @@ def fsdp_keeps_mlp_whole(backend: str, model_type: str) -> bool:
     return backend == "fsdp" and model_type in FSDP_WHOLE_MLP_MODEL_TYPES
 
 
-OPTIMIZERS = ("adam", "adam_bf16", "sgd")
+#: every ``optimizer.type`` some training engine builds (defaults.ENGINE_OPTIMIZERS, by engine)
+OPTIMIZERS = tuple(dict.fromkeys(t for types in defaults.ENGINE_OPTIMIZERS.values() for t in types))
 
 
 #: Bytes per element of the [tokens, vocab/t] logits at the loss's peak, by how the loss

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from functools import lru_cache
 
+from areal_alloc import defaults
 from areal_alloc.architecture import Architecture, ParameterCount
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.estimate.activations import activation_bytes_per_token, lora_parameters
@@ -134,10 +135,12 @@ def _engine(
     if settings.critic:
         p = replace(p, output=arch.hidden_size)
     compute = dtype_bytes(settings.dtype, f"{key}.dtype")
-    if backend == "archon" and settings.optimizer == "adam_bf16":
+    allowed = defaults.ENGINE_OPTIMIZERS.get(backend)
+    if settings.optimizer is not None and allowed and settings.optimizer not in allowed:
+        # an experiment's engine is refused at start-up first (rules.optimizer_is_built)
         raise AllocationValidationError(
-            f"{key}.optimizer.type='adam_bf16': the archon engine takes adam or sgd "
-            f"(areal/experimental/engine/archon_utils.py create_optimizer)"
+            f"{key}.optimizer.type={settings.optimizer!r}: the {backend} engine takes "
+            f"{', '.join(allowed[:-1])} or {allowed[-1]} (areal_alloc.defaults.ENGINE_OPTIMIZERS)"
         )
     pp = parallel.pp_size
     tokens = math.ceil(settings.packed(backend, pp) / parallel.cp_size)

@@ -524,6 +524,72 @@ def per_layer_optim_step_needs_adam(run: Run) -> str | None:
     return None
 
 
+# --- each training engine's optimizer -------------------------------------------------------------
+# OptimizerConfig.type's "choices" (areal/api/cli_args.py l.382-390 at cbff54d6) are help text:
+# the loader takes any text and the engine refuses it when it builds the optimizer. The types
+# each engine builds have one home, defaults.ENGINE_OPTIMIZERS (the memory estimate reads it).
+
+
+def _unbuilt_optimizer(run: Run, backend: str, said: str) -> str | None:
+    """The first active ``backend`` engine whose ``optimizer.type`` it does not build: the
+    message, ``said`` naming what the engine raises ("{type}" for the value)."""
+    from areal_alloc.defaults import ENGINE_OPTIMIZERS
+
+    allowed = ENGINE_OPTIMIZERS[backend]
+    for engine in run.engines:
+        training = engine.training
+        if not engine.active or engine.allocation.backend != backend or training is None:
+            continue
+        kind = training.optimizer
+        if kind is None or kind in allowed:  # None: no optimizer (a ref, a teacher)
+            continue
+        items = ["adam (the reference's default)", *(t for t in allowed if t != "adam")]
+        raised = said.replace("{type}", kind if len(kind) <= 40 else "…")
+        return (
+            f"{engine.path}.optimizer.type={shown(kind)} with {engine.backend_key}="
+            f"{engine.spec!r}: {raised}; set {engine.path}.optimizer.type="
+            f"{', '.join(items[:-1])} or {items[-1]}"
+        )
+    return None
+
+
+def fsdp_builds_the_optimizer(run: Run) -> str | None:
+    """The FSDP engine's ``_create_optimizer`` asserts adam, adam_bf16 or sgd
+    (areal/engine/fsdp_engine.py l.1150-1160 at cbff54d6), at initialize (l.471) before
+    per_layer_optim_step's check (l.473-477)."""
+    return _unbuilt_optimizer(
+        run,
+        "fsdp",
+        "the FSDP engine asserts 'Only adam/adam_bf16/sgd optimizer is supported in this "
+        "engine.' (fsdp_engine.py _create_optimizer)",
+    )
+
+
+def megatron_builds_the_optimizer(run: Run) -> str | None:
+    """The Megatron engine turns adam_bf16 into adam at initialize (``_normalize_adam_bf16_
+    config``, areal/engine/megatron_engine.py l.456, l.1650-1663 at cbff54d6), then its
+    ``_create_optimizer`` asserts adam or sgd (l.1813-1816)."""
+    return _unbuilt_optimizer(
+        run,
+        "megatron",
+        "the Megatron engine asserts 'Only AdamW/sgd optimizer is supported in this engine.' "
+        "(megatron_engine.py _create_optimizer; adam_bf16 it turns into adam first)",
+    )
+
+
+def archon_builds_the_optimizer(run: Run) -> str | None:
+    """The archon engine's ``create_optimizer`` builds adam or sgd and raises "Unsupported
+    optimizer type: …" for the rest, adam_bf16 too (areal/experimental/engine/archon_utils.py
+    l.44-71 at cbff54d6; called from ArchonEngine._create_optimizer, archon_engine.py l.371,
+    l.1164-1171)."""
+    return _unbuilt_optimizer(
+        run,
+        "archon",
+        "the archon engine raises 'Unsupported optimizer type: {type}' (archon_utils.py "
+        "create_optimizer)",
+    )
+
+
 def selective_recompute_needs_no_layer_count(run: Run) -> str | None:
     """Selective granularity takes ``recompute_num_layers: null`` (transformer_config.py
     l.1346-1352); the reference's default is 1 (areal/api/cli_args.py l.967)."""
@@ -682,6 +748,113 @@ def megatron_bridge_splits_evenly(run: Run) -> str | None:
             f"'megatron-bridge' splits the {layers} layers evenly over p{p}"
             f"{f'·vpp{vpp}' if vpp > 1 else ''} (megatron-bridge's provider gets no pipeline "
             f"layout), and {why}; {' or '.join(fixes)}"
+        )
+    return None
+
+
+# --- the archon engine's model and mesh ---------------------------------------------------------
+
+#: The model types the archon engine builds: its registered ModelSpecs' supported_model_types
+#: (areal/experimental/models/archon/qwen2/spec.py l.18, qwen3/spec.py l.18, qwen3_5/spec.py
+#: l.20-22, registered by archon/__init__.py at cbff54d6), sorted as its message lists them.
+ARCHON_MODEL_TYPES = (
+    "qwen2",
+    "qwen3",
+    "qwen3_5",
+    "qwen3_5_moe",
+    "qwen3_5_moe_text",
+    "qwen3_5_text",
+    "qwen3_moe",
+)
+
+
+def _archon_engines(run: Run) -> list[Engine]:
+    return [
+        e
+        for e in run.engines
+        if e.active and e.allocation.backend == "archon" and e.training is not None
+    ]
+
+
+def archon_builds_the_model_type(run: Run) -> str | None:
+    """ArchonEngine.__init__ reads the model's config and ``_validate_model_type`` raises
+    "Archon Engine does not support model type '…'" for a type no ModelSpec registers
+    (areal/experimental/engine/archon_engine.py l.157-161, l.883-891 at cbff54d6). A model not
+    found here, or one without a ``model_type``, is not checked."""
+    for engine in _archon_engines(run):
+        arch = _architecture(engine)
+        if arch is None or not arch.model_type or arch.model_type in ARCHON_MODEL_TYPES:
+            continue
+        kind = arch.model_type
+        return (
+            f"{engine.backend_key}={engine.spec!r} runs a model of type {shown(kind)}, which "
+            f'the archon engine does not build: it raises "Archon Engine does not support model '
+            f"type '{kind if len(kind) <= 40 else '…'}'. Supported model types: "
+            f'{", ".join(ARCHON_MODEL_TYPES)}." (archon_engine.py _validate_model_type); train '
+            f"it with fsdp:… or megatron:…, or use a model of one of those types"
+        )
+    return None
+
+
+def _archon_expert_sizes(dp: int, cp: int, tp: int, etp: int) -> str:
+    """The e > 1 archon's mesh takes with these d, c, t and etp, as text ("e2, e4"; "none")."""
+    pool, unit = (dp * cp, cp) if etp == tp else (dp * cp * tp, cp * tp)
+    sizes = [e for e in range(2, pool + 1) if pool % e == 0 and e % unit == 0]
+    return ", ".join(f"e{e}" for e in sizes[:6]) + (", …" if len(sizes) > 6 else "") or "none"
+
+
+def archon_expert_mesh_fits(run: Run) -> str | None:
+    """ArchonParallelDims.__post_init__ (areal/experimental/models/archon/parallel_dims.py
+    l.137-168 at cbff54d6), built in create_process_group (archon_engine.py l.226-235) with
+    dp_shard = d: etp is 1 or t; with e > 1 and etp = t, e borrows from d × c only (e a
+    multiple of c, dividing d·c); with etp = 1 from d × c × t (e a multiple of c·t, dividing
+    d·c·t). etp = t = 1 takes the first branch, as the reference's ``==`` does. That e divides
+    d·c (or d·c·t) is the layout's own rule (strategy.ParallelStrategy: p·etp·e divides the
+    world size d·t·p·c), refused before any start-up rule."""
+    for engine in _archon_engines(run):
+        p = engine.allocation.parallel
+        dp, cp, tp, ep, etp = p.dp_size, p.cp_size, p.tp_size, p.ep_size, p.etp_size
+        where = f"{engine.backend_key}={engine.spec!r}"
+        if etp not in (1, tp):
+            return (
+                f"{where}: the experts' tensor parallel size etp{etp} is neither 1 nor the "
+                f"attention's t{tp}, and the archon engine raises 'etp must be 1 or equal to tp, "
+                f"got etp={etp}, tp={tp}'; use etp1 or etp{tp}"
+            )
+        if ep <= 1:
+            continue
+        sizes = _archon_expert_sizes(dp, cp, tp, etp)
+        fix = f"use an expert parallel size this mesh takes ({sizes})"
+        if etp == tp:  # parallel_dims.py l.145-156
+            mode, unit, unit_text = "etp=tp", cp, "cp"
+            unit_said, got = f"c{cp}", f"ep={ep}, cp={cp}"
+        else:  # l.157-168
+            mode, unit, unit_text = "etp=1", cp * tp, "cp * tp"
+            unit_said, got = f"c{cp}·t{tp} = {cp * tp}", f"ep={ep}, cp={cp}, tp={tp}"
+        if ep % unit:
+            return (
+                f"{where}: e{ep} is not a multiple of {unit_said} ({ep} % {unit} = "
+                f"{ep % unit}), and the archon engine raises 'When {mode}, ep must be divisible "
+                f"by {unit_text}, got {got}'; {fix}"
+            )
+    return None
+
+
+def archon_pipeline_needs_untied_embeddings(run: Run) -> str | None:
+    """prepare_training_config (areal/experimental/engine/archon_utils.py l.353-363 at
+    cbff54d6, called from ArchonEngine.initialize l.342) refuses pipeline parallelism for a
+    model with ``tie_word_embeddings``: the embedding and the output layer sit on different
+    stages. A model not found here is not checked."""
+    for engine in _archon_engines(run):
+        pp = engine.allocation.parallel.pp_size
+        arch = _architecture(engine) if pp > 1 else None
+        if arch is None or not arch.tie_word_embeddings:
+            continue
+        return (
+            f"{engine.backend_key}={engine.spec!r} pipelines over p{pp} a model with "
+            f"tie_word_embeddings=true, and the archon engine raises 'Pipeline Parallelism "
+            f"(PP={pp}) is not supported with weight tying (tie_word_embeddings=True).' "
+            f"(archon_utils.py prepare_training_config): use p1, or a model without weight tying"
         )
     return None
 
@@ -944,6 +1117,43 @@ def slurm_takes_whole_nodes(run: Run) -> str | None:
     return None
 
 
+def local_colocation_has_the_targets_workers(run: Run) -> str | None:
+    """``scheduler.type: local`` colocates a role on its target's workers one for one.
+
+    LocalScheduler.create_workers raises "Colocated role must have same replica count as
+    target (… != …)" (areal/infra/scheduler/local.py l.692-699 at cbff54d6). A v1 rollout
+    asks for one worker per instance, its d (RolloutController.initialize,
+    areal/infra/controller/rollout_controller.py l.175-197); a training engine for one per
+    GPU, its world size (train_controller.py l.274-284), and the trainer creates the training
+    engines' workers first (rl_trainer.py _init_impl l.311-318). The ray scheduler also takes
+    workers that reuse all the target's GPUs (ray.py l.1531-1540).
+    """
+    if run.startup.scheduler_type != "local":
+        return None
+    for engine in run.engines:
+        a = engine.allocation
+        strategy = a.scheduling_strategy
+        if not (engine.active and a.is_inference and strategy.is_colocated):
+            continue
+        target = run.engine(strategy.target or "")
+        if target is None or target.allocation.is_inference or engine.version != "v1":
+            continue
+        mine, theirs = a.parallel.dp_size, target.allocation.parallel.world_size
+        if mine == theirs:
+            continue
+        size = a.instance_size
+        return (
+            f"{engine.backend_key}={engine.spec!r} colocated with {target.backend_key}="
+            f"{target.spec!r} under scheduler.type='local': the rollout asks for one worker per "
+            f"instance ({mine} instances of t{a.parallel.tp_size}·p{a.parallel.pp_size} = "
+            f"{size} GPUs) and {target.key} has one per GPU ({theirs}), and the local "
+            f"scheduler raises 'Colocated role must have same replica count as target ({mine} "
+            f"!= {theirs})'; use instances of one GPU ({a.backend}:d{theirs}), or "
+            f"scheduler.type=ray"
+        )
+    return None
+
+
 def epochs_are_positive(run: Run) -> str | None:
     """BaseExperimentConfig.__post_init__ (areal/api/cli_args.py): total_train_epochs > 0."""
     epochs = run.startup.total_train_epochs  # read by the one reader of numbers
@@ -1140,6 +1350,18 @@ RULES: tuple[Rule, ...] = (
         megatron_lora_needs_megatron_bridge,
     ),
     Rule(
+        "archon: the model's type is one archon builds",
+        "areal/experimental/engine/archon_engine.py ArchonEngine.__init__ (lines 157-161), "
+        "_validate_model_type (lines 883-891)",
+        archon_builds_the_model_type,
+    ),
+    Rule(
+        "archon: etp is 1 or t, and e is a multiple of c (etp=t) or of c·t (etp=1)",
+        "areal/experimental/models/archon/parallel_dims.py ArchonParallelDims.__post_init__ "
+        "(lines 137-168)",
+        archon_expert_mesh_fits,
+    ),
+    Rule(
         "full recomputation: megatron.recompute_method and recompute_num_layers are not null",
         "areal/engine/megatron_engine.py MegatronEngine._build_hf_mcore_bridge (lines 722-729); "
         "areal/models/mcore/registry.py make_mcore_model (lines 444-450)",
@@ -1176,6 +1398,11 @@ RULES: tuple[Rule, ...] = (
         megatron_bridge_splits_evenly,
     ),
     Rule(
+        "archon p > 1: the model does not tie its embeddings",
+        "areal/experimental/engine/archon_utils.py prepare_training_config (lines 353-363)",
+        archon_pipeline_needs_untied_embeddings,
+    ),
+    Rule(
         "archon: the layers + embedding + output fill p × (stages per rank) virtual stages",
         "areal/experimental/models/archon/pipeline_parallel.py pipeline_llm (lines 409-453), "
         "generate_llm_fqn_per_model_part (lines 118-155)",
@@ -1204,9 +1431,25 @@ RULES: tuple[Rule, ...] = (
         tree_training_needs_no_context_parallelism,
     ),
     Rule(
+        "fsdp engine: optimizer.type is adam, adam_bf16 or sgd",
+        "areal/engine/fsdp_engine.py _create_optimizer (lines 1150-1160)",
+        fsdp_builds_the_optimizer,
+    ),
+    Rule(
         "fsdp.per_layer_optim_step needs an adam optimizer",
         "areal/engine/fsdp_engine.py initialize (lines 473-477)",
         per_layer_optim_step_needs_adam,
+    ),
+    Rule(
+        "megatron engine: optimizer.type is adam, adam_bf16 (as adam) or sgd",
+        "areal/engine/megatron_engine.py _normalize_adam_bf16_config (lines 1650-1663), "
+        "_create_optimizer (lines 1813-1816)",
+        megatron_builds_the_optimizer,
+    ),
+    Rule(
+        "archon engine: optimizer.type is adam or sgd",
+        "areal/experimental/engine/archon_utils.py create_optimizer (lines 44-71)",
+        archon_builds_the_optimizer,
     ),
     Rule(
         "actor.weight_update_mode is disk, xccl or awex (v1)",
@@ -1245,6 +1488,12 @@ RULES: tuple[Rule, ...] = (
         "scheduler.type slurm: each engine takes whole nodes",
         "areal/infra/scheduler/slurm.py _generate_sbatch_script",
         slurm_takes_whole_nodes,
+    ),
+    Rule(
+        "scheduler.type local: a colocated rollout has one worker per target GPU",
+        "areal/infra/scheduler/local.py LocalScheduler.create_workers (lines 692-699); "
+        "areal/infra/controller/rollout_controller.py initialize (lines 175-197)",
+        local_colocation_has_the_targets_workers,
     ),
 )
 

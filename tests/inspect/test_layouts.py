@@ -89,6 +89,27 @@ LAYOUTS = [
     ),
     ("archon", 8, C(max_cp=1, max_tp=1, max_pp=1, num_experts=6), ["archon:d8", "archon:d8e2"]),
     ("fsdp", 6, C(min_dp=3), ["fsdp:d6", "fsdp:d3t2", "fsdp:d3c2"]),
+    # Ulysses context parallelism scatters the heads over c (model_shape.layout_problems):
+    # FSDP's 12 heads refuse c8 (the 2 KV heads, c4 repeats); archon's heads after t2, 14,
+    # refuse c4, and after t4, 7, c2; Megatron's c splits the sequence
+    (
+        "fsdp",
+        8,
+        C(num_attention_heads=12, num_key_value_heads=2),
+        ["fsdp:d8", "fsdp:d4t2", "fsdp:d4c2", "fsdp:d2t2c2", "fsdp:d2c4", "fsdp:d1t2c4"],
+    ),
+    (
+        "archon",
+        8,
+        C(max_pp=1, num_attention_heads=28, num_key_value_heads=4),
+        ["archon:d8", "archon:d4t2", "archon:d4c2", "archon:d2t4", "archon:d2t2c2", "archon:d2c4"],
+    ),
+    (
+        "megatron",
+        8,
+        C(max_pp=1, max_tp=1, num_attention_heads=28, num_key_value_heads=4),
+        ["megatron:d8", "megatron:d4c2", "megatron:d2c4", "megatron:d1c8"],
+    ),
 ]
 
 

@@ -506,7 +506,8 @@ def test_a_cluster_path_is_read_by_its_name_and_said_so() -> None:
         ({"cluster__memory_reserve_gib": [1]}, "cluster.memory_reserve_gib=[1]: must be"),
         ({"actor__gradient_checkpointing": "maybe"}, "actor.gradient_checkpointing='maybe'"),
         ({"actor__mb_spec": {"max_tokens_per_mb": 0}}, "actor.mb_spec.max_tokens_per_mb=0"),
-        ({"actor__optimizer": {"type": "lion"}}, "actor: optimizer.type='lion': must be one of"),
+        # the start-up rule of the actor's engine, before the estimate
+        ({"actor__optimizer": {"type": "lion"}}, "actor.optimizer.type='lion' with actor.backend="),
         ({"actor__dtype": "float128"}, "actor.dtype='float128': must be one of 'float32'"),
         ({"sglang": {"mem_fraction_static": 1.5}}, "sglang.mem_fraction_static=1.5: the limit"),
     ],

@@ -646,6 +646,115 @@ REFUSED: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
             scheduler={"type": "local"},
         ),
     ),
+    (  # areal/infra/scheduler/local.py create_workers: replicas = rollout d vs actor world size
+        "scheduler.type local: a colocated rollout has one worker per target GPU",
+        cfg(
+            rollout=colocated("sglang:d2t2"),
+            actor={"backend": "fsdp:d4", "weight_update_mode": "disk"},
+            enable_offload=True,
+            scheduler={"type": "local"},
+        ),
+        "rollout.backend='sglang:d2t2' colocated with actor.backend='fsdp:d4' under "
+        "scheduler.type='local': the rollout asks for one worker per instance (2 instances of "
+        "t2·p1 = 2 GPUs) and actor has one per GPU (4), and the local scheduler raises "
+        "'Colocated role must have same replica count as target (2 != 4)'; use instances of one "
+        "GPU (sglang:d4), or scheduler.type=ray",
+        cfg(  # the ray scheduler groups the workers that reuse all the actor's GPUs
+            rollout=colocated("sglang:d2t2"),
+            actor={"backend": "fsdp:d4", "weight_update_mode": "disk"},
+            enable_offload=True,
+            scheduler={"type": "ray"},
+        ),
+    ),
+    (  # areal/engine/fsdp_engine.py _create_optimizer: assert type in adam/adam_bf16/sgd
+        "fsdp engine: optimizer.type is adam, adam_bf16 or sgd",
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={"backend": "fsdp:d8", "optimizer": {"type": "adamw"}},
+        ),
+        "actor.optimizer.type='adamw' with actor.backend='fsdp:d8': the FSDP engine asserts "
+        "'Only adam/adam_bf16/sgd optimizer is supported in this engine.' (fsdp_engine.py "
+        "_create_optimizer); set actor.optimizer.type=adam (the reference's default), adam_bf16 "
+        "or sgd",
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={"backend": "fsdp:d8", "optimizer": {"type": "adam_bf16"}},
+        ),
+    ),
+    (  # areal/engine/megatron_engine.py _create_optimizer: assert type in adam/sgd
+        "megatron engine: optimizer.type is adam, adam_bf16 (as adam) or sgd",
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={"backend": "megatron:d8", "optimizer": {"type": "adamw"}},
+        ),
+        "actor.optimizer.type='adamw' with actor.backend='megatron:d8': the Megatron engine "
+        "asserts 'Only AdamW/sgd optimizer is supported in this engine.' (megatron_engine.py "
+        "_create_optimizer; adam_bf16 it turns into adam first); set actor.optimizer.type=adam "
+        "(the reference's default), adam_bf16 or sgd",
+        cfg(  # _normalize_adam_bf16_config makes it adam before the assert
+            rollout={"backend": "sglang:d8"},
+            actor={"backend": "megatron:d8", "optimizer": {"type": "adam_bf16"}},
+        ),
+    ),
+    (  # areal/experimental/engine/archon_utils.py create_optimizer: adam or sgd, else raises
+        "archon engine: optimizer.type is adam or sgd",
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={"backend": "archon:d8", "optimizer": {"type": "adam_bf16"}},
+        ),
+        "actor.optimizer.type='adam_bf16' with actor.backend='archon:d8': the archon engine "
+        "raises 'Unsupported optimizer type: adam_bf16' (archon_utils.py create_optimizer); set "
+        "actor.optimizer.type=adam (the reference's default) or sgd",
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={"backend": "archon:d8", "optimizer": {"type": "sgd"}},
+        ),
+    ),
+    (  # areal/experimental/engine/archon_engine.py __init__: _validate_model_type
+        "archon: the model's type is one archon builds",
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={"backend": "archon:d8", "path": "meta-llama/Llama-3.1-8B"},
+        ),
+        "actor.backend='archon:d8' runs a model of type 'llama', which the archon engine does "
+        "not build: it raises \"Archon Engine does not support model type 'llama'. Supported "
+        "model types: qwen2, qwen3, qwen3_5, qwen3_5_moe, qwen3_5_moe_text, qwen3_5_text, "
+        'qwen3_moe." (archon_engine.py _validate_model_type); train it with fsdp:… or '
+        "megatron:…, or use a model of one of those types",
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={"backend": "fsdp:d8", "path": "meta-llama/Llama-3.1-8B"},
+        ),
+    ),
+    (  # areal/experimental/models/archon/parallel_dims.py: etp=1 borrows e from d × c × t
+        "archon: etp is 1 or t, and e is a multiple of c (etp=t) or of c·t (etp=1)",
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={"backend": "archon:d2t4e2", "path": "Qwen/Qwen3-30B-A3B"},
+        ),
+        "actor.backend='archon:d2t4e2': e2 is not a multiple of c1·t4 = 4 (2 % 4 = 2), and the "
+        "archon engine raises 'When etp=1, ep must be divisible by cp * tp, got ep=2, cp=1, "
+        "tp=4'; use an expert parallel size this mesh takes (e4, e8)",
+        cfg(  # etp = t: e borrows from d × c only
+            rollout={"backend": "sglang:d8"},
+            actor={"backend": "archon:(attn:d2t4|ffn:e2t4)", "path": "Qwen/Qwen3-30B-A3B"},
+        ),
+    ),
+    (  # areal/experimental/engine/archon_utils.py prepare_training_config: PP with weight tying
+        "archon p > 1: the model does not tie its embeddings",
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={"backend": "archon:d4p2", "path": "Qwen/Qwen2.5-1.5B"},
+        ),
+        "actor.backend='archon:d4p2' pipelines over p2 a model with tie_word_embeddings=true, "
+        "and the archon engine raises 'Pipeline Parallelism (PP=2) is not supported with weight "
+        "tying (tie_word_embeddings=True).' (archon_utils.py prepare_training_config): use p1, "
+        "or a model without weight tying",
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={"backend": "archon:d4p2", "path": "Qwen/Qwen2.5-7B"},
+        ),
+    ),
 ]
 
 
@@ -1168,6 +1277,52 @@ SHAPES: list[tuple[dict[str, Any], str]] = [
         "num_layers=20 cannot fill p16·vpp2 = 32 pipeline stages: every stage but the first and "
         "last needs a layer, so at least 30 layers",
     ),
+    (  # FSDP's Ulysses patch: the heads over c (areal/models/transformers/ulyssess_patch.py)
+        cfg(actor={"backend": "fsdp:d1c8", "path": "Qwen/Qwen2.5-1.5B"}),
+        "actor.backend='fsdp:d1c8' does not fit the model (actor.path='Qwen/Qwen2.5-1.5B'): "
+        "num_attention_heads=12 is not divisible by context parallel size c8: 12 % 8 = 4, and "
+        "the FSDP engine's Ulysses patch raises 'num_attention_heads 12 must be divisible by "
+        "ulysses_sp_size 8'; use a context parallel size the heads take (c2, c4, c6, c12)",
+    ),
+    (
+        cfg(actor={"backend": "fsdp:d1c8", "path": QWEN_7B}),
+        f"actor.backend='fsdp:d1c8' does not fit the model (actor.path={QWEN_7B!r}): "
+        "num_attention_heads=28 is not divisible by context parallel size c8: 28 % 8 = 4, and "
+        "the FSDP engine's Ulysses patch raises 'num_attention_heads 28 must be divisible by "
+        "ulysses_sp_size 8'; use a context parallel size the heads take (c2, c4, c28)",
+    ),
+    (  # 24 heads, 3 KV heads: c4 divides the heads; 3 and 4 neither divides the other
+        cfg(
+            actor={
+                "backend": "fsdp:d2c4",
+                "model_shape": {"num_attention_heads": 24, "num_key_value_heads": 3},
+            }
+        ),
+        "actor.backend='fsdp:d2c4' does not fit the model (actor.model_shape): "
+        "num_key_value_heads=3 and context parallel size c4: neither divides the other "
+        "(3 % 4 = 3, 4 % 3 = 1), and the FSDP engine's Ulysses patch raises "
+        "'num_key_value_heads 3 must be divisible by ulysses_sp_size 4 or vice versa.'; use a "
+        "context parallel size the heads take (c3, c6, c12, c24)",
+    ),
+    (  # archon: the heads after tensor parallelism (archon/utils.py validate_cp_constraints)
+        cfg(actor={"backend": "archon:d1t2c4", "path": QWEN_7B}),
+        f"actor.backend='archon:d1t2c4' does not fit the model (actor.path={QWEN_7B!r}): 14 "
+        "attention heads after t2 are not divisible by context parallel size c4: 14 % 4 = 2, "
+        "and the archon engine raises 'q_heads after TP (14) must be divisible by cp_size (4)'; "
+        "use a context parallel size the heads take (c2, c14)",
+    ),
+    (  # archon, 24 heads and 6 KV heads: c4 divides the heads, not the KV heads
+        cfg(
+            actor={
+                "backend": "archon:d2c4",
+                "model_shape": {"num_attention_heads": 24, "num_key_value_heads": 6},
+            }
+        ),
+        "actor.backend='archon:d2c4' does not fit the model (actor.model_shape): 6 KV heads are "
+        "not divisible by context parallel size c4: 6 % 4 = 2, and the archon engine raises "
+        "'kv_heads after TP (6) must be divisible by cp_size (4)'; use a context parallel size "
+        "the heads take (c2, c3, c6, c12, c24)",
+    ),
 ]
 
 
@@ -1202,6 +1357,14 @@ SHAPES_THAT_RUN = [
     ),
     # a model this machine does not know is not checked
     cfg(rollout={"backend": "sglang:d1t8"}, actor={"backend": "fsdp:d4", "path": "org/unknown"}),
+    # Ulysses: 28 heads and 4 KV heads over c4 (FSDP); after t2, 14 heads and 2 KV heads
+    # over c2 (archon)
+    cfg(actor={"backend": "fsdp:d2c4", "path": QWEN_7B}),
+    cfg(actor={"backend": "archon:d2t2c2", "path": QWEN_7B}),
+    # Megatron's context parallelism splits the sequence, not the heads
+    cfg(actor={"backend": "megatron:d1c8", "path": QWEN_7B}),
+    # FSDP repeats 2 KV heads over c4, which they divide
+    cfg(actor={"backend": "fsdp:d2c4", "path": "Qwen/Qwen2.5-1.5B"}),
 ]
 
 
