@@ -108,7 +108,7 @@ def refuse_at_load(cfg: object) -> None:
     for name in _REMOVED_UNDER:
         _refuse_removed(child(cfg, name), name)
     for path, allowed, said, where in MODES:
-        _refuse_mode(_at(cfg, path), path, allowed, said, where)
+        _refuse_mode(_at(cfg, path, own=True), path, allowed, said, where)
     for path in _TRAINERS:
         node = _at(cfg, path)
         if node is None:
@@ -122,15 +122,18 @@ def refuse_at_load(cfg: object) -> None:
 # --- reading -----------------------------------------------------------------------------
 
 
-def _at(cfg: object, dotted: str) -> Any:
+def _at(cfg: object, dotted: str, own: bool = False, under: str = "") -> Any:
     """The section at ``dotted``, or None when absent, null or left all-null by the strict
-    schema (a section nobody set: the reference's default)."""
+    schema (a section nobody set: the reference's default). A value that is not a section
+    is an error naming the key for the sections only these rules read (``own``: the
+    loggers', the norms' …); an engine's is the reading's to refuse, in its own words.
+    ``under``: the path of ``cfg`` itself, for the messages."""
     node: Any = cfg
-    done: list[str] = []
+    done: list[str] = [under] if under else []
     for part in dotted.split("."):
         done.append(part)
-        node = section(node, part, ".".join(done))
-        if node is None or (strict_schema(node) and unset(node)):
+        node = section(node, part, ".".join(done)) if own else child(node, part)
+        if not is_mapping(node) or (strict_schema(node) and unset(node)):
             return None
     return node
 
@@ -258,10 +261,10 @@ def _refuse_mode(node: object, path: str, allowed: tuple[str, ...], said: str, w
 def _refuse_policy(node: object, path: str) -> None:
     """A PPOActorConfig: its norms, its rejection sampling, then its own ``__post_init__``."""
     for name in ("reward_norm", "adv_norm"):
-        norm = _at(node, name)
+        norm = _at(node, name, own=True, under=path)
         if norm is not None:
             _refuse_norm(norm, f"{path}.{name}")
-    rejection = _at(node, "rejection_sampling")
+    rejection = _at(node, "rejection_sampling", own=True, under=path)
     if rejection is not None:
         _refuse_rejection(rejection, f"{path}.rejection_sampling")
     # PPOActorConfig.__post_init__ l.1886-1890
@@ -432,7 +435,7 @@ def _refuse_experiment(cfg: object) -> None:
     """PPOConfig.__post_init__ (l.3433-3458): shared seeds, and two reward normalizations."""
     gconfig = _at(cfg, "gconfig")
     if _flag(_at(cfg, "rollout"), "deterministic_sampling", "rollout"):  # l.3437-3451
-        evaluation = _at(cfg, "eval_gconfig")
+        evaluation = _at(cfg, "eval_gconfig", own=True)
         for name, node in (("gconfig", gconfig), ("eval_gconfig", evaluation)):
             seed = child(node, "seed") if node is not None else None
             if seed is None:
@@ -451,7 +454,7 @@ def _refuse_experiment(cfg: object) -> None:
                 )
     if gconfig is not None and _flag(gconfig, "reward_normalization", "gconfig"):
         actor = _at(cfg, "actor")
-        norm = _at(actor, "reward_norm") if actor is not None else None
+        norm = _at(actor, "reward_norm", own=True, under="actor") if actor is not None else None
         if norm is not None:  # l.3452-3457
             raise _refused(
                 f"gconfig.reward_normalization=true and actor.reward_norm={quote(norm)}",

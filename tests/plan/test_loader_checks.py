@@ -517,3 +517,26 @@ def test_the_strict_schema_reads_the_same_refusals(tmp_path: Path) -> None:
         "std_level must be 'batch', 'group', or None, got none",
         NORM,
     )
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        # OmegaConf refuses these ("int is not a subclass of NormConfig"), before any rule
+        (
+            {"actor__reward_norm": 5},
+            "actor.reward_norm=5: must be a section (a mapping of keys), not int",
+        ),
+        ({"saver": "x"}, "saver='x': must be a section (a mapping of keys), not str"),
+        (
+            {"stats_logger__wandb": [1]},
+            "stats_logger.wandb=[1]: must be a section (a mapping of keys), not ListConfig",
+        ),
+    ],
+)
+def test_a_section_these_rules_read_must_be_a_section(
+    settings: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(AllocationValidationError) as info:
+        areal_alloc.validate(_config(**settings), on_memory="off")
+    assert info.value.message == message
