@@ -30,7 +30,7 @@ from areal_alloc.estimate.system import Hardware, resolve_gpu
 from areal_alloc.format import format_spec
 from areal_alloc.limits import MAX_COUNT, MAX_GPUS, MAX_LAYOUTS, grouped
 from areal_alloc.model import ModelAllocation
-from areal_alloc.model_shape import ModelShape, engine_shape, layout_problems
+from areal_alloc.model_shape import ModelShape, archon_mesh_problem, engine_shape, layout_problems
 from areal_alloc.numbers import read_int
 from areal_alloc.strategy import ParallelStrategy
 from areal_alloc.vocab import BACKEND_DIMS, HYBRID_BACKENDS, INFERENCE_BACKENDS
@@ -216,6 +216,8 @@ def _iter_families(
                             if (not node or e <= node) and _within(e, c.max_tp)
                         )
                     for etp in etps:
+                        if backend == "archon" and archon_mesh_problem(dp, tp, cp, ep, etp):
+                            continue  # the archon engine's mesh refuses it, whatever the model
                         examined += 1
                         if examined > MAX_CANDIDATES:
                             raise TooManyLayouts(

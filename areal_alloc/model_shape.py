@@ -28,6 +28,7 @@ from areal_alloc.vocab import INFERENCE_BACKENDS
 __all__ = [
     "CONFIG_KEYS",
     "ModelShape",
+    "archon_mesh_problem",
     "check_shape",
     "config_values",
     "engine_micro_batches",
@@ -373,6 +374,46 @@ def _ulysses_problems(
         sizes = _ulysses_divisors(heads, kv, tp, backend)
         found += f"; use a context parallel size the heads take ({sizes})"
     return [found]
+
+
+def _archon_expert_sizes(dp: int, cp: int, tp: int, etp: int) -> str:
+    """The e > 1 archon's mesh takes with these d, c, t and etp, as text ("e2, e4"; "none")."""
+    pool, unit = (dp * cp, cp) if etp == tp else (dp * cp * tp, cp * tp)
+    sizes = [e for e in range(unit, pool + 1, unit) if e > 1 and pool % e == 0]
+    return ", ".join(f"e{e}" for e in sizes[:6]) + (", …" if len(sizes) > 6 else "") or "none"
+
+
+def archon_mesh_problem(dp: int, tp: int, cp: int, ep: int, etp: int) -> str | None:
+    """Why the archon engine refuses this mesh, whatever the model, or None.
+
+    ArchonParallelDims.__post_init__ (areal/experimental/models/archon/parallel_dims.py
+    l.137-168, AReaL cbff54d6; dp_shard = d): etp is 1 or t; with e > 1 and etp = t, e
+    borrows from d × c only (e a multiple of c, dividing d·c); with etp = 1 from d × c × t
+    (e a multiple of c·t, dividing d·c·t). etp = t = 1 takes the first branch, as the
+    reference's ``==`` does. That e divides d·c (or d·c·t) is the layout's own rule
+    (strategy.ParallelStrategy: p·etp·e divides the world size d·t·p·c).
+    """
+    if etp not in (1, tp):
+        return (
+            f"the experts' tensor parallel size etp{etp} is neither 1 nor the attention's "
+            f"t{tp}, and the archon engine raises 'etp must be 1 or equal to tp, got "
+            f"etp={etp}, tp={tp}'; use etp1 or etp{tp}"
+        )
+    if ep <= 1:
+        return None
+    if etp == tp:  # parallel_dims.py l.145-156
+        mode, unit, unit_text = "etp=tp", cp, "cp"
+        unit_said, got = f"c{cp}", f"ep={ep}, cp={cp}"
+    else:  # l.157-168
+        mode, unit, unit_text = "etp=1", cp * tp, "cp * tp"
+        unit_said, got = f"c{cp}·t{tp} = {cp * tp}", f"ep={ep}, cp={cp}, tp={tp}"
+    if ep % unit == 0:
+        return None
+    return (
+        f"e{ep} is not a multiple of {unit_said} ({ep} % {unit} = {ep % unit}), and the "
+        f"archon engine raises 'When {mode}, ep must be divisible by {unit_text}, got {got}'; "
+        f"use an expert parallel size this mesh takes ({_archon_expert_sizes(dp, cp, tp, etp)})"
+    )
 
 
 def layout_problems(backend: str, p: ParallelStrategy, shape: ModelShape) -> list[str]:

@@ -796,47 +796,18 @@ def archon_builds_the_model_type(run: Run) -> str | None:
     return None
 
 
-def _archon_expert_sizes(dp: int, cp: int, tp: int, etp: int) -> str:
-    """The e > 1 archon's mesh takes with these d, c, t and etp, as text ("e2, e4"; "none")."""
-    pool, unit = (dp * cp, cp) if etp == tp else (dp * cp * tp, cp * tp)
-    sizes = [e for e in range(2, pool + 1) if pool % e == 0 and e % unit == 0]
-    return ", ".join(f"e{e}" for e in sizes[:6]) + (", …" if len(sizes) > 6 else "") or "none"
-
-
 def archon_expert_mesh_fits(run: Run) -> str | None:
     """ArchonParallelDims.__post_init__ (areal/experimental/models/archon/parallel_dims.py
     l.137-168 at cbff54d6), built in create_process_group (archon_engine.py l.226-235) with
-    dp_shard = d: etp is 1 or t; with e > 1 and etp = t, e borrows from d × c only (e a
-    multiple of c, dividing d·c); with etp = 1 from d × c × t (e a multiple of c·t, dividing
-    d·c·t). etp = t = 1 takes the first branch, as the reference's ``==`` does. That e divides
-    d·c (or d·c·t) is the layout's own rule (strategy.ParallelStrategy: p·etp·e divides the
-    world size d·t·p·c), refused before any start-up rule."""
+    dp_shard = d: the rule's one home is model_shape.archon_mesh_problem, which the layout
+    search (layouts.py) applies too."""
+    from areal_alloc.model_shape import archon_mesh_problem
+
     for engine in _archon_engines(run):
         p = engine.allocation.parallel
-        dp, cp, tp, ep, etp = p.dp_size, p.cp_size, p.tp_size, p.ep_size, p.etp_size
-        where = f"{engine.backend_key}={engine.spec!r}"
-        if etp not in (1, tp):
-            return (
-                f"{where}: the experts' tensor parallel size etp{etp} is neither 1 nor the "
-                f"attention's t{tp}, and the archon engine raises 'etp must be 1 or equal to tp, "
-                f"got etp={etp}, tp={tp}'; use etp1 or etp{tp}"
-            )
-        if ep <= 1:
-            continue
-        sizes = _archon_expert_sizes(dp, cp, tp, etp)
-        fix = f"use an expert parallel size this mesh takes ({sizes})"
-        if etp == tp:  # parallel_dims.py l.145-156
-            mode, unit, unit_text = "etp=tp", cp, "cp"
-            unit_said, got = f"c{cp}", f"ep={ep}, cp={cp}"
-        else:  # l.157-168
-            mode, unit, unit_text = "etp=1", cp * tp, "cp * tp"
-            unit_said, got = f"c{cp}·t{tp} = {cp * tp}", f"ep={ep}, cp={cp}, tp={tp}"
-        if ep % unit:
-            return (
-                f"{where}: e{ep} is not a multiple of {unit_said} ({ep} % {unit} = "
-                f"{ep % unit}), and the archon engine raises 'When {mode}, ep must be divisible "
-                f"by {unit_text}, got {got}'; {fix}"
-            )
+        problem = archon_mesh_problem(p.dp_size, p.tp_size, p.cp_size, p.ep_size, p.etp_size)
+        if problem is not None:
+            return f"{engine.backend_key}={engine.spec!r}: {problem}"
     return None
 
 

@@ -110,6 +110,46 @@ LAYOUTS = [
         C(max_pp=1, max_tp=1, num_attention_heads=28, num_key_value_heads=4),
         ["megatron:d8", "megatron:d4c2", "megatron:d2c4", "megatron:d1c8"],
     ),
+    # the archon engine's mesh (model_shape.archon_mesh_problem): with etp1, e a multiple of
+    # c·t (no d1t4e2, d1t2c2e2, d1c4e2); a hybrid's etp is 1 or t (no attn:d1t4|ffn:d1t2e2)
+    (
+        "archon",
+        4,
+        C(max_pp=1, experts=True),
+        [
+            "archon:d4",
+            "archon:d4e2",
+            "archon:d4e4",
+            "archon:d2t2",
+            "archon:d2t2e2",
+            "archon:d2t2e4",
+            "archon:d2c2",
+            "archon:d2c2e2",
+            "archon:d2c2e4",
+            "archon:d1t4",
+            "archon:d1t4e4",
+            "archon:d1t2c2",
+            "archon:d1t2c2e4",
+            "archon:d1c4",
+            "archon:d1c4e4",
+        ],
+    ),
+    (
+        "archon",
+        4,
+        C(max_pp=1, max_cp=1, hybrid=True),
+        [
+            "archon:d4",
+            "archon:d4e2",
+            "archon:d4e4",
+            "archon:d2t2",
+            "archon:d2t2e2",
+            "archon:(attn:d2t2|ffn:d1t2e2)",
+            "archon:d2t2e4",
+            "archon:d1t4",
+            "archon:d1t4e4",
+        ],
+    ),
 ]
 
 
