@@ -241,6 +241,7 @@ class PolicyConfig(EngineConfig):
     eps_clip_higher: float | None = None
     importance_sampling_level: str | None = None
     gae_timestep_unit: str | None = None
+    gae_lambda: float | str | None = None  # a number or a dotted function path
     use_decoupled_loss: bool | None = None
     reward_norm: NormConfig | None = field(default_factory=NormConfig)
     adv_norm: NormConfig | None = field(default_factory=NormConfig)

@@ -267,7 +267,19 @@ def _refuse_policy(node: object, path: str) -> None:
     rejection = _at(node, "rejection_sampling", own=True, under=path)
     if rejection is not None:
         _refuse_rejection(rejection, f"{path}.rejection_sampling")
-    # PPOActorConfig.__post_init__ l.1886-1890
+    # PPOActorConfig.__post_init__ l.1876-1884; OmegaConf refuses a bool for the
+    # float | str field (l.1737) before: "Value 'True' of type 'bool' is incompatible …"
+    lam = child(node, "gae_lambda")
+    if isinstance(lam, bool) or (isinstance(lam, str) and not lam):
+        raise _refused(
+            f"{path}.gae_lambda={quote(lam)}",
+            "must be a number or a dotted function path (module.function)",
+            f"Value '{lam}' of type 'bool' is incompatible with type hint 'Union[float, str]'"
+            if isinstance(lam, bool)
+            else "gae_lambda function path must not be empty",
+            f"OmegaConf, {_CLI} l.1737" if isinstance(lam, bool) else f"{_PPO_WHERE} l.1883-1884",
+        )
+    # l.1886-1890
     unit = _text(node, "gae_timestep_unit", path)
     if unit is not None and unit not in ("token", "turn"):
         raise _refused(

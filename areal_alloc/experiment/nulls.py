@@ -82,6 +82,7 @@ _ACTOR = (
     # RejectionSamplingConfig l.1533-1582 under the Optional reward_norm, adv_norm and
     # rejection_sampling
     ("gae_timestep_unit", "str", 1757),
+    ("gae_lambda", "Union[float, str]", 1737),
     ("use_sapo_loss", "bool", 1778),
     ("sapo_tau_pos", "float", 1782),
     ("sapo_tau_neg", "float", 1786),
@@ -218,6 +219,8 @@ def _walk(node: object, tree: _Tree, path: tuple[str, ...]) -> None:
             found = f"Incompatible value 'None' for field of type '{kind}'"
             if kind.startswith("list") or kind[0].isupper():
                 found = f"field '{key}' is not Optional"
+            if kind.startswith("Union["):  # OmegaConf's words for a union of primitives
+                found = f"Value 'None' is incompatible with type hint '{kind}'"
             dotted = ".".join((*path, key))
             raise AllocationValidationError(
                 f"{dotted}=null: the reference's loader refuses it (the field is {kind}, not "

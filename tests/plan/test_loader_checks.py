@@ -202,6 +202,31 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
             f"{PPO} l.1886-1890",
         ),
     ),
+    (
+        {"actor__gae_lambda": ""},
+        _said(
+            "actor.gae_lambda=''",
+            "must be a number or a dotted function path (module.function)",
+            "gae_lambda function path must not be empty",
+            f"{PPO} l.1883-1884",
+        ),
+    ),
+    (
+        {"actor__gae_lambda": True},
+        _said(
+            "actor.gae_lambda=true",
+            "must be a number or a dotted function path (module.function)",
+            "Value 'True' of type 'bool' is incompatible with type hint 'Union[float, str]'",
+            f"OmegaConf, {CLI} l.1737",
+        ),
+    ),
+    (  # the nulls' table (areal_alloc.experiment.nulls), in OmegaConf's words for a union
+        {"actor__gae_lambda": None},
+        "actor.gae_lambda=null: the reference's loader refuses it (the field is Union[float, "
+        "str], not Optional: OmegaConf raises \"Value 'None' is incompatible with type hint "
+        "'Union[float, str]'\"; areal/api/cli_args.py l.1737 at cbff54d6); remove the key to "
+        "take the reference's default",
+    ),
     # 3. two reward normalizations (PPOConfig.__post_init__ l.3452-3457)
     (
         {"gconfig__reward_normalization": True, "actor__reward_norm": {}},
@@ -479,6 +504,8 @@ TAKEN: list[dict[str, Any]] = [
     {"actor__logprobs_chunk_size": 1, "actor__attn_impl": "sdpa"},
     {"actor__attn_impl": "kernels-community/flash-attn@main:fwd"},
     {"actor__gae_timestep_unit": "turn"},
+    {"actor__gae_lambda": 0.95},
+    {"actor__gae_lambda": "my_pkg.lambdas.by_turns", "actor__gae_lambda_kwargs": {"a": 1}},
     {"rollout__deterministic_sampling": True, "gconfig": {"n_samples": 4, "seed": None}},
     {"rollout__deterministic_sampling": True, "gconfig": {"n_samples": 1, "seed": 3}},
     {"rollout__deterministic_sampling": False, "gconfig": {"n_samples": 4, "seed": 3}},
