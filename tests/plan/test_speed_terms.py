@@ -601,7 +601,7 @@ def test_archon_at_p2_pads_its_micro_batches_in_the_plans_pace() -> None:
         "rollout": {"backend": "sglang:d4"},
         "actor": {
             "backend": "archon:d2p2",
-            "path": "Qwen/Qwen3-1.7B",
+            "path": "Qwen/Qwen3-8B",  # untied: archon refuses p > 1 with weight tying
             "mb_spec": {"max_tokens_per_mb": 16384},
         },
     }
