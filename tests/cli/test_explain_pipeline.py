@@ -234,18 +234,30 @@ def test_archon_takes_any_p_its_stages_fill(tmp_path: Path, main_cli: MainCli) -
         "(--model='Qwen3-0.6B'): num_layers=28 cannot fill the archon engine's p16 × 2 = 32 "
         "virtual stages: 28 layers + 1 (embedding) + 1 (output) = 30 < 32"
     )
-    config = tmp_path / "small.yaml"
-    config.write_text(
+    # a run of Qwen3-0.6B (tied embeddings) at p > 1 stops earlier, in prepare_training_config
+    # (archon_utils.py l.353-363, before the pipeline split at archon_engine.py l.899); an
+    # untied Qwen3-8B at p32: 36 + 2 = 38 < 64 stages
+    tied = tmp_path / "tied.yaml"
+    tied.write_text(
         "cluster: {n_nodes: 2, n_gpus_per_node: 8}\n"
         "actor:\n  backend: archon:d1p16\n  path: Qwen/Qwen3-0.6B\n"
+        "  mb_spec: {max_tokens_per_mb: 8192}\n  optimizer: {type: adam}\n"
+    )
+    refused = main_cli("check", str(tied))
+    assert refused.returncode != 0
+    assert "with tie_word_embeddings=true, and the archon engine raises" in refused.stderr
+    config = tmp_path / "small.yaml"
+    config.write_text(
+        "cluster: {n_nodes: 4, n_gpus_per_node: 8}\n"
+        "actor:\n  backend: archon:d1p32\n  path: Qwen/Qwen3-8B\n"
         "  mb_spec: {max_tokens_per_mb: 8192}\n  optimizer: {type: adam}\n"
     )
     interleaved = main_cli("check", str(config))
     assert interleaved.returncode != 0
     assert interleaved.stderr.strip().endswith(
-        "actor.backend='archon:d1p16' does not fit the model (actor.path='Qwen/Qwen3-0.6B'): "
-        "num_layers=28 cannot fill the archon engine's p16 × 2 = 32 virtual stages: 28 layers "
-        "+ 1 (embedding) + 1 (output) = 30 < 32"
+        "actor.backend='archon:d1p32' does not fit the model (actor.path='Qwen/Qwen3-8B'): "
+        "num_layers=36 cannot fill the archon engine's p32 × 2 = 64 virtual stages: 36 layers "
+        "+ 1 (embedding) + 1 (output) = 38 < 64"
     )
     looped = main_cli("check", str(config), "+actor.archon.pp_schedule=1F1B", "--json")
     assert looped.returncode == 0, looped.stderr
