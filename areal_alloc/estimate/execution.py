@@ -221,15 +221,58 @@ OPTIMIZERS = tuple(dict.fromkeys(t for types in defaults.ENGINE_OPTIMIZERS.value
 #: Bytes per element of the [tokens, vocab/t] logits at the loss's peak, by how the loss
 #: holds them.
 #:
-#: ``areal``: the reference's log-probabilities (areal/utils/functional/vocab_parallel.py,
-#: areal-project/AReaL@cbff54d645d2cd8ee1f1c358a82f3f473588433d). Without tensor
-#: parallelism of the vocabulary, ``gather_logprobs`` runs ``log_softmax(logits.float())``
-#: (torch.compile'd) over chunks of ``logprobs_chunk_size`` = 1,024 tokens: the model's
-#: bfloat16 logits stay (2 B) and in the backward their bfloat16 gradient (2 B) takes
-#: each chunk's gradient, which ``slice_backward`` first writes into a full-size zero
-#: tensor (2 B): 6 B. Megatron at t > 1 (``_VocabParallelLogProbs``) keeps the bfloat16
-#: logits (2 B) and the float32 softmax it saves (4 B), turned into the gradient in place,
-#: and hands the output layer a bfloat16 copy of it (2 B): 8 B.
+#: ``areal``: the reference's own loss (areal-project/AReaL@
+#: cbff54d645d2cd8ee1f1c358a82f3f473588433d, every citation here at that commit;
+#: megatron-core at NVIDIA/Megatron-LM@core_v0.17.0, the version AReaL pins, pyproject.toml
+#: l.162). The actor's loss calls
+#: ``gather_logprobs_entropy``, compute_logp ``gather_logprobs``, both by chunks of
+#: ``logprobs_chunk_size`` = 1,024 tokens (``_chunked_apply``, areal/utils/functional/
+#: vocab_parallel.py l.42-61): without vocabulary parallelism on the torch.compile'd
+#: ``log_softmax(logits.float())`` (l.24-39), whose forward saves only its input chunk, a
+#: view of the logits (so they stay held); at t > 1 on ``_VocabParallelLogProbsEntropy``
+#: (l.198-372), which saves each chunk's float32 softmax and whose backward writes a new
+#: gradient chunk (l.356). Each chunk's gradient reaches the logits through
+#: ``slice_backward``, which writes it into a new full-size zero tensor, added into the
+#: logits' gradient ("full-size SliceBackward buffers", l.391-392): the gradient and one
+#: such buffer are held at once. Counted at the peak (checked by replaying these code
+#: paths on the CPU under torch's memory profiler, torch 2.13):
+#:
+#: Megatron: Float16Module returns the last stage's logits as float32 (``fp32_output=True``
+#: by default, megatron/core/transformer/module.py l.457 and l.494-499; AReaL leaves it
+#: unless its LM head is on, ``_float16_wrapper_fp32_output``, areal/engine/
+#: megatron_engine.py l.165-177 and l.1189) and the forward step copies them into a new
+#: unpadded tensor (``unpad_logits``, areal/utils/data.py l.1063-1076, run for every
+#: micro-batch since ``pad_mb_list`` always aligns the sequences, megatron_engine.py
+#: l.1307 and l.2735-2740; not when CP keeps the logits local in training, l.1158).
+#: Training, 12 B: at t = 1 the float32 logits (4 B, held by the compiled loss's saved
+#: chunks), their float32 gradient (4 B) and one chunk's slice buffer (4 B); at t > 1 the
+#: logits are freed after the loss's forward (nothing saves them) and the chunks' float32
+#: softmax (4 B, freed chunk by chunk) takes their place. The unpadding copy's backward
+#: (``CopySlices``) holds as much: its incoming gradient, its full-size copy and the
+#: padded logits' gradient (3 × 4 B), plus a clone and a zero tensor of one sequence's
+#: rows (8 B × that sequence's tokens, not counted: how many sequences share a
+#: micro-batch is not known here; 14 B a logit for 2 to 4 equal ones, 12 B for many).
+#: The backward of Float16Module's cast then holds the float32 gradient and its bfloat16
+#: copy (6 B). Forward only (compute_logp), 8 B: the float32 logits and their unpadded
+#: copy (the cast before them: the bfloat16 logits and the float32 ones, 6 B). With
+#: context parallelism compute_logp first gathers the c ranks' logits
+#: (``gather_cp_output=True``, megatron_engine.py l.1153-1158 and l.1476;
+#: ``postprocess_packed_seqs_context_parallel``, areal/engine/megatron_utils/
+#: packed_context_parallel.py l.236-268): the c ranks' float32 logits (4 B), the gathered
+#: tensor (4 B) and a reordering buffer of one sequence, two of them while one replaces
+#: the other (4 B at most), all over the whole micro-batch's tokens (c × tokens/c): 12 B.
+#:
+#: FSDP and archon: the model's logits stay bfloat16 (FSDP2's ``MixedPrecisionPolicy``
+#: without an output dtype, areal/engine/fsdp_utils/parallel.py l.384-388; the Hugging
+#: Face head does not upcast) and stay bound through the backward (``logits`` in
+#: ``forward_backward_batch``, areal/engine/fsdp_engine.py l.761-772; archon_runner.py
+#: l.99-119). t = 1, 6 B: the bfloat16 logits, their bfloat16 gradient (the compiled
+#: loss upcasts inside) and one chunk's slice buffer (2 B each). t > 1 (the head's
+#: ``ColwiseParallel`` output sharded on the vocabulary, fsdp_utils/parallel.py l.307-311;
+#: archon's ``loss_parallel``), 10 B: the bfloat16 logits (2 B), the chunks' float32
+#: softmax (4 B), the bfloat16 gradient (each chunk's float32 gradient is cast back
+#: before its slice, 2 B) and one chunk's slice buffer (2 B). Forward only, 2 B: the
+#: bfloat16 logits, each chunk upcast in turn.
 #:
 #: ``float32``: a whole-vocabulary cross-entropy on ``logits.float()`` (torchtitan's
 #: ``cross_entropy(pred.flatten(0, 1).float(), ...)``, train.py at pytorch/torchtitan@
@@ -277,14 +320,14 @@ OPTIMIZERS = tuple(dict.fromkeys(t for types in defaults.ENGINE_OPTIMIZERS.value
 #: the first half of the same storage as bfloat16 (``_pack_fp32_to_half_inplace``,
 #: vocab_parallel_head.py l.25-65 and l.267-281): 4 B through forward and backward.
 #: Forward only (compute_logp: ``gather_logprobs`` on the same logits, megatron_engine.py
-#: l.2963-2972): the float32 logits, 4 B, log-probabilities by chunks of
-#: ``logprobs_chunk_size`` tokens.
+#: l.2963-2972): the float32 logits straight from the GEMM and their unpadded copy, as
+#: without the head, 8 B (12 B over the gathered tokens with CP; ``areal`` above).
 #:
 #: ``areal_lm_head_differentiable`` (``entropy_requires_grad`` true): no reuse; the loss
 #: runs the same ``gather_logprobs_entropy`` path on float32 logits as without the head
 #: (vocab_parallel.py l.643-651) and the head's backward casts the gradient to bfloat16 as
-#: the cast it replaces did (vocab_parallel_head.py l.264-265, l.283): the ``areal`` term.
-#: Forward only: the float32 logits, 4 B.
+#: the cast it replaces did (vocab_parallel_head.py l.264-265, l.283): the ``areal`` term,
+#: forward only too.
 #:
 #: ``areal_lm_head_chunks`` (``lm_head_loss_chunk_size`` N > 0, l.1034, which needs the
 #: two settings above, l.1107-1122): the model returns its hidden states and the head

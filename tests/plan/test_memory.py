@@ -726,30 +726,74 @@ def test_op_sac_keeps_the_block_input_every_other_mm_and_attention(
     assert per_token == expected
 
 
+# The reference's default loss (logits "areal"), by hand from areal-project/AReaL@cbff54d6
+# and megatron-core core_v0.17.0 (execution.LOGITS): Llama-3.1-8B (vocab 128,256), 4,096
+# tokens a micro-batch per rank (16,384 over c4), full-size [tokens, vocab/t] tensors alive
+# at the peak × their bytes.
 @pytest.mark.parametrize(
-    ("spec", "settings", "per_element"),
+    ("spec", "settings", "rows", "per_element"),
     [
-        ("fsdp:d8", {}, 6),  # bf16 logits + bf16 gradient + one chunk's slice gradient
-        ("fsdp:d8", {"optimizer": None}, 2),  # forward only: the bf16 logits
-        ("megatron:d4t2", {}, 8),  # + float32 vocab-parallel softmax, bf16 gradient copy
-        ("fsdp:d8", {"logits": "float32"}, 12),  # torchtitan / torchtune cross-entropy
-        ("fsdp:d8", {"logits": "float32_logits"}, 4),  # Megatron-LM's formula
+        # FSDP t1: bf16 logits (bound through the backward, fsdp_engine.py l.761-772) +
+        # their bf16 gradient + one chunk's full-size slice_backward buffer: 2 + 2 + 2
+        ("fsdp:d8", {}, 4096, 6),
+        # forward only: the bf16 logits, each 1,024-token chunk upcast in turn
+        ("fsdp:d8", {"optimizer": None}, 4096, 2),
+        # FSDP t2 (vocab-parallel lm_head): + the chunks' float32 softmax
+        # (_VocabParallelLogProbsEntropy saves it): 2 + 4 + 2 + 2
+        ("fsdp:d4t2", {}, 4096, 10),
+        ("fsdp:d4t2", {"optimizer": None}, 4096, 2),
+        # Megatron: Float16Module's float32 logits (fp32_output=True) copied by
+        # unpad_logits. t2: the chunks' float32 softmax (the logits freed) + float32
+        # gradient + one slice buffer: 4 + 4 + 4; t1: the float32 logits held by the
+        # compiled loss instead of the softmax: 4 + 4 + 4
+        ("megatron:d4t2", {}, 4096, 12),
+        ("megatron:d8", {}, 4096, 12),
+        # compute_logp: the float32 logits + their unpadded copy: 4 + 4
+        ("megatron:d4t2", {"optimizer": None}, 4096, 8),
+        ("megatron:d8", {"optimizer": None}, 4096, 8),
+        # compute_logp over c4 gathers the 4 ranks' logits (packed_context_parallel.py
+        # l.236-268): their list + the gathered tensor + a reorder buffer, 4 + 4 + 4 B over
+        # 4 × 4,096 tokens; training keeps them local: 12 B over the rank's 4,096
+        ("megatron:d2c4", {"optimizer": None}, 4 * 4096, 12),
+        ("megatron:d2c4", {}, 4096, 12),
+        # FSDP's Ulysses c: the rank's tokens only
+        ("fsdp:d2c4", {"optimizer": None}, 4096, 2),
+        ("fsdp:d8", {"logits": "float32"}, 4096, 12),  # torchtitan / torchtune cross-entropy
+        ("fsdp:d8", {"logits": "float32_logits"}, 4096, 4),  # Megatron-LM's formula
     ],
 )
 def test_logits_bytes_as_the_loss_holds_them(
-    spec: str, settings: dict[str, Any], per_element: int
+    spec: str, settings: dict[str, Any], rows: int, per_element: int
 ) -> None:
     allocation = ModelAllocation.from_str(spec)
-    tp = allocation.parallel.tp_size
+    tp, cp = allocation.parallel.tp_size, allocation.parallel.cp_size
     estimate = training_memory(
         "actor",
         allocation.backend,
         find_model("meta-llama/Llama-3.1-8B"),
         allocation.parallel,
-        TrainingSettings(tokens_per_micro_batch=4096, memory_efficient_load=True, **settings),
+        TrainingSettings(tokens_per_micro_batch=4096 * cp, memory_efficient_load=True, **settings),
         None,
     )
-    assert estimate.term("logits") == int(4096 * (128_256 / tp) * per_element)
+    assert estimate.term("logits") == int(rows * (128_256 / tp) * per_element)
+
+
+def test_a_gathered_compute_logp_says_so() -> None:
+    allocation = ModelAllocation.from_str("megatron:d2c4")
+    estimate = training_memory(
+        "ref",
+        allocation.backend,
+        find_model("meta-llama/Llama-3.1-8B"),
+        allocation.parallel,
+        TrainingSettings(tokens_per_micro_batch=16384, optimizer=None),
+        None,
+    )
+    term = next(t for t in estimate.terms if t.name == "logits")
+    assert term.formula == (
+        "c4 × 4,096 = 16,384 tokens gathered × vocab 128,256/t1 × 12 B (float32 logits "
+        "gathered over the CP ranks: their list + the gathered copy + one sequence's "
+        "reorder buffer; log-probs by chunks of 1,024 tokens, no gradient)"
+    )
 
 
 def test_an_unknown_logits_mode_is_refused() -> None:
@@ -783,14 +827,16 @@ def _chunks(size: int) -> dict[str, Any]:
         ("megatron:d4t2", _HEAD, 4096, 4),
         ("megatron:d8", _HEAD, 4096, 4),
         # forward only (compute_logp: gather_logprobs on those float32 logits,
-        # megatron_engine.py l.2963-2972): the float32 logits, 4 B
-        ("megatron:d4t2", {**_HEAD, "optimizer": None}, 4096, 4),
+        # megatron_engine.py l.2963-2972): the float32 logits + their unpadded copy
+        # (unpad_logits, data.py l.1063-1076), as without the head: 4 + 4
+        ("megatron:d4t2", {**_HEAD, "optimizer": None}, 4096, 8),
         # (b) entropy_requires_grad true: no reuse, the loss as without the head
         # (vocab_parallel.py l.643-651), the head's backward casts to bf16 as Megatron's
-        # cast did (vocab_parallel_head.py l.264-265, l.283): the default's 8 B / 6 B
-        ("megatron:d4t2", _FALLBACK, 4096, 8),
-        ("megatron:d8", _FALLBACK, 4096, 6),
-        ("megatron:d4t2", {**_FALLBACK, "optimizer": None}, 4096, 4),  # float32 logits
+        # cast did (vocab_parallel_head.py l.264-265, l.283): the default's 12 B at t2
+        # and t1, and its 8 B forward only
+        ("megatron:d4t2", _FALLBACK, 4096, 12),
+        ("megatron:d8", _FALLBACK, 4096, 12),
+        ("megatron:d4t2", {**_FALLBACK, "optimizer": None}, 4096, 8),
         # (c) lm_head_loss_chunk_size N: one float32 chunk [N, vocab/t] made while the
         # previous one is still bound (vocab_parallel_head.py l.647 forward, l.811 backward,
         # _linear_chunk_fp32 l.538-557): min(tokens, 2·N) rows × 4 B
@@ -861,7 +907,7 @@ def test_a_config_with_the_areal_lm_head_has_its_smaller_logits_term() -> None:
     fallback, _ = _megatron_logits(enable_chunked_logits=True, entropy_requires_grad=True)
     # Qwen3-8B, vocab 151,936 over t2, the micro-batch's tokens as the default term says
     tokens = int(default_text.split(" tokens")[0].replace(",", ""))
-    assert default == tokens * (151_936 // 2) * 8  # the default: 8 B a logit
+    assert default == tokens * (151_936 // 2) * 12  # the default: 12 B a logit
     assert head == tokens * (151_936 // 2) * 4  # the head's float32 logits, reused
     assert head_text.endswith(
         "× 4 B (AReaL LM head, megatron.enable_chunked_logits with entropy_requires_grad "

@@ -180,9 +180,11 @@ def test_a_critic_has_a_value_head_and_no_logits(spec: str, expected: dict[str, 
     terms = _train(spec, critic=True, memory_efficient_load=True)
     assert {k: terms[k] for k in expected} == expected
     assert "logits" not in terms
-    # the actor's bf16 logits, their gradient and one chunk's slice gradient: 6 B each
-    # (memory.LOGITS "areal"; 4 B of float32 logits before, which the engines never hold)
-    assert _train(spec, memory_efficient_load=True)["logits"] == 4096 * 152064 * 6
+    # the actor's logits (execution.LOGITS "areal"): FSDP's bf16 logits, their gradient and
+    # one chunk's slice gradient, 6 B; Megatron's float32 ones (Float16Module), their
+    # gradient and one chunk's slice gradient, 12 B
+    per_logit = 12 if spec.startswith("megatron") else 6
+    assert _train(spec, memory_efficient_load=True)["logits"] == 4096 * 152064 * per_logit
 
 
 # --- max_tokens_per_mb unset: the whole local batch ---------------------------------------
