@@ -258,9 +258,14 @@ OPTIMIZERS = tuple(dict.fromkeys(t for types in defaults.ENGINE_OPTIMIZERS.value
 #: context parallelism compute_logp first gathers the c ranks' logits
 #: (``gather_cp_output=True``, megatron_engine.py l.1153-1158 and l.1476;
 #: ``postprocess_packed_seqs_context_parallel``, areal/engine/megatron_utils/
-#: packed_context_parallel.py l.236-268): the c ranks' float32 logits (4 B), the gathered
-#: tensor (4 B) and a reordering buffer of one sequence, two of them while one replaces
-#: the other (4 B at most), all over the whole micro-batch's tokens (c × tokens/c): 12 B.
+#: packed_context_parallel.py l.236-268): during the all-gather the c ranks' float32
+#: logits in a list (4 B), the process group's flat receive buffer (ProcessGroupNCCL::
+#: allgather copies out of a ``newLikeFlat`` tensor, pytorch/pytorch torch/csrc/
+#: distributed/c10d/ProcessGroupNCCL.cpp; gloo's does the same) and the empty gathered
+#: tensor (4 B each), all over the whole micro-batch's tokens (c × the rank's), with the
+#: rank's own logits (4 B over its tokens): 12·c + 4 B a logit of the rank's tokens (the
+#: reordering after it holds less: the list, the gathered tensor, one sequence's buffer;
+#: then the unpadded copy, 8 B).
 #:
 #: FSDP and archon: the model's logits stay bfloat16 (FSDP2's ``MixedPrecisionPolicy``
 #: without an output dtype, areal/engine/fsdp_utils/parallel.py l.384-388; the Hugging
@@ -318,7 +323,13 @@ OPTIMIZERS = tuple(dict.fromkeys(t for types in defaults.ENGINE_OPTIMIZERS.value
 #: autograd node (``_InplaceVocabParallelLogProbsEntropy``, areal/utils/functional/
 #: vocab_parallel.py l.386-521), and the head's backward packs that float32 gradient into
 #: the first half of the same storage as bfloat16 (``_pack_fp32_to_half_inplace``,
-#: vocab_parallel_head.py l.25-65 and l.267-281): 4 B through forward and backward.
+#: vocab_parallel_head.py l.25-65 and l.267-281): 4 B through forward and backward, where
+#: context parallelism keeps the logits local (megatron_engine.py l.1158). Without it the
+#: forward step's ``unpad_logits`` copy runs as without the head (``areal`` above): the
+#: loss reuses that copy, but the copy's backward holds its in-place gradient, a
+#: full-size copy of it and the padded logits' gradient (3 × 4 B), and the head's output
+#: is gone by then (only a weak reference, l.256), so its backward casts the gradient
+#: instead of packing it in place (l.264-283): 12 B.
 #: Forward only (compute_logp: ``gather_logprobs`` on the same logits, megatron_engine.py
 #: l.2963-2972): the float32 logits straight from the GEMM and their unpadded copy, as
 #: without the head, 8 B (12 B over the gathered tokens with CP; ``areal`` above).

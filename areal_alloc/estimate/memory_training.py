@@ -479,70 +479,58 @@ def _logits(e: Engine, s: Stage, forward_only: bool) -> Term | None:
             f"logits of one chunk and the previous one's"
             f"{', no gradient' if forward_only else ', recomputed in the backward'})",
         )
-    cp = e.parallel.cp_size
-    per_logit, gathered, logits_text = _logit_bytes(
-        e.settings.logits, e.megatron, tp, cp, forward_only
+    per_logit, logits_text = _logit_bytes(
+        e.settings.logits, e.megatron, tp, e.parallel.cp_size, forward_only
     )
-    # a Megatron compute_logp gathers the logits of the c ranks' tokens
-    rows = tokens * cp if gathered else tokens
-    logits = rows * (vocab / tp) * per_logit
+    logits = tokens * (vocab / tp) * per_logit
     if not logits:
         return None
-    rows_text = (
-        f"c{cp} × {tokens:,} = {rows:,} tokens gathered" if gathered else f"{tokens:,} tokens"
-    )
     return Term(
         "logits",
         int(logits),
-        f"{rows_text} × vocab {vocab:,}/t{tp} × {per_logit} B ({logits_text})",
+        f"{tokens:,} tokens × vocab {vocab:,}/t{tp} × {per_logit} B ({logits_text})",
     )
 
 
 def _logit_bytes(
     mode: str, megatron: bool, tp: int, cp: int, forward_only: bool
-) -> tuple[int, bool, str]:
-    """:data:`areal_alloc.estimate.execution.LOGITS`: bytes per logit element at the
-    loss's peak, whether the c context-parallel ranks' logits are gathered first (then
-    per element of the gathered micro-batch), and what holds them. The reference's
-    figures (``areal``, ``areal_lm_head*``) are derived in :data:`~areal_alloc.estimate.
-    execution.LOGITS` from areal-project/AReaL@cbff54d645d2cd8ee1f1c358a82f3f473588433d
-    and NVIDIA/Megatron-LM@core_v0.17.0; ``areal_lm_head_chunks`` is :func:`_logits`'
-    own (a chunk term)."""
+) -> tuple[int, str]:
+    """:data:`areal_alloc.estimate.execution.LOGITS`: bytes per logit element of the
+    rank's tokens at the loss's peak, and what holds them. The reference's figures
+    (``areal``, ``areal_lm_head*``) are derived there from areal-project/AReaL@
+    cbff54d645d2cd8ee1f1c358a82f3f473588433d and NVIDIA/Megatron-LM@core_v0.17.0;
+    ``areal_lm_head_chunks`` is :func:`_logits`' own (a chunk term)."""
     reference = mode in ("areal", "areal_lm_head", "areal_lm_head_differentiable")
     if reference and megatron and forward_only:
-        # compute_logp: forward_batch gathers the CP ranks' float32 logits
-        # (packed_context_parallel.py l.236-268): the c ranks' list, the gathered
-        # tensor and one sequence's reordering buffer, at most the micro-batch
         if cp > 1:
-            return (
-                12,
-                True,
-                (
-                    "float32 logits gathered over the CP ranks: their list + the gathered "
-                    "copy + one sequence's reorder buffer; log-probs by chunks of 1,024 "
-                    "tokens, no gradient"
-                ),
+            # compute_logp gathers the c ranks' float32 logits
+            # (packed_context_parallel.py l.236-268): c × 12 B over the rank's tokens,
+            # and its own 4 B
+            return 12 * cp + 4, (
+                f"compute_logp gathers the c{cp} ranks' float32 logits: c{cp} × 12 B "
+                f"(the ranks' list + the all-gather's flat buffer + the gathered copy) + "
+                f"the rank's own 4 B; log-probs by chunks of 1,024 tokens, no gradient"
             )
         # unpad_logits copies them into a new tensor (data.py l.1063-1076)
-        return (
-            8,
-            False,
-            (
-                "float32 logits + their unpadded copy (unpad_logits); log-probs by chunks "
-                "of 1,024 tokens, no gradient"
-            ),
+        return 8, (
+            "float32 logits + their unpadded copy (unpad_logits); log-probs by chunks "
+            "of 1,024 tokens, no gradient"
+        )
+    if mode == "areal_lm_head" and cp > 1:
+        return 4, (
+            "AReaL LM head, megatron.enable_chunked_logits with entropy_requires_grad false: "
+            "float32 logits reused in place as softmax and gradient"
         )
     if mode == "areal_lm_head":
-        return (
-            4,
-            False,
-            (
-                "AReaL LM head, megatron.enable_chunked_logits with entropy_requires_grad false: "
-                "float32 logits reused in place as softmax and gradient"
-            ),
+        # the loss reuses the unpadded copy; the copy's backward (CopySlices) does not
+        return 12, (
+            "AReaL LM head, megatron.enable_chunked_logits with entropy_requires_grad false: "
+            "the unpadded float32 copy reused in place as softmax and gradient, then the "
+            "copy's backward: that gradient + its full-size copy + the padded logits' "
+            "gradient"
         )
     if mode == "areal" and forward_only:
-        return 2, False, "bf16 logits; log-probs by chunks of 1,024 tokens, no gradient"
+        return 2, "bf16 logits; log-probs by chunks of 1,024 tokens, no gradient"
     head = (
         "AReaL LM head, megatron.entropy_requires_grad true: no storage reuse, the loss as "
         "without the head: "
@@ -550,41 +538,29 @@ def _logit_bytes(
         else ""
     )
     if mode == "float32":
-        return 12, False, "float32 cross-entropy: log-softmax, its gradient and nll's"
+        return 12, "float32 cross-entropy: log-softmax, its gradient and nll's"
     if mode == "float32_logits":
-        return 4, False, "float32 logits"
+        return 4, "float32 logits"
     if mode == "float32_compiled":
-        return 4, False, "compiled float32 cross-entropy: bf16 logits + their bf16 gradient"
+        return 4, "compiled float32 cross-entropy: bf16 logits + their bf16 gradient"
     if mode == "chunked_compiled":
-        return 3, False, "chunked compiled cross-entropy: bf16 logits + one of 8 chunks upcast"
+        return 3, "chunked compiled cross-entropy: bf16 logits + one of 8 chunks upcast"
     if megatron and tp > 1:
-        return (
-            12,
-            False,
-            (
-                f"{head}float32 softmax saved by chunk (the float32 logits freed) + float32 "
-                f"gradient + one chunk's full-size slice-backward buffer"
-            ),
+        return 12, (
+            f"{head}float32 softmax saved by chunk (the float32 logits freed) + float32 "
+            f"gradient + one chunk's full-size slice-backward buffer"
         )
     if megatron:
-        return (
-            12,
-            False,
-            (
-                f"{head}float32 logits held by the compiled log-softmax + float32 gradient + "
-                f"one chunk's full-size slice-backward buffer"
-            ),
+        return 12, (
+            f"{head}float32 logits held by the compiled log-softmax + float32 gradient + "
+            f"one chunk's full-size slice-backward buffer"
         )
     if tp > 1:
-        return (
-            10,
-            False,
-            (
-                "bf16 logits + float32 vocab-parallel softmax saved by chunk + bf16 gradient "
-                "+ one chunk's full-size slice-backward buffer"
-            ),
+        return 10, (
+            "bf16 logits + float32 vocab-parallel softmax saved by chunk + bf16 gradient "
+            "+ one chunk's full-size slice-backward buffer"
         )
-    return 6, False, "bf16 logits + bf16 gradient + one chunk's full-size slice-backward buffer"
+    return 6, "bf16 logits + bf16 gradient + one chunk's slice gradient"
 
 
 def _reserve(settings: TrainingSettings) -> Term:

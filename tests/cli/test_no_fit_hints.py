@@ -15,13 +15,13 @@ MOE = ["--model", "Qwen3-30B-A3B", "--gpu", "H100-80GB"]
         (
             ["layouts", "megatron", "2", *MOE],
             "areal-alloc layouts: none of the 7 megatron layouts of 2 GPUs fits Qwen3-30B-A3B on "
-            "H100-80GB: the smallest needs 355.0 GiB per GPU (largest term optimizer 170.6 GiB); "
+            "H100-80GB: the smallest needs 364.7 GiB per GPU (largest term optimizer 170.7 GiB); "
             "try more GPUs, --recompute full or fewer --tokens",
         ),
         (
             ["layouts", "megatron", "2", *MOE, "--recompute", "full"],
             "areal-alloc layouts: none of the 7 megatron layouts of 2 GPUs fits Qwen3-30B-A3B on "
-            "H100-80GB: the smallest needs 282.7 GiB per GPU (largest term optimizer 170.6 GiB); "
+            "H100-80GB: the smallest needs 292.4 GiB per GPU (largest term optimizer 170.7 GiB); "
             "try more GPUs or fewer --tokens (this is already with --recompute full)",
         ),
         (

@@ -752,9 +752,12 @@ def test_op_sac_keeps_the_block_input_every_other_mm_and_attention(
         ("megatron:d4t2", {"optimizer": None}, 4096, 8),
         ("megatron:d8", {"optimizer": None}, 4096, 8),
         # compute_logp over c4 gathers the 4 ranks' logits (packed_context_parallel.py
-        # l.236-268): their list + the gathered tensor + a reorder buffer, 4 + 4 + 4 B over
-        # 4 × 4,096 tokens; training keeps them local: 12 B over the rank's 4,096
-        ("megatron:d2c4", {"optimizer": None}, 4 * 4096, 12),
+        # l.236-268): during the all-gather their list, the flat receive buffer and the
+        # empty gathered tensor, 4 + 4 + 4 B over 4 × 4,096 tokens, and the rank's own
+        # 4 B over its 4,096: 12·4 + 4 = 52 B a logit of the rank's tokens; training
+        # keeps them local: 12 B over the rank's 4,096
+        ("megatron:d2c4", {"optimizer": None}, 4096, 52),
+        ("megatron:d4c2", {"optimizer": None}, 4096, 28),
         ("megatron:d2c4", {}, 4096, 12),
         # FSDP's Ulysses c: the rank's tokens only
         ("fsdp:d2c4", {"optimizer": None}, 4096, 2),
@@ -790,9 +793,10 @@ def test_a_gathered_compute_logp_says_so() -> None:
     )
     term = next(t for t in estimate.terms if t.name == "logits")
     assert term.formula == (
-        "c4 × 4,096 = 16,384 tokens gathered × vocab 128,256/t1 × 12 B (float32 logits "
-        "gathered over the CP ranks: their list + the gathered copy + one sequence's "
-        "reorder buffer; log-probs by chunks of 1,024 tokens, no gradient)"
+        "4,096 tokens × vocab 128,256/t1 × 52 B (compute_logp gathers the c4 ranks' "
+        "float32 logits: c4 × 12 B (the ranks' list + the all-gather's flat buffer + the "
+        "gathered copy) + the rank's own 4 B; log-probs by chunks of 1,024 tokens, no "
+        "gradient)"
     )
 
 
@@ -823,9 +827,15 @@ def _chunks(size: int) -> dict[str, Any]:
         # (vocab_parallel_head.py l.245-255), the loss overwrites them with the softmax and
         # the gradient in place (vocab_parallel.py l.386-521, reuse: megatron_engine.py
         # l.180-186), the head's backward packs that into bf16 in the same storage
-        # (vocab_parallel_head.py l.25-65, l.267-281): 4 B, whatever t
-        ("megatron:d4t2", _HEAD, 4096, 4),
-        ("megatron:d8", _HEAD, 4096, 4),
+        # (vocab_parallel_head.py l.25-65, l.267-281): 4 B, whatever t, where CP keeps
+        # the logits local (megatron_engine.py l.1158): 4,096 over c2, 2,048 a rank
+        ("megatron:d2t2c2", _HEAD, 2048, 4),
+        ("megatron:d4c2", _HEAD, 2048, 4),
+        # without CP the forward step's unpad_logits copies them (data.py l.1063-1076);
+        # the loss reuses the copy, whose backward (CopySlices) holds its gradient, a
+        # full-size copy of it and the padded logits' gradient: 4 + 4 + 4
+        ("megatron:d4t2", _HEAD, 4096, 12),
+        ("megatron:d8", _HEAD, 4096, 12),
         # forward only (compute_logp: gather_logprobs on those float32 logits,
         # megatron_engine.py l.2963-2972): the float32 logits + their unpadded copy
         # (unpad_logits, data.py l.1063-1076), as without the head: 4 + 4
@@ -889,8 +899,8 @@ def test_the_lm_head_chunk_goes_with_its_mode(settings: dict[str, Any], message:
     assert str(caught.value).startswith(message)
 
 
-def _megatron_logits(**megatron: Any) -> tuple[int, str]:
-    cfg = _cfg(actor__backend="megatron:d4t2", actor__mb_spec={"max_tokens_per_mb": 8192})
+def _megatron_logits(backend: str = "megatron:d4t2", **megatron: Any) -> tuple[int, str]:
+    cfg = _cfg(actor__backend=backend, actor__mb_spec={"max_tokens_per_mb": 8192})
     cfg["actor"]["megatron"] = megatron
     memory = plan_config(cfg, on_memory="warn")["actor"].memory
     assert memory is not None
@@ -898,7 +908,7 @@ def _megatron_logits(**megatron: Any) -> tuple[int, str]:
     return term.bytes, term.formula
 
 
-def test_a_config_with_the_areal_lm_head_has_its_smaller_logits_term() -> None:
+def test_a_config_with_the_areal_lm_head_has_its_logits_term() -> None:
     default, default_text = _megatron_logits()
     head, head_text = _megatron_logits(enable_chunked_logits=True)
     chunked, chunked_text = _megatron_logits(
@@ -908,8 +918,18 @@ def test_a_config_with_the_areal_lm_head_has_its_smaller_logits_term() -> None:
     # Qwen3-8B, vocab 151,936 over t2, the micro-batch's tokens as the default term says
     tokens = int(default_text.split(" tokens")[0].replace(",", ""))
     assert default == tokens * (151_936 // 2) * 12  # the default: 12 B a logit
-    assert head == tokens * (151_936 // 2) * 4  # the head's float32 logits, reused
+    # without CP the unpadding copy's backward holds as much as the default's
+    assert head == tokens * (151_936 // 2) * 12
     assert head_text.endswith(
+        "× 12 B (AReaL LM head, megatron.enable_chunked_logits with entropy_requires_grad "
+        "false: the unpadded float32 copy reused in place as softmax and gradient, then "
+        "the copy's backward: that gradient + its full-size copy + the padded logits' "
+        "gradient)"
+    )
+    # with CP (c2: half the micro-batch a rank) the head's float32 logits, reused: 4 B
+    local, local_text = _megatron_logits("megatron:d2t2c2", enable_chunked_logits=True)
+    assert local == tokens // 2 * (151_936 // 2) * 4
+    assert local_text.endswith(
         "× 4 B (AReaL LM head, megatron.enable_chunked_logits with entropy_requires_grad "
         "false: float32 logits reused in place as softmax and gradient)"
     )
