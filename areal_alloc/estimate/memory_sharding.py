@@ -456,9 +456,10 @@ def _streamed_optimizer(e: Engine, shard: _Shard, state_bytes: int, name: str, w
     """``fsdp.per_layer_optim_step``: the states stay on the CPU, and the step brings one
     FSDP module's (a decoder layer, the embedding, the final norm and output layer) to the
     GPU at a time with ``optim_prefetch_layers`` more in flight (``PerLayerOptimWrapper``,
-    areal/engine/fsdp_utils/optimizer.py l.323-470 at cbff54d6): at most 1 + prefetch of the
-    largest module's shard, counted in every phase (an upper bound outside the step)."""
-    in_flight = 1 + e.settings.optim_prefetch_layers
+    areal/engine/fsdp_utils/optimizer.py l.323-470 at cbff54d6): its ``step`` prefetches
+    module i + prefetch + 1 before it frees module i (l.611-627), so at most prefetch + 2 of
+    the largest module's shard, counted in every phase (an upper bound outside the step)."""
+    in_flight = 2 + e.settings.optim_prefetch_layers
     tp, p = e.parallel.tp_size, e.p
     largest = max(_gathered_layer(e), p.embedding / tp, p.output / tp)  # a tied output: none
     group = largest / (e.parallel.dp_size * e.parallel.cp_size)
