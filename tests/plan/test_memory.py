@@ -347,7 +347,7 @@ def test_per_layer_optim_step_holds_the_streamed_modules_states_only(
     largest = max(p.largest_layer, p.embedding, p.output) / tp / dp  # Qwen3's MLPs split by t
     assert p.embedding == 151_936 * 4_096 > p.largest_layer
     assert streamed.term("optimizer") == pytest.approx((2 + prefetch) * largest * 8, rel=1e-6)
-    assert streamed.term("optimizer") < whole.term("optimizer") / 4
+    assert streamed.term("optimizer") < whole.term("optimizer") / 3
     assert streamed.term("weights") == whole.term("weights")  # the parameters stay
     assert streamed.term("gradients") == whole.term("gradients")
     formula = next(t.formula for t in streamed.terms if t.name == "optimizer")
