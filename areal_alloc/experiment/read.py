@@ -363,6 +363,14 @@ class StartupConfig:
     #: the ``actor.ppo_n_minibatches`` written when reuse_train_logp forced it to 1 (None:
     #: nothing forced), for the estimate to say so as the reference warns
     forced_minibatches: int | None = None
+    #: an RL run (a rollout and an actor: the RL trainer's rules apply); otherwise SFT, RW or
+    #: DPO, which train a step's whole batch in one optimizer step
+    rl: bool = True
+    #: RW (``actor.is_critic``) or DPO (a ``ref`` beside the actor) without a rollout: each
+    #: item is two sequences, chosen and rejected ("rw_modeling_collate_fn produces 2
+    #: sequences (chosen + rejected) per example", areal/trainer/rw/rw_engine.py l.85-91;
+    #: dpo_engine.py l.98-101, group_size=2, at cbff54d6)
+    pairs: bool = False
 
     @property
     def epochs(self) -> int:
@@ -568,7 +576,7 @@ def read_experiment(cfg: object, settings: Settings | None = None) -> Experiment
         None if mode is None else str(mode),
         None if version is None else str(version),
         cfg,
-        _startup(cfg, rl=any(e.key == "rollout" for e in engines)),
+        _startup(cfg, *_trainer_kind(engines)),
     )
     return experiment.resolved(settings) if settings is not None else experiment
 
@@ -1474,7 +1482,18 @@ def _version(cfg: object, engine: Engine) -> str:
     return defaults.ENGINE_VERSION if value is None else str(value)
 
 
-def _startup(cfg: object, rl: bool = True) -> StartupConfig:
+def _trainer_kind(engines: list[Engine]) -> tuple[bool, bool]:
+    """(an RL run, a trainer of pairs): RL with a rollout and an actor; without a rollout, RW
+    (the actor ``is_critic``: RWConfig requires it, cli_args.py l.3287-3293) or DPO (a
+    ``ref``: DPOConfig's, l.3330-3339) train on chosen/rejected pairs, SFT on sequences."""
+    keys = {e.key for e in engines}
+    rl = {"rollout", "actor"} <= keys
+    actor = next((e for e in engines if e.key == "actor"), None)
+    critic = actor is not None and actor.training is not None and actor.training.is_critic
+    return rl, not rl and actor is not None and (critic or "ref" in keys)
+
+
+def _startup(cfg: object, rl: bool = True, pairs: bool = False) -> StartupConfig:
     """The keys only the start-up rules read (areal/api/cli_args.py at cbff54d6:
     BaseExperimentConfig, SchedulerConfig, PPOConfig, AgentConfig, InferenceEngineConfig,
     TrainEngineConfig, PPOActorConfig). Without a rollout (``rl`` false: SFT, RW, DPO) no
@@ -1540,6 +1559,8 @@ def _startup(cfg: object, rl: bool = True) -> StartupConfig:
         ),
         prox_logp_method=method,
         forced_minibatches=forced,
+        rl=rl,
+        pairs=pairs,
     )
 
 

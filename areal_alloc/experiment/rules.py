@@ -97,7 +97,7 @@ def _is_v1_awex(run: Run) -> bool:
 
 
 def _rl(run: Run) -> bool:
-    return run.engine("rollout") is not None and run.engine("actor") is not None
+    return run.startup.rl  # read.StartupConfig.rl: a rollout and an actor
 
 
 def offload_needs_enable_offload(run: Run) -> str | None:
@@ -955,6 +955,8 @@ def minibatches_fill_their_micro_batches(run: Run) -> str | None:
     if found is None or run.startup.dynamic_bs:
         return None
     batch, items, _, _ = found
+    if run.startup.pairs:  # RW, DPO: a chosen and a rejected sequence an item
+        items *= 2
     for key in ("actor", "critic", "ref", "teacher"):
         engine = run.engine(key)
         if engine is None or not engine.active or engine.training is None:

@@ -1020,6 +1020,32 @@ def test_an_sft_step_still_packs_its_share_into_the_engines_micro_batches() -> N
     )
 
 
+@pytest.mark.parametrize(
+    ("sections", "pairs"),
+    [
+        # RWConfig requires actor.is_critic (cli_args.py l.3287-3293); rw_engine.py l.85-91:
+        # "rw_modeling_collate_fn produces 2 sequences (chosen + rejected) per example"
+        ({"actor": {"backend": "megatron:d4p2", "is_critic": True}}, True),
+        # DPOConfig has a ref beside the actor; dpo_engine.py l.98-101, group_size=2
+        ({"actor": {"backend": "megatron:d4p2"}, "ref": {"backend": "megatron:d4p2"}}, True),
+        ({"actor": {"backend": "megatron:d4p2"}}, False),  # SFT: one sequence an item
+    ],
+)
+def test_rw_and_dpo_train_on_pairs(sections: dict[str, Any], pairs: bool) -> None:
+    # 8 items over d4: 2 a rank, 4 sequences for pairs, which fill p2's 2·p = 4 micro-batches
+    from areal_alloc.experiment.read import read_experiment
+
+    config = cfg(train_dataset={"batch_size": 8}, **sections)
+    config["cluster"]["n_nodes"] = 2
+    startup = read_experiment(config).startup
+    assert (startup.rl, startup.pairs) == (False, pairs)
+    if pairs:
+        validate(config, on_memory="off")
+    else:
+        with pytest.raises(AllocationValidationError, match=r"^8 sequences a step over the 4 "):
+            validate(config, on_memory="off")
+
+
 def test_the_batch_the_single_controller_splits_warns_of_the_spmd_launchers() -> None:
     # 12 prompts × 4 samples = 48 trajectories split 6 per rank; only the SPMD dataloader refuses 12
     plan = validate(
