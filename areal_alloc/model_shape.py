@@ -142,6 +142,9 @@ class ModelShape:
     vocab_size: int | None = None
     virtual_pipeline_size: int = 1
     source: str = "model_shape"
+    #: the config's ``model_type`` (None: not given): the archon engine's Qwen3.5 builder
+    #: ignores t, c and e (:data:`ARCHON_DATA_PARALLEL_ONLY`)
+    model_type: str | None = None
 
     def __post_init__(self) -> None:
         for name in _SHAPE_FIELDS:
@@ -165,7 +168,8 @@ class ModelShape:
         values = config_values(data, source, _SHAPE_FIELDS) if hasattr(data, "get") else {}
         if "num_key_value_heads" not in values and "num_attention_heads" in values:
             values["num_key_value_heads"] = values["num_attention_heads"]
-        return cls(**values, source=source)
+        kind = data.get("model_type") if hasattr(data, "get") else None
+        return cls(**values, source=source, model_type=kind if isinstance(kind, str) else None)
 
     @classmethod
     def from_hf_config(cls, path: str | Path) -> ModelShape:
@@ -303,6 +307,12 @@ def engine_shape(backend: str, shape: ModelShape) -> ModelShape:
 #: apply_cp, qwen2/infra/parallelize.py l.351 and qwen3/infra/parallelize.py l.523).
 #: Megatron's context parallelism splits the sequence, not the heads.
 ULYSSES_BACKENDS = ("fsdp", "archon")
+#: The model types the archon engine builds data-parallel only: ``parallelize_qwen3_5``
+#: warns "Qwen3.5 does not yet support Tensor Parallelism. TP will be ignored." (and the
+#: same of CP and EP) and applies none of them, so no head check of t or c runs
+#: (areal/experimental/models/archon/qwen3_5/infra/parallelize.py l.95-111 at cbff54d6;
+#: the family's names: qwen3_5/spec.py)
+ARCHON_DATA_PARALLEL_ONLY = ("qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5_text")
 
 
 def _ulysses_divisors(heads: int, kv: int | None, tp: int, backend: str) -> str:
@@ -422,6 +432,8 @@ def layout_problems(backend: str, p: ParallelStrategy, shape: ModelShape) -> lis
     problems: list[str] = []
     tp = p.tp_size
     heads, kv = shape.num_attention_heads, shape.num_key_value_heads
+    if backend == "archon" and shape.model_type in ARCHON_DATA_PARALLEL_ONLY:
+        heads = kv = None  # t and c are ignored, not applied to the heads
     if heads is not None and heads % tp:
         problems.append(
             f"num_attention_heads={heads} is not divisible by tensor parallel size t{tp}: "

@@ -37,6 +37,7 @@ from areal_alloc._config import (
     child,
     is_mapping,
     keys,
+    read_bool,
     section,
     setting_float,
     setting_int,
@@ -870,31 +871,11 @@ def _at(cfg: object, dotted: str) -> Any:
     return node
 
 
-#: The spellings OmegaConf's bool fields accept.
-_BOOLEAN = {
-    "true": True,
-    "yes": True,
-    "on": True,
-    "1": True,
-    "false": False,
-    "no": False,
-    "off": False,
-    "0": False,
-}
-
-
 def _flag(node: object, key: str, default: bool, path: str) -> bool:
-    """A boolean setting as OmegaConf's bool fields read it; anything else names the key."""
+    """A boolean setting as OmegaConf's bool fields read it (:func:`read_bool`), or
+    ``default`` when absent or null; anything else names the key."""
     value = child(node, key) if node is not None else None
-    if value is None:
-        return default
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):  # as OmegaConf's bool fields accept
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in _BOOLEAN:
-        return _BOOLEAN[value.strip().lower()]
-    raise AllocationValidationError(f"{path}={shown(value)}: must be true or false")
+    return default if value is None else read_bool(value, path)
 
 
 def _text(node: object, key: str, default: str) -> str:
@@ -1071,40 +1052,17 @@ def _token_dispatcher(megatron: object, path: str) -> str:
     return value
 
 
-_LM_HEAD_CHECKS = "MegatronEngineConfig.__post_init__, areal/api/cli_args.py l.1107-1122"
-
-
 def _lm_head_chunk(megatron: object, path: str) -> int:
-    """``<engine>.megatron.lm_head_loss_chunk_size`` (0 unset: off) as MegatronEngineConfig.
-    __post_init__ takes it at load, whatever the backend (every training engine's config holds
-    a ``megatron`` section; areal/api/cli_args.py l.1034 and l.1107-1122 at cbff54d6): a
-    positive size needs ``enable_chunked_logits`` and neither ``entropy_requires_grad`` nor
-    ``enable_mtp``; each refusal in the order the loader raises it."""
-    key = f"{path}.megatron.lm_head_loss_chunk_size"
-    needs = (
-        ("enable_chunked_logits", True, "requires enable_chunked_logits=True"),
-        ("entropy_requires_grad", False, "requires entropy_requires_grad=False"),
-        ("enable_mtp", False, "does not support enable_mtp=True"),
-    )
-    # the loader types each flag whatever the size (OmegaConf's bool fields)
-    flags = {name: _flag(megatron, name, False, f"{path}.megatron.{name}") for name, *_ in needs}
+    """``<engine>.megatron.lm_head_loss_chunk_size`` (0 unset: off), read for the estimate;
+    the loader's rules on it (MegatronEngineConfig.__post_init__) are
+    :mod:`areal_alloc.experiment.loader`'s, for every training section present."""
     value = child(megatron, "lm_head_loss_chunk_size") if megatron is not None else None
     if value is None:
         return 0
     from areal_alloc.numbers import read_int
 
-    size = read_int(value, key, minimum=0, maximum=MAX_COUNT)
-    if size == 0:
-        return 0
-    for name, wanted, said in needs:
-        if flags[name] != wanted:
-            fix = f"set {path}.megatron.{name}={str(wanted).lower()}"
-            raise AllocationValidationError(
-                f"{key}={size:,} with {path}.megatron.{name}={str(not wanted).lower()}: the "
-                f"reference's loader raises 'lm_head_loss_chunk_size {said}' "
-                f"({_LM_HEAD_CHECKS}); {fix}, or {key}=0"
-            )
-    return size
+    key = f"{path}.megatron.lm_head_loss_chunk_size"
+    return read_int(value, key, minimum=0, maximum=MAX_COUNT)
 
 
 def _train_config(node: object, path: str, key: str, backend: str | None = None) -> TrainConfig:
@@ -1117,7 +1075,7 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
     else:
         optimizer = _text(optimizer_node, "type", "adam")
     megatron = section(node, "megatron", f"{path}.megatron")
-    lm_head_chunk = _lm_head_chunk(megatron, path)  # the loader's checks, whatever the backend
+    lm_head_chunk = _lm_head_chunk(megatron, path)
     checkpointing = _flag(node, "gradient_checkpointing", False, f"{path}.gradient_checkpointing")
     bridge = _text(megatron, "bridge_type", defaults.BRIDGE_TYPE)
     # megatron-bridge's provider gets the recompute settings whatever gradient_checkpointing
@@ -1196,11 +1154,10 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
             megatron, f"{path}.megatron.virtual_pipeline_parallel_size", 1, 1, MAX_VPP
         )
     offload = _flag(fsdp, "offload_params", False, f"{path}.fsdp.offload_params")
-    # typed at load whatever the backend; only the FSDP engine reads it
+    # only the FSDP engine reads these; the loader's rules on them are
+    # areal_alloc.experiment.loader's, for every training section present
     per_layer = _flag(fsdp, "per_layer_optim_step", False, f"{path}.fsdp.per_layer_optim_step")
     per_layer = per_layer and backend == "fsdp"
-    # FSDPEngineConfig.__post_init__ refuses a negative count at load, whatever the backend
-    # (areal/api/cli_args.py l.517-521 at cbff54d6)
     prefetch = setting_int(fsdp, f"{path}.fsdp.optim_step_prefetch_layers", 1, 0, MAX_COUNT)
     scratch = _flag(node, "init_from_scratch", False, f"{path}.init_from_scratch")
     deepep = _flag(
@@ -1665,6 +1622,7 @@ def shape_of_architecture(arch: Architecture, source: str) -> ModelShape:
         num_experts=arch.num_experts or None,
         vocab_size=arch.vocab_size,
         source=source,
+        model_type=arch.model_type or None,
     )
 
 

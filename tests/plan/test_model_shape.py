@@ -203,3 +203,34 @@ def test_a_teacher_has_its_own_shape() -> None:
         "teacher.backend='vllm:d1t8' does not fit the model (teacher.model_shape): "
         "num_attention_heads=12 is not divisible by tensor parallel size t8"
     )
+
+
+@pytest.mark.parametrize(
+    ("model_type", "refused"),
+    [
+        ("qwen3", True),  # apply_cp's validate_cp_constraints: 16 heads % c3
+        (None, True),
+        # parallelize_qwen3_5 ignores t, c and e with a warning (archon/qwen3_5/infra/
+        # parallelize.py l.95-111 at cbff54d6): no head check runs
+        ("qwen3_5_moe_text", False),
+        ("qwen3_5", False),
+    ],
+)
+def test_archon_checks_no_heads_of_a_model_it_builds_data_parallel_only(
+    tmp_path: Path, model_type: str | None, refused: bool
+) -> None:
+    config: dict[str, object] = {
+        "num_hidden_layers": 8,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 2,
+    }
+    if model_type is not None:
+        config["model_type"] = model_type
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    shape = ModelShape.from_hf_config(tmp_path)
+    assert shape.model_type == model_type
+    for spec in ("archon:d2c3", "archon:d2t3"):
+        problems = shape_problems(ModelAllocation.from_str(spec), shape)
+        assert bool(problems) is refused, (spec, problems)
+    # the FSDP engine's Ulysses patch checks every model's heads
+    assert shape_problems(ModelAllocation.from_str("fsdp:d2c3"), shape)
