@@ -24,6 +24,7 @@ __all__ = [
     "child",
     "is_mapping",
     "keys",
+    "read_bool",
     "section",
     "setting_float",
     "setting_int",
@@ -175,6 +176,41 @@ def setting_float(
     if value is None:
         return None
     return read_float(value, path, minimum=minimum, maximum=maximum, above=above, unit=unit)
+
+
+#: The words OmegaConf's bool fields take, in any case (BooleanNode._validate_and_convert_impl,
+#: omegaconf/nodes.py, omegaconf 2.3: the version the reference's loader runs).
+_TRUE_WORDS = ("yes", "y", "on", "true")
+_FALSE_WORDS = ("no", "n", "off", "false")
+
+
+def read_bool(value: object, path: str) -> bool:
+    """A bool field's value as OmegaConf converts it, or one error naming ``path``.
+
+    The one rule for the config's bool settings, mirroring omegaconf 2.3's
+    ``BooleanNode._validate_and_convert_impl``: a bool; any int (non-zero is true); a
+    string that ``int()`` parses (blanks around and ``_`` between digits included), then
+    non-zero; ``yes``/``y``/``on``/``true`` and ``no``/``n``/``off``/``false`` in any case
+    (not stripped). Anything else, a float (``1.0``) too, is refused as OmegaConf refuses it.
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value != 0
+    if isinstance(value, str):
+        try:
+            return int(value) != 0  # past int()'s 4,300 digits: ValueError, as in OmegaConf
+        except ValueError:
+            pass
+        word = value.lower()
+        if word in _TRUE_WORDS:
+            return True
+        if word in _FALSE_WORDS:
+            return False
+    raise AllocationValidationError(
+        f"{path}={quote(value)}: must be true or false (OmegaConf's bool fields also take "
+        f"yes/no, y/n, on/off in any case, and integers: 0 is false, any other true)"
+    )
 
 
 def section(node: object, key: str, path: str) -> Any:

@@ -2,12 +2,14 @@
 
 ``load_expr_config`` first refuses the removed ``behave_imp_weight_*`` keys
 (``_migrate_legacy_rejection_sampling``), then ``OmegaConf.to_object`` builds the
-experiment's dataclasses, and each one's ``__post_init__`` raises on the loss, the
-normalization, the rejection sampling, the saver's, the recovery's and the loggers' modes
-checked here (areal/api/cli_args.py at areal-project/AReaL@
-cbff54d645d2cd8ee1f1c358a82f3f473588433d; each rule cites its lines). A config those refuse
-never starts, so :func:`refuse_at_load` refuses it too, in one line that quotes the value,
-names the key, says what is allowed and quotes the reference's own message.
+experiment's dataclasses, every section present in the config (an engine the run never
+creates too: a reference model with ``kl_ctl: 0``, ``teacher.train`` of a rollout teacher),
+typing their bool fields, and each one's ``__post_init__`` raises on the loss, the
+normalization, the rejection sampling, the training engines' fsdp and megatron sections, the
+saver's, the recovery's and the loggers' modes checked here (areal/api/cli_args.py at
+areal-project/AReaL@cbff54d645d2cd8ee1f1c358a82f3f473588433d; each rule cites its lines). A
+config those refuse never starts, so :func:`refuse_at_load` refuses it too, in one line that
+quotes the value, names the key, says what is allowed and quotes the reference's own message.
 
 One pass over the few sections, in the reference's order (the removed keys, the saver and
 loggers, the recovery, the engines, then ``PPOConfig.__post_init__``); a key is read only
@@ -20,9 +22,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from areal_alloc._config import child, is_mapping, keys, section, strict_schema, unset, whole_number
+from areal_alloc._config import (
+    child,
+    is_mapping,
+    keys,
+    read_bool,
+    section,
+    strict_schema,
+    unset,
+    whole_number,
+)
 from areal_alloc.errors import AllocationValidationError, clipped
-from areal_alloc.numbers import quote
+from areal_alloc.limits import MAX_COUNT
+from areal_alloc.numbers import quote, read_int
 
 __all__ = [
     "ATTN_IMPLS",
@@ -95,6 +107,8 @@ _REJECTION = (
 _REJECTION_WHERE = f"RejectionSamplingConfig.__post_init__, {_CLI} l.1602-1659"
 _PPO_WHERE = f"PPOActorConfig.__post_init__, {_CLI}"
 _TRAIN_WHERE = f"TrainEngineConfig.__post_init__, {_CLI}"
+_FSDP_WHERE = f"FSDPEngineConfig.__post_init__, {_CLI} l.517-521"
+_MEGATRON_WHERE = f"MegatronEngineConfig.__post_init__, {_CLI} l.1107-1122"
 _EXPERIMENT_WHERE = f"PPOConfig.__post_init__, {_CLI}"
 
 #: the sections the reference types PPOActorConfig (PPOConfig l.3410-3411, TeacherConfig
@@ -113,6 +127,10 @@ def refuse_at_load(cfg: object) -> None:
         node = _at(cfg, path)
         if node is None:
             continue
+        # its sub-configs are built first (TrainEngineConfig's fields fsdp, archon, megatron,
+        # l.1361-1363), then PPOActorConfig's own, then TrainEngineConfig.__post_init__
+        _refuse_fsdp(node, path)
+        _refuse_megatron(node, path)
         if path in _POLICIES:
             _refuse_policy(node, path)
         _refuse_train(node, path)
@@ -138,23 +156,10 @@ def _at(cfg: object, dotted: str, own: bool = False, under: str = "") -> Any:
     return node
 
 
-#: The spellings OmegaConf's bool fields accept.
-_BOOLEAN = {"true": True, "yes": True, "on": True, "1": True}
-_BOOLEAN |= {"false": False, "no": False, "off": False, "0": False}
-
-
 def _flag(node: object, key: str, path: str) -> bool:
     """A bool setting whose reference default is False, as OmegaConf reads it."""
     value = child(node, key)
-    if value is None:
-        return False
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in _BOOLEAN:
-        return _BOOLEAN[value.strip().lower()]
-    raise AllocationValidationError(f"{path}.{key}={quote(value)}: must be true or false")
+    return False if value is None else read_bool(value, f"{path}.{key}")
 
 
 def _real(node: object, key: str, path: str) -> float | None:
@@ -212,6 +217,37 @@ def _choices(allowed: tuple[str, ...], last: str = "or") -> str:
     return f"{', '.join(quoted[:-1])} {last} {quoted[-1]}" if len(quoted) > 1 else quoted[0]
 
 
+#: the words YAML 1.1 (PyYAML, OmegaConf's YAML loader) reads unquoted as booleans
+_YAML_WORDS = {"True": ("on", "yes", "true"), "False": ("off", "no", "false")}
+
+
+def _as_written(
+    node: object, key: str, path: str, text: str, allowed: tuple[str, ...] = ()
+) -> tuple[str, str]:
+    """``path.key=value`` for a refused text setting, and a fix for a boolean there.
+
+    A text field handed a bool (YAML's unquoted ``on``/``off``/``yes``/``no``/``true``/
+    ``false``) gets ``'True'``/``'False'`` from OmegaConf, which every rule refuses: the
+    second part says so and to quote the value (``''`` for any other value).
+    """
+    raw = child(node, key)
+    if not isinstance(raw, bool) and not (strict_schema(node) and raw in _YAML_WORDS):
+        return f"{path}.{key}={quote(text)}", ""
+    words = _YAML_WORDS[str(raw)]
+    example = next((name for name in allowed if name.lower() in words), None)
+    quoted = f", e.g. {path}.{key}={example!r}" if example is not None else ""
+    hint = (
+        f"; YAML reads unquoted on/off/yes/no/true/false as booleans, which a text field "
+        f"turns into {str(raw)!r}: quote the value{quoted}"
+    )
+    return f"{path}.{key}={quote(raw)}", hint
+
+
+def _written(value: object) -> str:
+    """A value as written, a null as ``null``."""
+    return "null" if value is None else quote(value)
+
+
 # --- the rules ---------------------------------------------------------------------------
 
 
@@ -222,11 +258,13 @@ def _refuse_removed(node: object, name: str) -> None:
     found = [key for key in REMOVED_KEYS if key in keys(node)]
     if not found:
         return
-    subject = ", ".join(f"{name}.{key}={quote(_raw(node, key))}" for key in found)
+    subject = ", ".join(f"{name}.{key}={_written(_raw(node, key))}" for key in found)
     listed = ", ".join(repr(key) for key in found)
+    # TeacherConfig has no rejection_sampling: its PPOActorConfig, teacher.train, has (l.3353)
+    home = "teacher.train" if name == "teacher" else name
     raise _refused(
         subject,
-        f"removed; use {name}.rejection_sampling instead (behave_imp_weight_mode 'token_mask' "
+        f"removed; use {home}.rejection_sampling instead (behave_imp_weight_mode 'token_mask' "
         f"or 'token_truncate' with behave_imp_weight_cap X → {{level: token, action: mask or "
         f"clamp, metric: ratio, upper: X}}; 'disabled' → null)",
         f"Found removed config key(s) {{{listed}}} under '{name}'. Config keys "
@@ -250,9 +288,10 @@ def _raw(node: object, key: str) -> object:
 def _refuse_mode(node: object, path: str, allowed: tuple[str, ...], said: str, where: str) -> None:
     mode = _text(node, "mode", path) if node is not None else None
     if mode is not None and mode not in allowed:
+        subject, hint = _as_written(node, "mode", path, mode, allowed)
         raise _refused(
-            f"{path}.mode={quote(mode)}",
-            f"must be {_choices(allowed)}",
+            subject,
+            f"must be {_choices(allowed)}{hint}",
             said.format(clipped(mode)),
             where,
         )
@@ -282,9 +321,10 @@ def _refuse_policy(node: object, path: str) -> None:
     # l.1886-1890
     unit = _text(node, "gae_timestep_unit", path)
     if unit is not None and unit not in ("token", "turn"):
+        subject, hint = _as_written(node, "gae_timestep_unit", path, unit)
         raise _refused(
-            f"{path}.gae_timestep_unit={quote(unit)}",
-            "must be 'token' or 'turn'",
+            subject,
+            f"must be 'token' or 'turn'{hint}",
             f"gae_timestep_unit must be 'token' or 'turn', got {clipped(unit)!r}",
             f"{_PPO_WHERE} l.1886-1890",
         )
@@ -330,9 +370,10 @@ def _refuse_policy(node: object, path: str) -> None:
             )
         level = _text(node, "importance_sampling_level", path)
         if level is not None and level != "token":
+            subject, hint = _as_written(node, "importance_sampling_level", path, level)
             raise _refused(
-                f"{path}.importance_sampling_level={quote(level)}",
-                f"must be 'token' with {path}.use_cispo_loss=true",
+                subject,
+                f"must be 'token' with {path}.use_cispo_loss=true{hint}",
                 "CISPO only supports importance_sampling_level='token'. Sequence-level "
                 "(GSPO-style) CISPO has no published surrogate.",
                 f"{_PPO_WHERE} l.1980-1984",
@@ -345,9 +386,10 @@ def _refuse_norm(node: object, path: str) -> None:
     for key, comma in (("mean_level", ""), ("std_level", ",")):
         level = _text(node, key, path)  # null: none (or, in the strict schema, 'batch')
         if level is not None and level not in _NORM_LEVELS:
+            subject, hint = _as_written(node, key, path, level)
             raise _refused(
-                f"{path}.{key}={quote(level)}",
-                "must be 'batch', 'group' or null",
+                subject,
+                f"must be 'batch', 'group' or null{hint}",
                 f"{key} must be 'batch', 'group'{comma} or None, got {clipped(level)}",
                 _NORM_WHERE,
             )
@@ -370,9 +412,10 @@ def _refuse_rejection(node: object, path: str) -> None:
         found = _text(node, key, path)
         value = default if found is None else found
         if value not in allowed:
+            subject, hint = _as_written(node, key, path, value, allowed)
             raise _refused(
-                f"{path}.{key}={quote(value)}",
-                f"must be {_choices(allowed)}",
+                subject,
+                f"must be {_choices(allowed)}{hint}",
                 f"{key} must be one of {allowed}, got {clipped(value)!r}",
                 _REJECTION_WHERE,
             )
@@ -432,15 +475,86 @@ def _refuse_train(node: object, path: str) -> None:
         )
     attention = _text(node, "attn_impl", path)
     if attention is not None and attention not in ATTN_IMPLS and "/" not in attention:
+        subject, hint = _as_written(node, "attn_impl", path, attention)
         raise _refused(
-            f"{path}.attn_impl={quote(attention)}",
+            subject,
             f"must be one of {', '.join(map(repr, ATTN_IMPLS))}, or a Hugging Face kernels "
-            f"repo ID org/repo[@revision][:entrypoint]",
+            f"repo ID org/repo[@revision][:entrypoint]{hint}",
             f"attn_impl must be one of {ATTN_IMPLS} or a Hugging Face kernels repo ID "
             f"formatted as org/repo[@revision][:entrypoint] (optionally prefixed with "
             f"wrapper|), got '{clipped(attention)}'.",
             f"{_TRAIN_WHERE} l.1469-1470; areal/engine/fsdp_utils/attn_impl.py l.21-29",
         )
+
+
+def _count(node: object, key: str, path: str) -> int | None:
+    """A count setting as OmegaConf's int fields convert it (``"8"`` → 8), negative ones
+    included, for the rule on its sign to refuse in the reference's words; None when absent."""
+    value = child(node, key)
+    if value is None:
+        return None
+    try:
+        return read_int(value, f"{path}.{key}", minimum=0, maximum=MAX_COUNT)
+    except AllocationValidationError as error:
+        try:  # a negative integer: the caller's rule says why
+            return read_int(value, f"{path}.{key}", minimum=-MAX_COUNT, maximum=-1)
+        except AllocationValidationError:
+            raise error from None
+
+
+def _refuse_fsdp(node: object, path: str) -> None:
+    """FSDPEngineConfig (l.482-521): ``per_layer_optim_step`` typed, and its
+    ``__post_init__``'s prefetch count ≥ 0 (l.517-521)."""
+    fsdp = _at(node, "fsdp", under=path)
+    if fsdp is None:
+        return
+    where = f"{path}.fsdp"
+    _flag(fsdp, "per_layer_optim_step", where)
+    prefetch = _count(fsdp, "optim_step_prefetch_layers", where)
+    if prefetch is not None and prefetch < 0:
+        raise _refused(
+            f"{where}.optim_step_prefetch_layers={quote(prefetch)}",
+            "must be ≥ 0 (the layers whose optimizer states are fetched ahead), e.g. its default 1",
+            f"optim_step_prefetch_layers must be >= 0, got {prefetch}",
+            _FSDP_WHERE,
+        )
+
+
+#: what MegatronEngineConfig.__post_init__ requires of a positive ``lm_head_loss_chunk_size``
+#: (l.1107-1122), in the order it raises: (flag, the value needed, its words)
+_LM_HEAD_NEEDS = (
+    ("enable_chunked_logits", True, "requires enable_chunked_logits=True"),
+    ("entropy_requires_grad", False, "requires entropy_requires_grad=False"),
+    ("enable_mtp", False, "does not support enable_mtp=True"),
+)
+
+
+def _refuse_megatron(node: object, path: str) -> None:
+    """MegatronEngineConfig.__post_init__ (l.1107-1122): the LM head's loss chunk size, ≥ 0,
+    and a positive one with chunked logits, without entropy gradients nor MTP. Every training
+    section holds a ``megatron`` section, whatever its backend (l.1363)."""
+    megatron = _at(node, "megatron", under=path)
+    if megatron is None:
+        return
+    where = f"{path}.megatron"
+    flags = {name: _flag(megatron, name, where) for name, *_ in _LM_HEAD_NEEDS}  # typed
+    key = f"{where}.lm_head_loss_chunk_size"
+    size = _count(megatron, "lm_head_loss_chunk_size", where) or 0
+    if size < 0:
+        raise _refused(
+            f"{key}={quote(size)}",
+            "must be ≥ 0 (0: the LM head's loss in one piece)",
+            f"lm_head_loss_chunk_size must be non-negative, got {size}",
+            _MEGATRON_WHERE,
+        )
+    for name, wanted, said in _LM_HEAD_NEEDS:
+        if size > 0 and flags[name] != wanted:
+            raise _refused(
+                f"{key}={quote(size)} with {where}.{name}={str(not wanted).lower()}",
+                f"set {where}.{name}={str(wanted).lower()}, or {key}=0",
+                f"lm_head_loss_chunk_size {said}",
+                _MEGATRON_WHERE,
+            )
 
 
 def _refuse_experiment(cfg: object) -> None:

@@ -520,6 +520,12 @@ def test_the_reference_dataclasses_read_as_their_mapping() -> None:
     ]
 
 
+_BOOL = (
+    "must be true or false (OmegaConf's bool fields also take yes/no, y/n, on/off in any "
+    "case, and integers: 0 is false, any other true)"
+)
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
@@ -528,11 +534,11 @@ def test_the_reference_dataclasses_read_as_their_mapping() -> None:
         ({"gconfig": "abc"}, "gconfig='abc': must be a section (a mapping of keys), not str"),
         (
             {"actor": {"backend": "fsdp:d4", "gradient_checkpointing": "maybe"}},
-            "actor.gradient_checkpointing='maybe': must be true or false",
+            f"actor.gradient_checkpointing='maybe': {_BOOL}",
         ),
         (
             {"actor": {"backend": "fsdp:d4", "offload": "maybe"}},
-            "actor.offload='maybe': must be true or false",
+            f"actor.offload='maybe': {_BOOL}",
         ),
         (
             {"rollout": {"backend": "sglang:d4", "max_head_offpolicyness": -1}},
@@ -551,7 +557,6 @@ def test_a_bad_setting_is_one_line_without_a_model(extra: dict[str, Any], messag
 
 _TRAIN_CHECKS = "TrainEngineConfig.__post_init__, areal/api/cli_args.py l.1493-1502"
 _DTYPES = "'float32', 'bfloat16', 'float16', 'fp32', 'bf16', 'fp16'"
-_LM_HEAD = "MegatronEngineConfig.__post_init__, areal/api/cli_args.py l.1107-1122"
 
 
 @pytest.mark.parametrize(
@@ -580,55 +585,11 @@ _LM_HEAD = "MegatronEngineConfig.__post_init__, areal/api/cli_args.py l.1107-112
             "loader refuses the rest: MicroBatchSpec.__post_init__, areal/api/cli_args.py "
             "l.141-147)",
         ),
-        # MegatronEngineConfig.__post_init__ (areal/api/cli_args.py l.1107-1122), at load
-        # and whatever the backend: every training engine's config holds a megatron section
+        # the fsdp and megatron sections' rules are the loader's, for every training section:
+        # tests/plan/test_loader_checks.py
         (
-            {"megatron": {"lm_head_loss_chunk_size": 4096}},
-            "actor.megatron.lm_head_loss_chunk_size=4,096 with "
-            "actor.megatron.enable_chunked_logits=false: the reference's loader raises "
-            "'lm_head_loss_chunk_size requires enable_chunked_logits=True' (" + _LM_HEAD + "); "
-            "set actor.megatron.enable_chunked_logits=true, or "
-            "actor.megatron.lm_head_loss_chunk_size=0",
-        ),
-        (
-            {
-                "megatron": {
-                    "lm_head_loss_chunk_size": "512",
-                    "enable_chunked_logits": True,
-                    "entropy_requires_grad": "yes",
-                }
-            },
-            "actor.megatron.lm_head_loss_chunk_size=512 with "
-            "actor.megatron.entropy_requires_grad=true: the reference's loader raises "
-            "'lm_head_loss_chunk_size requires entropy_requires_grad=False' (" + _LM_HEAD + "); "
-            "set actor.megatron.entropy_requires_grad=false, or "
-            "actor.megatron.lm_head_loss_chunk_size=0",
-        ),
-        (
-            {
-                "megatron": {
-                    "lm_head_loss_chunk_size": 512,
-                    "enable_chunked_logits": True,
-                    "enable_mtp": True,
-                }
-            },
-            "actor.megatron.lm_head_loss_chunk_size=512 with actor.megatron.enable_mtp=true: "
-            "the reference's loader raises 'lm_head_loss_chunk_size does not support "
-            "enable_mtp=True' (" + _LM_HEAD + "); set actor.megatron.enable_mtp=false, or "
-            "actor.megatron.lm_head_loss_chunk_size=0",
-        ),
-        (  # FSDPEngineConfig.__post_init__ (l.517-521), at load whatever the backend
-            {"fsdp": {"optim_step_prefetch_layers": -1}},
-            "actor.fsdp.optim_step_prefetch_layers=-1: must be an integer from 0 to "
-            "1,099,511,627,776, e.g. actor.fsdp.optim_step_prefetch_layers=1",
-        ),
-        (  # OmegaConf types a bool field at load, whatever the backend reads
-            {"megatron": {"entropy_requires_grad": 3}, "fsdp": {"per_layer_optim_step": True}},
-            "actor.megatron.entropy_requires_grad=3: must be true or false",
-        ),
-        (
-            {"megatron": {"lm_head_loss_chunk_size": -1}},
-            "actor.megatron.lm_head_loss_chunk_size=-1: must be an integer from 0 to "
+            {"megatron": {"lm_head_loss_chunk_size": "4k"}},
+            "actor.megatron.lm_head_loss_chunk_size='4k': must be an integer from 0 to "
             "1,099,511,627,776",
         ),
     ],
@@ -665,6 +626,30 @@ def test_the_training_dtypes_read_as_the_reference_canonicalises_them(
     training = read_experiment(cfg)["actor"].training
     assert training is not None
     assert (training.dtype, training.optimizer_dtype) == (dtype, optimizer_dtype)
+
+
+@pytest.mark.parametrize(
+    ("written", "expected"),
+    [  # OmegaConf's bool fields (read_bool): any int, int() text, the words in any case
+        (3, True),  # the reference's loader takes entropy_requires_grad: 3 (run through it)
+        (0, False),
+        ("-1", True),
+        (" 0 ", False),
+        ("1_0", True),
+        ("y", True),
+        ("OFF", False),
+    ],
+)
+def test_a_flag_reads_as_omegaconf_converts_it(written: object, expected: bool) -> None:
+    actor = {
+        "backend": "megatron:d8",
+        "gradient_checkpointing": written,
+        "megatron": {"entropy_requires_grad": written, "enable_chunked_logits": written},
+    }
+    training = read_experiment({"actor": actor})["actor"].training
+    assert training is not None
+    flags = (training.gradient_checkpointing, training.entropy_requires_grad)
+    assert (*flags, training.chunked_logits) == (expected,) * 3
 
 
 def test_the_cluster_carries_the_gpu_the_settings_resolve() -> None:
@@ -785,7 +770,7 @@ def test_the_token_dispatcher_is_read_and_carried(
     [
         (
             {"moe_enable_deepep": "maybe"},
-            "actor.megatron.moe_enable_deepep='maybe': must be true or false",
+            f"actor.megatron.moe_enable_deepep='maybe': {_BOOL}",
         ),
         (
             {"moe_token_dispatcher_type": ["flex"]},
@@ -857,7 +842,7 @@ def test_the_recompute_rules_keys_are_read(
         ),
         (
             {"moe_shared_expert_overlap": "sometimes"},
-            "actor.megatron.moe_shared_expert_overlap='sometimes': must be true or false",
+            f"actor.megatron.moe_shared_expert_overlap='sometimes': {_BOOL}",
         ),
         (  # megatron-core's TransformerConfig l.1321-1326 at core_v0.17.0 (its spelling)
             {"recompute_granularity": "Full"},

@@ -73,6 +73,32 @@ _ATTN = (
     "org/repo[@revision][:entrypoint] (optionally prefixed with wrapper|), got 'flash'."
 )
 _TEACHER_TRAIN = {"engine_type": "train", "train": {"backend": "fsdp:d4"}}
+_MEGATRON = f"MegatronEngineConfig.__post_init__, {CLI} l.1107-1122"
+_FSDP = f"FSDPEngineConfig.__post_init__, {CLI} l.517-521"
+#: a reference model the run does not create (actor.kl_ctl=0, as in the GRPO examples): the
+#: reference's loader still builds its PPOActorConfig, with its fsdp and megatron sections
+_INACTIVE_REF = {"actor__kl_ctl": 0.0, "ref": {"backend": "fsdp:d4"}}
+#: a teacher that scores with its rollout engine, its train section still built at load
+_ROLLOUT_TEACHER = {"engine_type": "rollout", "rollout": {"backend": "sglang:d1"}}
+_BOOL = (
+    "must be true or false (OmegaConf's bool fields also take yes/no, y/n, on/off in any "
+    "case, and integers: 0 is false, any other true)"
+)
+_YAML_BOOL = (
+    "; YAML reads unquoted on/off/yes/no/true/false as booleans, which a text field turns "
+    "into '{}': quote the value"
+)
+
+
+def _chunk(path: str, size: str, flag: str, wanted: str, said: str) -> str:
+    key = f"{path}.megatron.lm_head_loss_chunk_size"
+    return _said(
+        f"{key}={size} with {path}.megatron.{flag}={'false' if wanted == 'true' else 'true'}",
+        f"set {path}.megatron.{flag}={wanted}, or {key}=0",
+        f"lm_head_loss_chunk_size {said}",
+        _MEGATRON,
+    )
+
 
 REFUSED: list[tuple[dict[str, Any], str]] = [
     # 1. the removed keys, under the actor and the teacher (l.3499-3531)
@@ -96,10 +122,19 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ),
     (
         {"teacher__behave_imp_weight_mode": "disabled"},
-        _said(
+        _said(  # TeacherConfig has no rejection_sampling: its PPOActorConfig teacher.train has
             "teacher.behave_imp_weight_mode='disabled'",
-            _REMOVED.format("teacher"),
+            _REMOVED.format("teacher.train"),
             _REMOVED_SAID.format("'behave_imp_weight_mode'", "teacher"),
+            _REMOVED_WHERE,
+        ),
+    ),
+    (  # a null: printed as written (`+actor.behave_imp_weight_cap=null`)
+        {"actor__behave_imp_weight_cap": None},
+        _said(
+            "actor.behave_imp_weight_cap=null",
+            _REMOVED.format("actor"),
+            _REMOVED_SAID.format("'behave_imp_weight_cap'", "actor"),
             _REMOVED_WHERE,
         ),
     ),
@@ -411,7 +446,160 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
             f"TrackioConfig.__post_init__, {CLI} l.2894-2900",
         ),
     ),
-    # 7. the training engines' chunk size and attention; the shared seed
+    # 7. every training section's fsdp and megatron sections (FSDPEngineConfig,
+    # MegatronEngineConfig, l.482-521 and l.903-1122), whether or not the run creates the engine
+    (
+        {"actor__megatron": {"lm_head_loss_chunk_size": 4096}},
+        _chunk(
+            "actor", "4,096", "enable_chunked_logits", "true", "requires enable_chunked_logits=True"
+        ),
+    ),
+    (
+        {
+            "actor__megatron": {
+                "lm_head_loss_chunk_size": "512",
+                "enable_chunked_logits": True,
+                "entropy_requires_grad": "yes",
+            }
+        },
+        _chunk(
+            "actor", "512", "entropy_requires_grad", "false", "requires entropy_requires_grad=False"
+        ),
+    ),
+    (
+        {
+            "actor__megatron": {
+                "lm_head_loss_chunk_size": 512,
+                "enable_chunked_logits": 1,
+                "enable_mtp": "ON",
+            }
+        },
+        _chunk("actor", "512", "enable_mtp", "false", "does not support enable_mtp=True"),
+    ),
+    (
+        {"actor__megatron": {"lm_head_loss_chunk_size": -1}},
+        _said(
+            "actor.megatron.lm_head_loss_chunk_size=-1",
+            "must be ≥ 0 (0: the LM head's loss in one piece)",
+            "lm_head_loss_chunk_size must be non-negative, got -1",
+            _MEGATRON,
+        ),
+    ),
+    (
+        {"actor__fsdp": {"optim_step_prefetch_layers": "-1"}},
+        _said(
+            "actor.fsdp.optim_step_prefetch_layers=-1",
+            "must be ≥ 0 (the layers whose optimizer states are fetched ahead), e.g. its default 1",
+            "optim_step_prefetch_layers must be >= 0, got -1",
+            _FSDP,
+        ),
+    ),
+    (  # the ref the run does not create (the example's kl_ctl 0.0)
+        {
+            **_INACTIVE_REF,
+            "ref": {"backend": "fsdp:d4", "megatron": {"lm_head_loss_chunk_size": 4096}},
+        },
+        _chunk(
+            "ref", "4,096", "enable_chunked_logits", "true", "requires enable_chunked_logits=True"
+        ),
+    ),
+    (
+        {
+            **_INACTIVE_REF,
+            "ref": {"backend": "fsdp:d4", "fsdp": {"optim_step_prefetch_layers": -2}},
+        },
+        _said(
+            "ref.fsdp.optim_step_prefetch_layers=-2",
+            "must be ≥ 0 (the layers whose optimizer states are fetched ahead), e.g. its default 1",
+            "optim_step_prefetch_layers must be >= 0, got -2",
+            _FSDP,
+        ),
+    ),
+    (  # OmegaConf types the bool fields of every section it builds
+        {**_INACTIVE_REF, "ref": {"backend": "fsdp:d4", "megatron": {"enable_mtp": "abc"}}},
+        f"ref.megatron.enable_mtp='abc': {_BOOL}",
+    ),
+    (
+        {**_INACTIVE_REF, "ref": {"backend": "fsdp:d4", "fsdp": {"per_layer_optim_step": 1.0}}},
+        f"ref.fsdp.per_layer_optim_step=1.0: {_BOOL}",
+    ),
+    (  # teacher.train with teacher.engine_type rollout: built at load, never run
+        {
+            "teacher": {
+                **_ROLLOUT_TEACHER,
+                "train": {"backend": "fsdp:d4", "megatron": {"lm_head_loss_chunk_size": 8}},
+            }
+        },
+        _chunk(
+            "teacher.train",
+            "8",
+            "enable_chunked_logits",
+            "true",
+            "requires enable_chunked_logits=True",
+        ),
+    ),
+    (
+        {
+            "teacher": {
+                **_ROLLOUT_TEACHER,
+                "train": {"backend": "fsdp:d4", "fsdp": {"optim_step_prefetch_layers": -1}},
+            }
+        },
+        _said(
+            "teacher.train.fsdp.optim_step_prefetch_layers=-1",
+            "must be ≥ 0 (the layers whose optimizer states are fetched ahead), e.g. its default 1",
+            "optim_step_prefetch_layers must be >= 0, got -1",
+            _FSDP,
+        ),
+    ),
+    (
+        {"critic": {"backend": "fsdp:d4", "megatron": {"enable_chunked_logits": "1.5"}}},
+        f"critic.megatron.enable_chunked_logits='1.5': {_BOOL}",
+    ),
+    # 8. a text field handed a boolean (YAML's unquoted on/off/yes/no): both loaders refuse it
+    (
+        {"recover__mode": True},
+        _said(
+            "recover.mode=true",
+            "must be 'on', 'off', 'auto' or 'disabled'"
+            + _YAML_BOOL.format("True")
+            + ", e.g. recover.mode='on'",
+            "Invalid recover mode 'True'. Valid options: {'on', 'off', 'auto', 'disabled'}. "
+            "Note: 'fault' and 'resume' modes have been removed.",
+            f"RecoverConfig.__post_init__, {CLI} l.2795-2802",
+        ),
+    ),
+    (
+        {"recover__mode": False},
+        _said(
+            "recover.mode=false",
+            "must be 'on', 'off', 'auto' or 'disabled'"
+            + _YAML_BOOL.format("False")
+            + ", e.g. recover.mode='off'",
+            "Invalid recover mode 'False'. Valid options: {'on', 'off', 'auto', 'disabled'}. "
+            "Note: 'fault' and 'resume' modes have been removed.",
+            f"RecoverConfig.__post_init__, {CLI} l.2795-2802",
+        ),
+    ),
+    (  # none of wandb's modes is a YAML boolean word: no example
+        {"stats_logger__wandb__mode": False},
+        _said(
+            "stats_logger.wandb.mode=false",
+            "must be 'online', 'offline', 'disabled' or 'shared'" + _YAML_BOOL.format("False"),
+            "Invalid wandb mode: 'False'. Must be one of: online, offline, disabled, shared.",
+            f"WandBConfig.__post_init__, {CLI} l.2828-2834",
+        ),
+    ),
+    (
+        {"actor__rejection_sampling": {"level": True}},
+        _said(
+            "actor.rejection_sampling.level=true",
+            "must be 'token' or 'sequence'" + _YAML_BOOL.format("True"),
+            "level must be one of ('token', 'sequence'), got 'True'",
+            REJECTION,
+        ),
+    ),
+    # 9. the training engines' chunk size and attention; the shared seed
     (
         {"actor__logprobs_chunk_size": 0},
         _said(
@@ -503,6 +691,25 @@ TAKEN: list[dict[str, Any]] = [
     {"stats_logger__trackio__mode": "local"},
     {"actor__logprobs_chunk_size": 1, "actor__attn_impl": "sdpa"},
     {"actor__attn_impl": "kernels-community/flash-attn@main:fwd"},
+    # the fsdp and megatron sections, in any training section; OmegaConf's bool spellings
+    {"actor__megatron": {"lm_head_loss_chunk_size": "1_024", "enable_chunked_logits": "y"}},
+    {"actor__megatron": {"entropy_requires_grad": 3}, "actor__fsdp": {"per_layer_optim_step": "0"}},
+    {"actor__fsdp": {"optim_step_prefetch_layers": 0}, "actor__megatron": {"enable_mtp": " 1 "}},
+    {
+        **_INACTIVE_REF,
+        "ref": {
+            "backend": "fsdp:d4",
+            "scheduling_strategy": {"type": "colocation", "target": "actor"},
+            "megatron": {"lm_head_loss_chunk_size": 4096, "enable_chunked_logits": "On"},
+        },
+    },
+    {
+        "cluster": {"n_nodes": 2, "n_gpus_per_node": 8},
+        "teacher": {
+            **_ROLLOUT_TEACHER,
+            "train": {"backend": "fsdp:d4", "megatron": {"lm_head_loss_chunk_size": 0}},
+        },
+    },
     {"actor__gae_timestep_unit": "turn"},
     {"actor__gae_lambda": 0.95},
     {"actor__gae_lambda": "my_pkg.lambdas.by_turns", "actor__gae_lambda_kwargs": {"a": 1}},
@@ -567,3 +774,32 @@ def test_a_section_these_rules_read_must_be_a_section(
     with pytest.raises(AllocationValidationError) as info:
         areal_alloc.validate(_config(**settings), on_memory="off")
     assert info.value.message == message
+
+
+_RECOVER_ON = _said(
+    "recover.mode={}",
+    "must be 'on', 'off', 'auto' or 'disabled'"
+    + _YAML_BOOL.format("True")
+    + ", e.g. recover.mode='on'",
+    "Invalid recover mode 'True'. Valid options: {{'on', 'off', 'auto', 'disabled'}}. "
+    "Note: 'fault' and 'resume' modes have been removed.",
+    f"RecoverConfig.__post_init__, {CLI} l.2795-2802",
+)
+
+
+def test_yamls_unquoted_on_is_a_boolean_the_message_says_to_quote() -> None:
+    body = "cluster: {n_nodes: 1, n_gpus_per_node: 8}\nrollout: {backend: 'sglang:d4'}\n"
+    body += "actor: {backend: 'fsdp:d4'}\nrecover: {mode: on}\n"
+    with pytest.raises(AllocationValidationError) as info:
+        areal_alloc.validate(OmegaConf.create(body), on_memory="off")
+    assert info.value.message == _RECOVER_ON.format("true")
+    quoted = body.replace("mode: on", "mode: 'on'")
+    assert areal_alloc.validate(OmegaConf.create(quoted), on_memory="off")["actor"].gpus == 4
+
+
+def test_the_strict_schemas_text_field_holds_the_booleans_text(tmp_path: Path) -> None:
+    # its str field turns the YAML boolean into 'True', as the reference's does
+    cfg = _strict(tmp_path, "actor: {backend: 'fsdp:d4'}\nrecover: {mode: on}\n")
+    with pytest.raises(AllocationValidationError) as info:
+        areal_alloc.validate(cfg, on_memory="off")
+    assert info.value.message == _RECOVER_ON.format("'True'")
