@@ -702,7 +702,12 @@ def training_settings(
     ``minibatches``: its update's ``ppo_n_minibatches`` (``StartupConfig.minibatches_of``)."""
     read, path = engine.training or TrainConfig(), engine.path
     if read.optimizer_assumed:
-        notes.append(f"{path}.optimizer unset: assumed adam (the run trains {engine.key})")
+        notes.append(
+            f"{path}.optimizer unset: estimated with adam, but the reference's default is None "
+            f"(TrainEngineConfig.optimizer, cli_args.py l.1330), so its engine builds no "
+            f"optimizer and the first optimizer step fails ('assert self.optimizer_config is "
+            f"not None', fsdp_engine.py l.698 at cbff54d6): set {path}.optimizer.type=adam"
+        )
     if (
         read.recompute_unasked and read.optimizer is not None
     ):  # a forward-only one recomputes nothing

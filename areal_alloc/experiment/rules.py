@@ -508,7 +508,7 @@ def per_layer_optim_step_needs_adam(run: Run) -> str | None:
             continue
         where = f"{engine.path}.fsdp.per_layer_optim_step=true"
         fix = "set it to false"
-        if training.optimizer is None:
+        if training.optimizer is None or training.optimizer_assumed:  # None.type
             return (
                 f"{where} on an engine without an optimizer: the FSDP engine's initialize "
                 f"reads its optimizer's type and raises AttributeError ('NoneType' object "

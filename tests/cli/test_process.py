@@ -180,7 +180,7 @@ APP_ERRORS = [
     (
         ["experiment=grpo_1x8", "actor.nope=1"],
         "areal-alloc: actor.nope=1: no key 'actor.nope' in the config (in actor; its keys: "
-        "backend, kl_ctl); to add it write +actor.nope=1",
+        "backend, optimizer, kl_ctl); to add it write +actor.nope=1",
     ),
     (
         ["actor.backend=["],

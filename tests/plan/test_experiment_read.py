@@ -80,7 +80,7 @@ EXPECTED = [
             "cluster 2x8 run -",
             "rollout sglang:d4 inference active on=- offload=False model=- arch=- | defaults",
             "teacher vllm:d1t4 inference active on=- offload=False model=- arch=- | defaults",
-            "actor fsdp:d8 training active on=- offload=False model=- arch=- | optimizer_assumed=True",
+            "actor fsdp:d8 training active on=- offload=False model=- arch=- | defaults",
         ],
     ),
     (
@@ -88,7 +88,7 @@ EXPECTED = [
         [
             "cluster 1x8 run -",
             "rollout sglang:d2t2 inference active on=- offload=False model=- arch=- | defaults",
-            "actor fsdp:d4 training active on=- offload=False model=- arch=- | optimizer_assumed=True",
+            "actor fsdp:d4 training active on=- offload=False model=- arch=- | defaults",
             "ref fsdp:d4 training active on=actor offload=False model=- arch=- | optimizer=None",
         ],
     ),
@@ -106,7 +106,7 @@ EXPECTED = [
         [
             "cluster 6x8 run -",
             "rollout sglang:d2t8 inference active on=- offload=False model=- arch=- | defaults",
-            "actor megatron:(attn:d4p2t2c2|ffn:d2p2t4e2) training active on=- offload=False model=- arch=- | optimizer_assumed=True",
+            "actor megatron:(attn:d4p2t2c2|ffn:d2p2t4e2) training active on=- offload=False model=- arch=- | defaults",
             "ref megatron:(attn:d4p2t2c2|ffn:d2p2t4e2) training active on=actor offload=False model=- arch=- | optimizer=None",
         ],
     ),
@@ -115,8 +115,8 @@ EXPECTED = [
         [
             "cluster 3x8 run -",
             "rollout sglang:d4t2 inference active on=- offload=False model=- arch=- | defaults",
-            "actor fsdp:d8 training active on=- offload=False model=- arch=- | optimizer_assumed=True",
-            "critic fsdp:d4t2 training active on=- offload=False model=- arch=- | optimizer_assumed=True",
+            "actor fsdp:d8 training active on=- offload=False model=- arch=- | defaults",
+            "critic fsdp:d4t2 training active on=- offload=False model=- arch=- | defaults",
             "ref fsdp:d8 training active on=actor offload=False model=- arch=- | optimizer=None",
         ],
     ),

@@ -602,6 +602,20 @@ REFUSED: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
             }
         ),
     ),
+    (  # an actor without an optimizer section has None too (TrainEngineConfig l.1330)
+        "fsdp.per_layer_optim_step needs an adam optimizer",
+        cfg(actor={"backend": "fsdp:d8", "fsdp": {"per_layer_optim_step": True}}),
+        "actor.fsdp.per_layer_optim_step=true on an engine without an optimizer: the FSDP "
+        "engine's initialize reads its optimizer's type and raises AttributeError ('NoneType' "
+        "object has no attribute 'type'); set it to false",
+        cfg(
+            actor={
+                "backend": "fsdp:d8",
+                "fsdp": {"per_layer_optim_step": True},
+                "optimizer": {"type": "adam"},
+            }
+        ),
+    ),
     (  # the same rule on a ref, which has no optimizer: its initialize reads None.type
         "fsdp.per_layer_optim_step needs an adam optimizer",
         cfg(
