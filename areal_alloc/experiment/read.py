@@ -370,7 +370,8 @@ class StartupConfig:
     #: RW (``actor.is_critic``) or DPO (a ``ref`` beside the actor) without a rollout: each
     #: item is two sequences, chosen and rejected ("rw_modeling_collate_fn produces 2
     #: sequences (chosen + rejected) per example", areal/trainer/rw/rw_engine.py l.85-91;
-    #: dpo_engine.py l.98-101, group_size=2, at cbff54d6)
+    #: dpo_engine.py l.98-101, group_size=2, at cbff54d6), which the engines pack whole
+    #: (``mb_spec.granularity = 2``): a pair is the unit a micro-batch counts
     pairs: bool = False
 
     @property

@@ -955,8 +955,6 @@ def minibatches_fill_their_micro_batches(run: Run) -> str | None:
     if found is None or run.startup.dynamic_bs:
         return None
     batch, items, _, _ = found
-    if run.startup.pairs:  # RW, DPO: a chosen and a rejected sequence an item
-        items *= 2
     for key in ("actor", "critic", "ref", "teacher"):
         engine = run.engine(key)
         if engine is None or not engine.active or engine.training is None:
@@ -964,17 +962,21 @@ def minibatches_fill_their_micro_batches(run: Run) -> str | None:
         if engine.allocation.is_inference:
             continue
         minibatches = run.startup.minibatches_of(key)
-        message = _short_minibatch(engine, minibatches, batch, items, _rl(run))
+        message = _short_minibatch(engine, minibatches, batch, items, _rl(run), run.startup.pairs)
         if message is not None:
             return message
     return None
 
 
 def _short_minibatch(
-    engine: Engine, minibatches: int, batch: int, items: int, rl: bool = True
+    engine: Engine, minibatches: int, batch: int, items: int, rl: bool = True, pairs: bool = False
 ) -> str | None:
     """The message of :func:`minibatches_fill_their_micro_batches` for one trainer, or None
-    (``rl`` false: SFT, RW or DPO, whose step trains the whole batch at once)."""
+    (``rl`` false: SFT, RW or DPO, whose step trains the whole batch at once; ``pairs``: RW
+    or DPO, whose engines pack chosen/rejected pairs whole, ``mb_spec.granularity = 2``,
+    so a rank's items are its pairs: fsdp_engine.py l.2414-2418, megatron_engine.py l.3093,
+    archon_engine.py l.1524; areal/utils/data.py split_padded_tensor_dict_into_mb_list
+    l.722-760, at cbff54d6)."""
     training = engine.training
     backend, parallel = engine.allocation.backend, engine.allocation.parallel
     pp, dp = parallel.pp_size, parallel.dp_size
@@ -1018,7 +1020,7 @@ def _short_minibatch(
         else "the reference's seqpack raises 'Number of values … is smaller than min_groups'"
     )
     if engine.key in ("ref", "teacher") or not rl:  # the whole share, no minibatches
-        what = "trajectories" if rl else "sequences"
+        what = "trajectories" if rl else "chosen/rejected pairs" if pairs else "sequences"
         step = "forward" if rl else "step"
         return (
             f"{items} {what} a step over the {dp} data-parallel ranks of "

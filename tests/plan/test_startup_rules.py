@@ -1035,29 +1035,35 @@ def test_an_sft_step_still_packs_its_share_into_the_engines_micro_batches() -> N
 
 
 @pytest.mark.parametrize(
-    ("sections", "pairs"),
+    ("sections", "unit"),
     [
-        # RWConfig requires actor.is_critic (cli_args.py l.3287-3293); rw_engine.py l.85-91:
-        # "rw_modeling_collate_fn produces 2 sequences (chosen + rejected) per example"
-        ({"actor": {"backend": "megatron:d4p2", "is_critic": True}}, True),
-        # DPOConfig has a ref beside the actor; dpo_engine.py l.98-101, group_size=2
-        ({"actor": {"backend": "megatron:d4p2"}, "ref": {"backend": "megatron:d4p2"}}, True),
-        ({"actor": {"backend": "megatron:d4p2"}}, False),  # SFT: one sequence an item
+        # RWConfig requires actor.is_critic (cli_args.py l.3287-3293); DPOConfig has a ref
+        # beside the actor. Both engines pack a chosen/rejected pair whole (mb_spec.granularity
+        # = 2: megatron_engine.py l.3093, fsdp_engine.py l.2414-2418), so a micro-batch needs
+        # a pair, not a sequence
+        ({"actor": {"backend": "megatron:d4p2", "is_critic": True}}, "chosen/rejected pairs"),
+        (
+            {"actor": {"backend": "megatron:d4p2"}, "ref": {"backend": "megatron:d4p2"}},
+            "chosen/rejected pairs",
+        ),
+        ({"actor": {"backend": "megatron:d4p2"}}, "sequences"),  # SFT
     ],
 )
-def test_rw_and_dpo_train_on_pairs(sections: dict[str, Any], pairs: bool) -> None:
-    # 8 items over d4: 2 a rank, 4 sequences for pairs, which fill p2's 2·p = 4 micro-batches
+def test_rw_and_dpo_pack_pairs(sections: dict[str, Any], unit: str) -> None:
+    # 8 items over d4: 2 a rank, fewer than p2's 2·p = 4 micro-batches; 16 fill them
     from areal_alloc.experiment.read import read_experiment
 
     config = cfg(train_dataset={"batch_size": 8}, **sections)
-    config["cluster"]["n_nodes"] = 2
     startup = read_experiment(config).startup
-    assert (startup.rl, startup.pairs) == (False, pairs)
-    if pairs:
+    assert (startup.rl, startup.pairs) == (False, unit != "sequences")
+    with pytest.raises(AllocationValidationError) as info:
         validate(config, on_memory="off")
-    else:
-        with pytest.raises(AllocationValidationError, match=r"^8 sequences a step over the 4 "):
-            validate(config, on_memory="off")
+    assert info.value.message.startswith(
+        f"8 {unit} a step over the 4 data-parallel ranks of actor.backend='megatron:d4p2' are "
+        f"2 per rank, which its step packs into 4 micro-batches"
+    )
+    assert "set train_dataset.batch_size=16 or more" in info.value.message
+    validate(cfg(train_dataset={"batch_size": 16}, **sections), on_memory="off")
 
 
 def test_the_batch_the_single_controller_splits_warns_of_the_spmd_launchers() -> None:
