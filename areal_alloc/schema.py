@@ -135,6 +135,14 @@ class MegatronConfig:
 
 
 @dataclass
+class ArchonFP8Config:
+    """``archon.fp8_config``: the mode and Triton kernel the loader checks."""
+
+    mode: str | None = None
+    use_triton: bool | None = None
+
+
+@dataclass
 class ArchonConfig:
     """The archon engine's activation checkpointing (with gradient_checkpointing), its
     pipeline schedule and split, and compilation (which pads every micro-batch)."""
@@ -146,6 +154,10 @@ class ArchonConfig:
     pp_first_stage_less_layers: int | None = None
     pp_last_stage_less_layers: int | None = None
     enable_compile: bool | None = None
+    #: refused at load outside their choices, in any training section (the loader)
+    reshard_after_forward_policy: str | None = None
+    moe_router_dtype: str | None = None
+    fp8_config: ArchonFP8Config = field(default_factory=ArchonFP8Config)
 
 
 @dataclass
@@ -243,6 +255,7 @@ class PolicyConfig(EngineConfig):
     gae_timestep_unit: str | None = None
     gae_lambda: float | str | None = None  # a number or a dotted function path
     use_decoupled_loss: bool | None = None
+    loss_type: str | None = None  # a DPO run's actor and ref: sigmoid or ipo (the loader)
     reward_norm: NormConfig | None = field(default_factory=NormConfig)
     adv_norm: NormConfig | None = field(default_factory=NormConfig)
     rejection_sampling: RejectionSamplingConfig | None = field(

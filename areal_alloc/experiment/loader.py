@@ -5,8 +5,9 @@
 experiment's dataclasses, every section present in the config (an engine the run never
 creates too: a reference model with ``kl_ctl: 0``, ``teacher.train`` of a rollout teacher),
 typing their bool fields, and each one's ``__post_init__`` raises on the loss, the
-normalization, the rejection sampling, the training engines' fsdp and megatron sections, the
-saver's, the recovery's and the loggers' modes checked here (areal/api/cli_args.py at
+normalization, the rejection sampling, the training engines' mb_spec, fsdp, archon (and its
+fp8_config) and megatron sections, a DPO run's losses and language model, the saver's, the
+recovery's and the loggers' modes checked here (areal/api/cli_args.py at
 areal-project/AReaL@cbff54d645d2cd8ee1f1c358a82f3f473588433d; each rule cites its lines). A
 config those refuse never starts, so :func:`refuse_at_load` refuses it too, in one line that
 quotes the value, names the key, says what is allowed and quotes the reference's own message.
@@ -115,10 +116,24 @@ _EXPERIMENT_WHERE = f"PPOConfig.__post_init__, {_CLI}"
 #: l.3353) and the training engines (those and PPOCriticConfig, l.3412)
 _POLICIES = ("actor", "ref", "teacher.train")
 _TRAINERS = ("actor", "ref", "critic", "teacher.train")
+#: DPOConfig's DPOEngineConfig sections (l.3329-3331)
+_DPO_ENGINES = ("actor", "ref")
+_DPO_LOSSES = ("sigmoid", "ipo")  # DPOEngineConfig.__post_init__'s (l.3315-3322)
+#: MicroBatchSpec.__post_init__'s choices (PACKING_ALGORITHMS, areal/utils/seqpack.py
+#: l.162-164, cbff54d6): its one check; n_mbs, granularity, max_tokens_per_mb and
+#: n_mbs_divisor it does not check
+PACKING_ALGORITHMS = ("ffd", "kk")
+_MB_SPEC_WHERE = f"MicroBatchSpec.__post_init__, {_CLI} l.141-147"
+_FP8_WHERE = f"ArchonFP8Config.__post_init__, {_CLI} l.590-603"
+_ARCHON_WHERE = f"ArchonEngineConfig.__post_init__, {_CLI} l.750-777"
+#: ArchonEngineConfig.__post_init__'s choices (l.765-777): None is a router dtype (the model's)
+_RESHARD_POLICIES = ("default", "always", "never")
+_ROUTER_DTYPES = ("fp32",)
 
 
 def refuse_at_load(cfg: object) -> None:
     """Raise for the first setting the reference's loader refuses among those above."""
+    dpo = _is_dpo(cfg)
     for name in _REMOVED_UNDER:
         _refuse_removed(child(cfg, name), name)
     for path, allowed, said, where in MODES:
@@ -127,14 +142,29 @@ def refuse_at_load(cfg: object) -> None:
         node = _at(cfg, path)
         if node is None:
             continue
-        # its sub-configs are built first (TrainEngineConfig's fields fsdp, archon, megatron,
-        # l.1361-1363), then PPOActorConfig's own, then TrainEngineConfig.__post_init__
+        # its sub-configs are built first (TrainEngineConfig's fields mb_spec, l.1287, then
+        # fsdp, archon, megatron, l.1361-1363), then PPOActorConfig's own, then
+        # TrainEngineConfig.__post_init__, then DPOEngineConfig's (l.3315-3322)
+        _refuse_mb_spec(node, path)
         _refuse_fsdp(node, path)
+        _refuse_archon(node, path)
         _refuse_megatron(node, path)
         if path in _POLICIES:
             _refuse_policy(node, path)
         _refuse_train(node, path)
+        if dpo and path in _DPO_ENGINES:
+            _refuse_dpo_loss(node, path)
+    if dpo:
+        _refuse_dpo(cfg)
     _refuse_experiment(cfg)
+
+
+def _is_dpo(cfg: object) -> bool:
+    """A DPO run, told from the raw config as the reader tells it (read.py ``_trainer_kind``):
+    no rollout, a ``ref`` beside the ``actor`` (examples/alignment/hhrlhf_dpo.yaml at
+    cbff54d6). Only DPOConfig has a ``ref`` without a rollout: RWConfig and SFTConfig have
+    none, and the reference's merge refuses the key ("Key 'ref' not in 'RWConfig'")."""
+    return _at(cfg, "rollout") is None and all(_at(cfg, name) is not None for name in _DPO_ENGINES)
 
 
 # --- reading -----------------------------------------------------------------------------
@@ -517,6 +547,131 @@ def _refuse_fsdp(node: object, path: str) -> None:
             "must be ≥ 0 (the layers whose optimizer states are fetched ahead), e.g. its default 1",
             f"optim_step_prefetch_layers must be >= 0, got {prefetch}",
             _FSDP_WHERE,
+        )
+
+
+def _refuse_mb_spec(node: object, path: str) -> None:
+    """MicroBatchSpec.__post_init__ (l.141-147): the packing algorithm, ffd or kk."""
+    mb_spec = _at(node, "mb_spec", under=path)
+    where = f"{path}.mb_spec"
+    packing = _text(mb_spec, "packing_algorithm", where) if mb_spec is not None else None
+    if packing is not None and packing not in PACKING_ALGORITHMS:
+        subject, hint = _as_written(mb_spec, "packing_algorithm", where, packing)
+        raise _refused(
+            subject,
+            f"must be {_choices(PACKING_ALGORITHMS)} (first fit decreasing or "
+            f"Karmarkar-Karp; default 'ffd'){hint}",
+            f"packing_algorithm must be one of {sorted(PACKING_ALGORITHMS)}, "
+            f"got '{clipped(packing)}'",
+            _MB_SPEC_WHERE,
+        )
+
+
+def _refuse_archon(node: object, path: str) -> None:
+    """ArchonEngineConfig (l.606-777), whatever the section's backend (l.1362): its
+    ``fp8_config`` first (ArchonFP8Config.__post_init__, l.590-603), then its own
+    ``__post_init__`` (l.750-777): the pipeline's stage sizes, the reshard policy and the MoE
+    router's dtype. The one home of these rules; the reader reads the pipeline's values."""
+    archon = _at(node, "archon", under=path)
+    if archon is None:
+        return
+    where = f"{path}.archon"
+    fp8 = _at(archon, "fp8_config", own=True, under=where)
+    if fp8 is not None:
+        _refuse_fp8(fp8, f"{where}.fp8_config")
+    per_stage = _count(archon, "pp_layers_per_stage", where)
+    if per_stage is not None and per_stage < 1:  # l.751-754
+        raise _refused(
+            f"{where}.pp_layers_per_stage={quote(per_stage)}",
+            "must be ≥ 1 (the layers a virtual pipeline stage holds), or null for the "
+            "schedule's stages per rank",
+            f"pp_layers_per_stage must be >= 1, got {per_stage}",
+            _ARCHON_WHERE,
+        )
+    for end in ("first", "last"):  # l.755-764
+        key = f"pp_{end}_stage_less_layers"
+        less = _count(archon, key, where)
+        if less is not None and less < 0:
+            raise _refused(
+                f"{where}.{key}={quote(less)}",
+                f"must be ≥ 0 (the layers the {end} pipeline stage holds fewer), e.g. its "
+                "default 1",
+                f"{key} must be >= 0, got {less}",
+                _ARCHON_WHERE,
+            )
+    policy = _text(archon, "reshard_after_forward_policy", where)
+    if policy is not None and policy not in _RESHARD_POLICIES:  # l.765-770
+        subject, hint = _as_written(archon, "reshard_after_forward_policy", where, policy)
+        raise _refused(
+            subject,
+            f"must be {_choices(_RESHARD_POLICIES)}{hint}",
+            f"reshard_after_forward_policy must be one of {_RESHARD_POLICIES}, "
+            f"got '{clipped(policy)}'",
+            _ARCHON_WHERE,
+        )
+    router = _text(archon, "moe_router_dtype", where)
+    if router is not None and router not in _ROUTER_DTYPES:  # l.771-777
+        subject, hint = _as_written(archon, "moe_router_dtype", where, router)
+        raise _refused(
+            subject,
+            f"must be 'fp32' or null (null: the model's dtype){hint}",
+            f"moe_router_dtype must be one of ('fp32', None), got '{clipped(router)}'",
+            _ARCHON_WHERE,
+        )
+
+
+def _refuse_fp8(node: object, path: str) -> None:
+    """ArchonFP8Config.__post_init__ (l.590-603): the mode, and Triton's kernel with FP8."""
+    mode = _text(node, "mode", path)
+    # the reference's set {"disabled", "blockwise"} prints in no fixed order (string hashes
+    # vary by process): quoted in the field's order, as MODES is
+    if mode is not None and mode not in ("disabled", "blockwise"):
+        subject, hint = _as_written(node, "mode", path, mode)
+        raise _refused(
+            subject,
+            f"must be 'disabled' or 'blockwise'{hint}",
+            f"fp8_config.mode must be one of {{'disabled', 'blockwise'}}, got {clipped(mode)!r}",
+            _FP8_WHERE,
+        )
+    triton = child(node, "use_triton")
+    enabled = mode is not None and mode != "disabled"
+    if triton is not None and not read_bool(triton, f"{path}.use_triton") and enabled:
+        raise _refused(
+            f"{path}.use_triton=false with {path}.mode={mode!r}",
+            f"must be true with FP8 on (set {path}.use_triton=true, or {path}.mode='disabled')",
+            "fp8_config.use_triton must be True when FP8 is enabled. torchao blockwise "
+            "FP8 uses mixed per-operand scaling (1x128 activations + 128x128 weights) "
+            "which torch._scaled_mm does not support.",
+            _FP8_WHERE,
+        )
+
+
+def _refuse_dpo_loss(node: object, path: str) -> None:
+    """DPOEngineConfig.__post_init__ (l.3315-3322), after TrainEngineConfig's: the loss."""
+    loss = _text(node, "loss_type", path)
+    if loss is not None and loss not in _DPO_LOSSES:
+        subject, hint = _as_written(node, "loss_type", path, loss)
+        raise _refused(
+            subject,
+            f"must be {_choices(_DPO_LOSSES)} (a DPO run: no rollout, a ref beside the "
+            f"actor; default 'sigmoid'){hint}",
+            f"Unsupported DPO loss_type '{clipped(loss)}'. Must be one of {sorted(_DPO_LOSSES)}.",
+            f"DPOEngineConfig.__post_init__, {_CLI} l.3315-3322",
+        )
+
+
+def _refuse_dpo(cfg: object) -> None:
+    """DPOConfig.__post_init__ (l.3333-3339): the actor is a language model, no critic.
+    (RWConfig's opposite rule, actor.is_critic true, l.3287-3293, is not checked: without
+    a ref nothing tells an RW run that forgot is_critic from an SFT run.)"""
+    if _flag(_at(cfg, "actor"), "is_critic", "actor"):
+        raise _refused(
+            "actor.is_critic=true",
+            "must be false in a DPO run (no rollout, a ref beside the actor); a reward "
+            "model trains without a ref (RWConfig)",
+            "DPOConfig requires a language model (is_critic=False). Remove "
+            "'actor.is_critic: true' from your YAML config.",
+            f"DPOConfig.__post_init__, {_CLI} l.3333-3339",
         )
 
 

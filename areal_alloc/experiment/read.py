@@ -891,11 +891,7 @@ TRAIN_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float1
 TRAIN_DTYPES |= {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 OPTIMIZER_DTYPES = {"float32": "float32", "bfloat16": "bfloat16"}
 OPTIMIZER_DTYPES |= {"fp32": "float32", "bf16": "bfloat16"}
-#: MicroBatchSpec.packing_algorithm's choices (PACKING_ALGORITHMS, areal/utils/seqpack.py
-#: l.162-164; MicroBatchSpec.__post_init__ l.141-147 of areal/api/cli_args.py, cbff54d6)
-PACKING_ALGORITHMS = ("ffd", "kk")
 _TRAIN_CHECKS = "TrainEngineConfig.__post_init__, areal/api/cli_args.py l.1493-1502"
-_PACKING_CHECK = "MicroBatchSpec.__post_init__, areal/api/cli_args.py l.141-147"
 
 
 def _choice(
@@ -1115,8 +1111,6 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
     mb_spec = section(node, "mb_spec", f"{path}.mb_spec")
     tokens = whole_number(mb_spec, "max_tokens_per_mb", f"{path}.mb_spec.max_tokens_per_mb")
     count = whole_number(mb_spec, "n_mbs", f"{path}.mb_spec.n_mbs")
-    packing = {name: name for name in PACKING_ALGORITHMS}
-    _choice(mb_spec, "packing_algorithm", "ffd", packing, f"{path}.mb_spec", _PACKING_CHECK)
     count_null = (
         count is None
         and mb_spec is not None
@@ -1228,7 +1222,7 @@ def _archon_pipeline(archon: object, path: str) -> tuple[str | None, int | None,
     Interleaved1F1B, ArchonEngineConfig l.668-680 at cbff54d6; one of its four listed names,
     in any case: torch's ``get_schedule_class``, unverified here), ``pp_layers_per_stage``
     (≥ 1 or null) and ``pp_{first,last}_stage_less_layers`` (≥ 0; ArchonEngineConfig.
-    __post_init__ l.750-762 refuses the rest)."""
+    __post_init__ l.750-764 refuses the rest, as the loader does before)."""
     # The reference enforces no choice of its own: the field's "choices" are metadata it never
     # reads, and pipeline_llm hands the text unchanged (no strip) to torch's
     # get_schedule_class (pipeline_parallel.py l.383, l.409). torch is not mirrored here: that
@@ -1247,9 +1241,11 @@ def _archon_pipeline(archon: object, path: str) -> tuple[str | None, int | None,
             f"pp_schedule lists; default {defaults.ARCHON_PP_SCHEDULE}), and the reference "
             f"passes the text unchanged to torch's get_schedule_class"
         )
-    layers = setting_int(archon, f"{path}.archon.pp_layers_per_stage", 4, 1, MAX_COUNT)
+    # their bounds (pp_layers_per_stage ≥ 1, the less layers ≥ 0) are refused before, in the
+    # reference's words, for every training section (loader._refuse_archon): read here only
+    layers = setting_int(archon, f"{path}.archon.pp_layers_per_stage", 4, -MAX_COUNT, MAX_COUNT)
     first, last = (
-        setting_int(archon, f"{path}.archon.pp_{end}_stage_less_layers", 1, 0, MAX_COUNT)
+        setting_int(archon, f"{path}.archon.pp_{end}_stage_less_layers", 1, -MAX_COUNT, MAX_COUNT)
         for end in ("first", "last")
     )
     return schedule, layers, (1 if first is None else first, 1 if last is None else last)

@@ -579,14 +579,8 @@ _DTYPES = "'float32', 'bfloat16', 'float16', 'fp32', 'bf16', 'fp16'"
             "actor.optimizer_dtype='fp16': must be one of 'float32', 'bfloat16', 'fp32', 'bf16' "
             f"(the reference's loader refuses the rest: {_TRAIN_CHECKS})",
         ),
-        (  # MicroBatchSpec.__post_init__: PACKING_ALGORITHMS (areal/utils/seqpack.py)
-            {"mb_spec": {"packing_algorithm": "FFD"}},
-            "actor.mb_spec.packing_algorithm='FFD': must be one of 'ffd', 'kk' (the reference's "
-            "loader refuses the rest: MicroBatchSpec.__post_init__, areal/api/cli_args.py "
-            "l.141-147)",
-        ),
-        # the fsdp and megatron sections' rules are the loader's, for every training section:
-        # tests/plan/test_loader_checks.py
+        # the mb_spec, fsdp, archon and megatron sections' rules are the loader's, for every
+        # training section: tests/plan/test_loader_checks.py
         (
             {"megatron": {"lm_head_loss_chunk_size": "4k"}},
             "actor.megatron.lm_head_loss_chunk_size='4k': must be an integer from 0 to "
@@ -1017,9 +1011,11 @@ def test_the_archon_engines_stages_per_rank(
         ),
         (
             "archon:d2p4",
-            {"pp_last_stage_less_layers": -1},
-            "actor.archon.pp_last_stage_less_layers=-1: must be an integer from 0 to "
-            "1,099,511,627,776, e.g. actor.archon.pp_last_stage_less_layers=1",
+            {"pp_last_stage_less_layers": -1},  # the loader's rule (ArchonEngineConfig's)
+            "actor.archon.pp_last_stage_less_layers=-1: must be ≥ 0 (the layers the last "
+            "pipeline stage holds fewer), e.g. its default 1 (the reference's loader raises "
+            '"pp_last_stage_less_layers must be >= 0, got -1": ArchonEngineConfig.__post_init__, '
+            "areal/api/cli_args.py l.750-777 at cbff54d6)",
         ),
     ],
 )

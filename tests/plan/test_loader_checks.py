@@ -31,6 +31,10 @@ EXPERIMENT = f"PPOConfig.__post_init__, {CLI}"
 TRAIN = f"TrainEngineConfig.__post_init__, {CLI}"
 
 
+#: a setting that removes the key (a config without a rollout)
+_ABSENT: Any = object()
+
+
 def _config(**settings: Any) -> Any:
     """:data:`BASE` with each dotted setting (``actor__use_sapo_loss`` → actor.use_sapo_loss)."""
     config = copy.deepcopy(BASE)
@@ -39,7 +43,10 @@ def _config(**settings: Any) -> Any:
         node = config
         for part in parents:
             node = node.setdefault(part, {})
-        node[key] = value
+        if value is _ABSENT:
+            node.pop(key, None)
+        else:
+            node[key] = copy.deepcopy(value)  # the rows share their sections
     return OmegaConf.create(config)  # as Hydra hands it over
 
 
@@ -75,6 +82,22 @@ _ATTN = (
 _TEACHER_TRAIN = {"engine_type": "train", "train": {"backend": "fsdp:d4"}}
 _MEGATRON = f"MegatronEngineConfig.__post_init__, {CLI} l.1107-1122"
 _FSDP = f"FSDPEngineConfig.__post_init__, {CLI} l.517-521"
+_PACKING = "must be 'ffd' or 'kk' (first fit decreasing or Karmarkar-Karp; default 'ffd')"
+_MB_SPEC = f"MicroBatchSpec.__post_init__, {CLI} l.141-147"
+_ARCHON = f"ArchonEngineConfig.__post_init__, {CLI} l.750-777"
+_FP8 = f"ArchonFP8Config.__post_init__, {CLI} l.590-603"
+_TRITON = (
+    "fp8_config.use_triton must be True when FP8 is enabled. torchao blockwise FP8 uses mixed "
+    "per-operand scaling (1x128 activations + 128x128 weights) which torch._scaled_mm does "
+    "not support."
+)
+#: a DPO run, as examples/alignment/hhrlhf_dpo.yaml: no rollout, a ref beside the actor
+_DPO = {"rollout": _ABSENT, "ref": {"backend": "fsdp:d4"}}
+_DPO_LOSS = (
+    "must be 'sigmoid' or 'ipo' (a DPO run: no rollout, a ref beside the actor; default 'sigmoid')"
+)
+_DPO_SAID = "Unsupported DPO loss_type '{}'. Must be one of ['ipo', 'sigmoid']."
+_DPO_WHERE = f"DPOEngineConfig.__post_init__, {CLI} l.3315-3322"
 #: a reference model the run does not create (actor.kl_ctl=0, as in the GRPO examples): the
 #: reference's loader still builds its PPOActorConfig, with its fsdp and megatron sections
 _INACTIVE_REF = {"actor__kl_ctl": 0.0, "ref": {"backend": "fsdp:d4"}}
@@ -556,6 +579,184 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
         {"critic": {"backend": "fsdp:d4", "megatron": {"enable_chunked_logits": "1.5"}}},
         f"critic.megatron.enable_chunked_logits='1.5': {_BOOL}",
     ),
+    # 7b. every training section's mb_spec and archon sections (MicroBatchSpec l.141-147,
+    # ArchonFP8Config l.590-603, ArchonEngineConfig l.750-777), whatever its backend
+    (
+        {**_INACTIVE_REF, "ref": {"backend": "fsdp:d4", "mb_spec": {"packing_algorithm": "zz"}}},
+        _said(
+            "ref.mb_spec.packing_algorithm='zz'",
+            _PACKING,
+            "packing_algorithm must be one of ['ffd', 'kk'], got 'zz'",
+            _MB_SPEC,
+        ),
+    ),
+    (
+        {"actor__mb_spec": {"packing_algorithm": "FFD"}},
+        _said(
+            "actor.mb_spec.packing_algorithm='FFD'",
+            _PACKING,
+            "packing_algorithm must be one of ['ffd', 'kk'], got 'FFD'",
+            _MB_SPEC,
+        ),
+    ),
+    (  # the mb_spec is built before the fsdp section (TrainEngineConfig l.1287, l.1361)
+        {
+            "actor__mb_spec": {"packing_algorithm": "zz"},
+            "actor__fsdp": {"optim_step_prefetch_layers": -1},
+        },
+        _said(
+            "actor.mb_spec.packing_algorithm='zz'",
+            _PACKING,
+            "packing_algorithm must be one of ['ffd', 'kk'], got 'zz'",
+            _MB_SPEC,
+        ),
+    ),
+    (
+        {"actor__archon": {"reshard_after_forward_policy": "zz"}},  # an fsdp actor
+        _said(
+            "actor.archon.reshard_after_forward_policy='zz'",
+            "must be 'default', 'always' or 'never'",
+            "reshard_after_forward_policy must be one of ('default', 'always', 'never'), got 'zz'",
+            _ARCHON,
+        ),
+    ),
+    (  # the archon section is built before the megatron section (l.1362-1363)
+        {
+            "actor__archon": {"reshard_after_forward_policy": "zz"},
+            "actor__megatron": {"lm_head_loss_chunk_size": -1},
+        },
+        _said(
+            "actor.archon.reshard_after_forward_policy='zz'",
+            "must be 'default', 'always' or 'never'",
+            "reshard_after_forward_policy must be one of ('default', 'always', 'never'), got 'zz'",
+            _ARCHON,
+        ),
+    ),
+    (
+        {"actor__backend": "archon:d4", "actor__archon": {"pp_first_stage_less_layers": -1}},
+        _said(
+            "actor.archon.pp_first_stage_less_layers=-1",
+            "must be ≥ 0 (the layers the first pipeline stage holds fewer), e.g. its default 1",
+            "pp_first_stage_less_layers must be >= 0, got -1",
+            _ARCHON,
+        ),
+    ),
+    (
+        {"critic": {"backend": "fsdp:d4", "archon": {"pp_last_stage_less_layers": "-2"}}},
+        _said(
+            "critic.archon.pp_last_stage_less_layers=-2",
+            "must be ≥ 0 (the layers the last pipeline stage holds fewer), e.g. its default 1",
+            "pp_last_stage_less_layers must be >= 0, got -2",
+            _ARCHON,
+        ),
+    ),
+    (  # pp_layers_per_stage is checked first (l.751-754)
+        {"actor__archon": {"pp_first_stage_less_layers": -1, "pp_layers_per_stage": 0}},
+        _said(
+            "actor.archon.pp_layers_per_stage=0",
+            "must be ≥ 1 (the layers a virtual pipeline stage holds), or null for the "
+            "schedule's stages per rank",
+            "pp_layers_per_stage must be >= 1, got 0",
+            _ARCHON,
+        ),
+    ),
+    (  # the router dtype after the reshard policy (l.765-777)
+        {"actor__archon": {"moe_router_dtype": "fp16", "reshard_after_forward_policy": "zz"}},
+        _said(
+            "actor.archon.reshard_after_forward_policy='zz'",
+            "must be 'default', 'always' or 'never'",
+            "reshard_after_forward_policy must be one of ('default', 'always', 'never'), got 'zz'",
+            _ARCHON,
+        ),
+    ),
+    (
+        {"actor__archon": {"moe_router_dtype": "FP32"}},
+        _said(
+            "actor.archon.moe_router_dtype='FP32'",
+            "must be 'fp32' or null (null: the model's dtype)",
+            "moe_router_dtype must be one of ('fp32', None), got 'FP32'",
+            _ARCHON,
+        ),
+    ),
+    (  # the fp8_config is built before ArchonEngineConfig.__post_init__ runs
+        {
+            **_INACTIVE_REF,
+            "ref": {
+                "backend": "fsdp:d4",
+                "archon": {"fp8_config": {"mode": "x"}, "reshard_after_forward_policy": "zz"},
+            },
+        },
+        _said(
+            "ref.archon.fp8_config.mode='x'",
+            "must be 'disabled' or 'blockwise'",
+            "fp8_config.mode must be one of {'disabled', 'blockwise'}, got 'x'",
+            _FP8,
+        ),
+    ),
+    (
+        {"actor__archon": {"fp8_config": {"mode": "blockwise", "use_triton": False}}},
+        _said(
+            "actor.archon.fp8_config.use_triton=false with "
+            "actor.archon.fp8_config.mode='blockwise'",
+            "must be true with FP8 on (set actor.archon.fp8_config.use_triton=true, or "
+            "actor.archon.fp8_config.mode='disabled')",
+            _TRITON,
+            _FP8,
+        ),
+    ),
+    (
+        {
+            "cluster": {"n_nodes": 2, "n_gpus_per_node": 8},
+            "teacher": {
+                **_ROLLOUT_TEACHER,
+                "train": {"backend": "fsdp:d4", "archon": {"fp8_config": {"mode": "Blockwise"}}},
+            },
+        },
+        _said(
+            "teacher.train.archon.fp8_config.mode='Blockwise'",
+            "must be 'disabled' or 'blockwise'",
+            "fp8_config.mode must be one of {'disabled', 'blockwise'}, got 'Blockwise'",
+            _FP8,
+        ),
+    ),
+    (
+        {"actor__archon": {"fp8_config": {"use_triton": "maybe"}}},
+        f"actor.archon.fp8_config.use_triton='maybe': {_BOOL}",
+    ),
+    # 7c. a DPO run (no rollout, a ref beside the actor): DPOEngineConfig's loss, DPOConfig's
+    # language model (l.3315-3322, l.3333-3339)
+    (
+        {**_DPO, "actor__loss_type": "foo"},
+        _said("actor.loss_type='foo'", _DPO_LOSS, _DPO_SAID.format("foo"), _DPO_WHERE),
+    ),
+    (
+        {**_DPO, "ref__loss_type": "IPO"},
+        _said("ref.loss_type='IPO'", _DPO_LOSS, _DPO_SAID.format("IPO"), _DPO_WHERE),
+    ),
+    (  # the engines' own checks come first: TrainEngineConfig.__post_init__, then the loss
+        {**_DPO, "actor__loss_type": "foo", "actor__logprobs_chunk_size": 0},
+        _said(
+            "actor.logprobs_chunk_size=0",
+            "must be ≥ 1",
+            "logprobs_chunk_size must be positive, got 0",
+            f"{TRAIN} l.1460-1463",
+        ),
+    ),
+    (  # the engines are built before DPOConfig.__post_init__
+        {**_DPO, "actor__is_critic": True, "ref__loss_type": "foo"},
+        _said("ref.loss_type='foo'", _DPO_LOSS, _DPO_SAID.format("foo"), _DPO_WHERE),
+    ),
+    (
+        {**_DPO, "actor__is_critic": "yes"},
+        _said(
+            "actor.is_critic=true",
+            "must be false in a DPO run (no rollout, a ref beside the actor); a reward model "
+            "trains without a ref (RWConfig)",
+            "DPOConfig requires a language model (is_critic=False). Remove 'actor.is_critic: "
+            "true' from your YAML config.",
+            f"DPOConfig.__post_init__, {CLI} l.3333-3339",
+        ),
+    ),
     # 8. a text field handed a boolean (YAML's unquoted on/off/yes/no): both loaders refuse it
     (
         {"recover__mode": True},
@@ -710,6 +911,35 @@ TAKEN: list[dict[str, Any]] = [
             "train": {"backend": "fsdp:d4", "megatron": {"lm_head_loss_chunk_size": 0}},
         },
     },
+    # the mb_spec and archon sections, in any training section
+    {"actor__mb_spec": {"packing_algorithm": "kk", "n_mbs": 2}},
+    {"actor__archon": {"reshard_after_forward_policy": "never", "moe_router_dtype": None}},
+    {"actor__archon": {"pp_first_stage_less_layers": 0, "pp_last_stage_less_layers": "0"}},
+    {"actor__archon": {"pp_layers_per_stage": 1, "moe_router_dtype": "fp32"}},
+    {"actor__archon": {"fp8_config": {"mode": "blockwise"}}},
+    {"actor__archon": {"fp8_config": {"mode": "disabled", "use_triton": False}}},
+    {"actor__backend": "archon:d4", "actor__archon": {"reshard_after_forward_policy": "always"}},
+    {
+        **_INACTIVE_REF,
+        "ref": {
+            "backend": "fsdp:d4",
+            "mb_spec": {"packing_algorithm": "ffd"},
+            "archon": {"fp8_config": {"mode": "blockwise", "use_triton": "1"}},
+        },
+    },
+    {
+        "cluster": {"n_nodes": 2, "n_gpus_per_node": 8},
+        "teacher": {
+            **_ROLLOUT_TEACHER,
+            "train": {"backend": "fsdp:d4", "archon": {"reshard_after_forward_policy": "default"}},
+        },
+    },
+    # a DPO run's losses and language model; a PPO run's actor reads no loss_type, and a
+    # critic without a ref is RW's (not a DPO run: RWConfig's own rule is not checked)
+    {**_DPO, "actor__loss_type": "ipo", "ref__loss_type": "ipo"},
+    {**_DPO, "actor__loss_type": "sigmoid", "actor__is_critic": 0},
+    {**_DPO, "ref__is_critic": True},
+    {"rollout": _ABSENT, "actor__is_critic": True},
     {"actor__gae_timestep_unit": "turn"},
     {"actor__gae_lambda": 0.95},
     {"actor__gae_lambda": "my_pkg.lambdas.by_turns", "actor__gae_lambda_kwargs": {"a": 1}},
@@ -750,6 +980,34 @@ def test_the_strict_schema_reads_the_same_refusals(tmp_path: Path) -> None:
         "must be 'batch', 'group' or null",
         "std_level must be 'batch', 'group', or None, got none",
         NORM,
+    )
+
+
+def test_the_strict_schema_declares_the_archon_and_dpo_keys(tmp_path: Path) -> None:
+    # an fsdp actor's archon.fp8_config, refused whatever the backend
+    body = "actor: {backend: 'fsdp:d4', archon: {fp8_config: {mode: x}}}\n"
+    with pytest.raises(AllocationValidationError) as info:
+        areal_alloc.validate(_strict(tmp_path, body), on_memory="off")
+    assert info.value.message == _said(
+        "actor.archon.fp8_config.mode='x'",
+        "must be 'disabled' or 'blockwise'",
+        "fp8_config.mode must be one of {'disabled', 'blockwise'}, got 'x'",
+        _FP8,
+    )
+    # a DPO run: the strict schema's rollout left unset is no rollout
+    conf = tmp_path / "dpo"
+    conf.mkdir()
+    (conf / "strict.yaml").write_text(
+        "defaults:\n  - areal_alloc/schema\n  - _self_\n"
+        "cluster: {n_nodes: 1, n_gpus_per_node: 8}\n"
+        "actor: {backend: 'fsdp:d4', loss_type: foo}\nref: {backend: 'fsdp:d4'}\n"
+    )
+    with initialize_config_dir(str(conf), version_base=None):
+        cfg = compose("strict")
+    with pytest.raises(AllocationValidationError) as info:
+        areal_alloc.validate(cfg, on_memory="off")
+    assert info.value.message == _said(
+        "actor.loss_type='foo'", _DPO_LOSS, _DPO_SAID.format("foo"), _DPO_WHERE
     )
 
 
