@@ -251,7 +251,8 @@ OPTIMIZERS = tuple(dict.fromkeys(t for types in defaults.ENGINE_OPTIMIZERS.value
 #: (``CopySlices``) holds as much: its incoming gradient, its full-size copy and the
 #: padded logits' gradient (3 × 4 B), plus a clone and a zero tensor of one sequence's
 #: rows (8 B × that sequence's tokens, not counted: how many sequences share a
-#: micro-batch is not known here; 14 B a logit for 2 to 4 equal ones, 12 B for many).
+#: micro-batch is not known here; replayed: 11.5-12.5 B a logit for one sequence, 14 B for 2
+#: to 4 equal ones, 13 B for 8, 12 B for many).
 #: The backward of Float16Module's cast then holds the float32 gradient and its bfloat16
 #: copy (6 B). Forward only (compute_logp), 8 B: the float32 logits and their unpadded
 #: copy (the cast before them: the bfloat16 logits and the float32 ones, 6 B). With
