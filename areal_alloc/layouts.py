@@ -8,7 +8,6 @@ parallelism is the cheapest way to split a model within a node), then experts.
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, fields, replace
@@ -31,7 +30,7 @@ from areal_alloc.format import format_spec
 from areal_alloc.limits import MAX_COUNT, MAX_GPUS, MAX_LAYOUTS, grouped
 from areal_alloc.model import ModelAllocation
 from areal_alloc.model_shape import ModelShape, archon_mesh_problem, engine_shape, layout_problems
-from areal_alloc.numbers import read_int
+from areal_alloc.numbers import divisors, read_int
 from areal_alloc.strategy import ParallelStrategy
 from areal_alloc.vocab import BACKEND_DIMS, HYBRID_BACKENDS, INFERENCE_BACKENDS
 
@@ -97,12 +96,6 @@ class LayoutConstraints:
             num_experts=self.num_experts,
             source="layout constraints",
         )
-
-
-@functools.cache
-def _divisors(n: int) -> tuple[int, ...]:
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return tuple(sorted(set(small + [n // d for d in small])))
 
 
 def _within(value: int, limit: int | None) -> bool:
@@ -180,15 +173,15 @@ def _iter_families(
     # those of e and etp alone (model_shape.layout_problems): answered once per pair.
     pair_fits: dict[tuple[int, int], bool] = {}
     examined = 0
-    for dp in reversed(_divisors(gpus)):
+    for dp in reversed(divisors(gpus)):
         if not (_within(dp, c.max_dp) and dp >= c.min_dp):
             continue
         rest_d = gpus // dp
-        for cp in _divisors(rest_d) if "c" in allowed else (1,):
+        for cp in divisors(rest_d) if "c" in allowed else (1,):
             if not _within(cp, c.max_cp):
                 continue
             rest_c = rest_d // cp
-            for pp in _divisors(rest_c) if "p" in allowed else (1,):
+            for pp in divisors(rest_c) if "p" in allowed else (1,):
                 tp = rest_c // pp
                 if not (_within(pp, c.max_pp) and _within(tp, c.max_tp)):
                     continue
@@ -203,7 +196,7 @@ def _iter_families(
                     backend, ParallelStrategy(tp, pp, dp, cp), shape
                 )
                 members: list[tuple[int, int]] = []
-                for ep in _divisors(gpus // pp) if with_experts else (1,):
+                for ep in divisors(gpus // pp) if with_experts else (1,):
                     if not _within(ep, c.max_ep):
                         continue
                     if c.num_experts is not None and c.num_experts % ep:
@@ -212,7 +205,7 @@ def _iter_families(
                     if c.hybrid and backend in HYBRID_BACKENDS and ep > 1:
                         etps = tuple(
                             e
-                            for e in _divisors(gpus // (pp * ep))
+                            for e in divisors(gpus // (pp * ep))
                             if (not node or e <= node) and _within(e, c.max_tp)
                         )
                     for etp in etps:

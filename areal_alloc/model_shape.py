@@ -9,7 +9,6 @@ against pipeline × virtual pipeline stages, experts against expert parallelism.
 from __future__ import annotations
 
 import errno
-import math
 import os
 import stat
 from dataclasses import dataclass, replace
@@ -21,7 +20,7 @@ from areal_alloc.errors import AllocationValidationError
 from areal_alloc.files import CONFIG_JSON, read_json, shown
 from areal_alloc.limits import MAX_COUNT
 from areal_alloc.model import ModelAllocation
-from areal_alloc.numbers import read_int
+from areal_alloc.numbers import divisors, read_int
 from areal_alloc.strategy import ParallelStrategy
 from areal_alloc.vocab import INFERENCE_BACKENDS
 
@@ -315,12 +314,19 @@ ULYSSES_BACKENDS = ("fsdp", "archon")
 ARCHON_DATA_PARALLEL_ONLY = ("qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5_text")
 
 
+def _first_sizes(dim: str, sizes: list[int]) -> str:
+    """The first six ``sizes`` of a dimension as text ("c2, c4, …"; "none")."""
+    return ", ".join(f"{dim}{n}" for n in sizes[:6]) + (", …" if len(sizes) > 6 else "") or "none"
+
+
 def _ulysses_divisors(heads: int, kv: int | None, tp: int, backend: str) -> str:
     """The c > 1 whose Ulysses split the heads take, as text ("c2, c4"; "none")."""
-    small = [d for d in range(1, math.isqrt(heads) + 1) if heads % d == 0]
-    divisors = sorted({*small, *(heads // d for d in small)})  # c must divide the heads
-    fits = [c for c in divisors[1:] if not _ulysses_problems(backend, tp, c, heads, kv, hint=False)]
-    return ", ".join(f"c{c}" for c in fits[:6]) + (", …" if len(fits) > 6 else "") or "none"
+    fits = [  # c must divide the heads
+        c
+        for c in divisors(heads)[1:]
+        if not _ulysses_problems(backend, tp, c, heads, kv, hint=False)
+    ]
+    return _first_sizes("c", fits)
 
 
 def _ulysses_problems(
@@ -389,8 +395,7 @@ def _ulysses_problems(
 def _archon_expert_sizes(dp: int, cp: int, tp: int, etp: int) -> str:
     """The e > 1 archon's mesh takes with these d, c, t and etp, as text ("e2, e4"; "none")."""
     pool, unit = (dp * cp, cp) if etp == tp else (dp * cp * tp, cp * tp)
-    sizes = [e for e in range(unit, pool + 1, unit) if e > 1 and pool % e == 0]
-    return ", ".join(f"e{e}" for e in sizes[:6]) + (", …" if len(sizes) > 6 else "") or "none"
+    return _first_sizes("e", [e for e in range(unit, pool + 1, unit) if e > 1 and pool % e == 0])
 
 
 def archon_mesh_problem(dp: int, tp: int, cp: int, ep: int, etp: int) -> str | None:

@@ -21,6 +21,7 @@ when long, with its length) and says what is allowed:
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import abc
@@ -32,6 +33,7 @@ __all__ = [
     "MAX_NUMBER_TEXT",
     "MAX_SPEED",
     "bounds",
+    "divisors",
     "is_number_text",
     "quote",
     "read_float",
@@ -47,6 +49,14 @@ MAX_SPEED = 1_000_000.0
 
 #: Digits the integers of a message keep before they are counted instead.
 _SHOWN_DIGITS = 24
+
+
+@functools.cache
+def divisors(n: int) -> tuple[int, ...]:
+    """The divisors of ``n`` ≥ 1, ascending (cached: the layout search asks again and again)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return tuple(sorted({*small, *(n // d for d in small)}))
+
 
 _INTEGER = re.compile(r"[+-]?[0-9]+(?:_[0-9]+)*")
 _DIGITS = r"[0-9]+(?:_[0-9]+)*"

@@ -137,7 +137,7 @@ def _engine(
     compute = dtype_bytes(settings.dtype, f"{key}.dtype")
     allowed = defaults.ENGINE_OPTIMIZERS.get(backend)
     if settings.optimizer is not None and allowed and settings.optimizer not in allowed:
-        # an experiment's engine is refused at start-up first (rules.optimizer_is_built)
+        # an experiment's engine is refused at start-up first (rules.*_builds_the_optimizer)
         raise AllocationValidationError(
             f"{key}.optimizer.type={settings.optimizer!r}: the {backend} engine takes "
             f"{', '.join(allowed[:-1])} or {allowed[-1]} (areal_alloc.defaults.ENGINE_OPTIMIZERS)"

@@ -41,6 +41,7 @@ __all__ = [
     "ATTN_IMPLS",
     "MODES",
     "REMOVED_KEYS",
+    "is_dpo",
     "refuse_at_load",
 ]
 
@@ -133,7 +134,7 @@ _ROUTER_DTYPES = ("fp32",)
 
 def refuse_at_load(cfg: object) -> None:
     """Raise for the first setting the reference's loader refuses among those above."""
-    dpo = _is_dpo(cfg)
+    dpo = is_dpo(cfg)
     for name in _REMOVED_UNDER:
         _refuse_removed(child(cfg, name), name)
     for path, allowed, said, where in MODES:
@@ -159,8 +160,8 @@ def refuse_at_load(cfg: object) -> None:
     _refuse_experiment(cfg)
 
 
-def _is_dpo(cfg: object) -> bool:
-    """A DPO run, told from the raw config as the reader tells it (read.py ``_trainer_kind``):
+def is_dpo(cfg: object) -> bool:
+    """A DPO run, told from the raw config (the one test; read.py ``_trainer_kind`` uses it):
     no rollout, a ``ref`` beside the ``actor`` (examples/alignment/hhrlhf_dpo.yaml at
     cbff54d6). Only DPOConfig has a ``ref`` without a rollout: RWConfig and SFTConfig have
     none, and the reference's merge refuses the key ("Key 'ref' not in 'RWConfig'")."""

@@ -47,7 +47,7 @@ from areal_alloc._config import (
     whole_number,
 )
 from areal_alloc.errors import AllocationError, AllocationValidationError
-from areal_alloc.experiment.loader import refuse_at_load
+from areal_alloc.experiment.loader import is_dpo, refuse_at_load
 from areal_alloc.experiment.models import ModelSource, model_sources
 from areal_alloc.experiment.nulls import refuse_nulls
 from areal_alloc.limits import MAX_COUNT, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES, grouped
@@ -186,8 +186,8 @@ class TrainConfig:
     #: ``megatron.entropy_requires_grad`` (l.1025, default false): with the LM head, true
     #: turns off its logits-storage reuse. Read for the Megatron backend only.
     entropy_requires_grad: bool = False
-    #: ``megatron.lm_head_loss_chunk_size`` (l.1034, default 0: off), as :func:`_lm_head_chunk`
-    #: checks it; read for the Megatron backend only
+    #: ``megatron.lm_head_loss_chunk_size`` (l.1034, default 0: off; its rules:
+    #: :mod:`areal_alloc.experiment.loader`); read for the Megatron backend only
     lm_head_chunk: int = 0
     use_lora: bool = False
     lora_rank: int = defaults.LORA_RANK
@@ -578,7 +578,7 @@ def read_experiment(cfg: object, settings: Settings | None = None) -> Experiment
         None if mode is None else str(mode),
         None if version is None else str(version),
         cfg,
-        _startup(cfg, *_trainer_kind(engines)),
+        _startup(cfg, *_trainer_kind(cfg, engines)),
     )
     return experiment.resolved(settings) if settings is not None else experiment
 
@@ -1049,19 +1049,6 @@ def _token_dispatcher(megatron: object, path: str) -> str:
     return value
 
 
-def _lm_head_chunk(megatron: object, path: str) -> int:
-    """``<engine>.megatron.lm_head_loss_chunk_size`` (0 unset: off), read for the estimate;
-    the loader's rules on it (MegatronEngineConfig.__post_init__) are
-    :mod:`areal_alloc.experiment.loader`'s, for every training section present."""
-    value = child(megatron, "lm_head_loss_chunk_size") if megatron is not None else None
-    if value is None:
-        return 0
-    from areal_alloc.numbers import read_int
-
-    key = f"{path}.megatron.lm_head_loss_chunk_size"
-    return read_int(value, key, minimum=0, maximum=MAX_COUNT)
-
-
 def _train_config(node: object, path: str, key: str, backend: str | None = None) -> TrainConfig:
     """A training engine's settings (areal/api/cli_args.py TrainEngineConfig at cbff54d6)."""
     optimizer_node = section(node, "optimizer", f"{path}.optimizer")
@@ -1072,7 +1059,10 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
     else:
         optimizer = _text(optimizer_node, "type", "adam")
     megatron = section(node, "megatron", f"{path}.megatron")
-    lm_head_chunk = _lm_head_chunk(megatron, path)
+    # read for the estimate; the loader's rules on it (MegatronEngineConfig.__post_init__)
+    # are areal_alloc.experiment.loader's, for every training section present
+    chunk_key = f"{path}.megatron.lm_head_loss_chunk_size"
+    lm_head_chunk = setting_int(megatron, chunk_key, 0, 0, MAX_COUNT) or 0
     checkpointing = _flag(node, "gradient_checkpointing", False, f"{path}.gradient_checkpointing")
     bridge = _text(megatron, "bridge_type", defaults.BRIDGE_TYPE)
     # megatron-bridge's provider gets the recompute settings whatever gradient_checkpointing
@@ -1436,15 +1426,16 @@ def _version(cfg: object, engine: Engine) -> str:
     return defaults.ENGINE_VERSION if value is None else str(value)
 
 
-def _trainer_kind(engines: list[Engine]) -> tuple[bool, bool]:
+def _trainer_kind(cfg: object, engines: list[Engine]) -> tuple[bool, bool]:
     """(an RL run, a trainer of pairs): RL with a rollout and an actor; without a rollout, RW
-    (the actor ``is_critic``: RWConfig requires it, cli_args.py l.3287-3293) or DPO (a
-    ``ref``: DPOConfig's, l.3330-3339) train on chosen/rejected pairs, SFT on sequences."""
+    (the actor ``is_critic``: RWConfig requires it, cli_args.py l.3287-3293) or DPO (the
+    loader's one test, :func:`areal_alloc.experiment.loader.is_dpo`) train on
+    chosen/rejected pairs, SFT on sequences."""
     keys = {e.key for e in engines}
     rl = {"rollout", "actor"} <= keys
     actor = next((e for e in engines if e.key == "actor"), None)
     critic = actor is not None and actor.training is not None and actor.training.is_critic
-    return rl, not rl and actor is not None and (critic or "ref" in keys)
+    return rl, not rl and actor is not None and (critic or is_dpo(cfg))
 
 
 def _startup(cfg: object, rl: bool = True, pairs: bool = False) -> StartupConfig:
@@ -1484,6 +1475,8 @@ def _startup(cfg: object, rl: bool = True, pairs: bool = False) -> StartupConfig
     critic_minibatches = whole_number(
         critic if is_mapping(critic) else None, "ppo_n_minibatches", "critic.ppo_n_minibatches"
     )
+    if not rl:
+        critic_minibatches = 1
     return StartupConfig(
         enable_offload=_flag(cfg, "enable_offload", defaults.ENABLE_OFFLOAD, "enable_offload"),
         total_train_epochs=epochs,
@@ -1505,11 +1498,7 @@ def _startup(cfg: object, rl: bool = True, pairs: bool = False) -> StartupConfig
         ),
         ppo_n_minibatches=defaults.PPO_MINIBATCHES if minibatches is None else minibatches,
         critic_ppo_n_minibatches=(
-            1
-            if not rl
-            else defaults.PPO_MINIBATCHES
-            if critic_minibatches is None
-            else critic_minibatches
+            defaults.PPO_MINIBATCHES if critic_minibatches is None else critic_minibatches
         ),
         prox_logp_method=method,
         forced_minibatches=forced,
