@@ -4,7 +4,7 @@ Works on a DictConfig (from ``hydra.compose`` or ``OmegaConf.load``), a plain
 mapping, or the dataclass object the reference's loader returns. The config is
 read once, by :func:`areal_alloc.experiment.read.read_experiment` (the cluster,
 each engine's backend, scheduling, model and settings, the run shape); the plan
-checks that :class:`~areal_alloc.experiment.read.Experiment`
+checks that :class:`~areal_alloc.experiment.records.Experiment`
 (:func:`areal_alloc.experiment.checks.check_experiment`: colocation targets, the
 cluster's capacity, the reference's start-up rules and each engine's shape),
 estimates memory and pace from it, and places the engines on the nodes.
@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.experiment.checks import check_experiment
-from areal_alloc.experiment.read import Experiment, read_experiment
+from areal_alloc.experiment.read import read_experiment
+from areal_alloc.experiment.records import Experiment
 from areal_alloc.model import ModelAllocation
 from areal_alloc.placement import Placement, place
 from areal_alloc.settings import ON_MEMORY, Resolved, Settings, Sourced

@@ -154,6 +154,23 @@ def test_without_a_writable_cache_it_still_parses(tmp_path: Path) -> None:
 
 # --- the layers: imports flow one way, as the data does --------------------------------
 
+#: The experiment's readers of a section (areal_alloc.experiment.sections): the parts the
+#: records hold (below experiment.records), then the readers that fill the records.
+_SECTION_PARTS = [
+    "areal_alloc.experiment.sections.values",
+    "areal_alloc.experiment.sections.model",
+    "areal_alloc.experiment.sections.megatron",
+    "areal_alloc.experiment.sections.archon",
+    "areal_alloc.experiment.sections.lora",
+    "areal_alloc.experiment.sections.fsdp",
+]
+_SECTION_READERS = [
+    "areal_alloc.experiment.sections.train",
+    "areal_alloc.experiment.sections.cluster",
+    "areal_alloc.experiment.sections.engines",
+    "areal_alloc.experiment.sections.run",
+]
+
 #: Every module of the package, lowest layer first: string → syntax → model → plan →
 #: Hydra / Ray / command line. A module may import only modules listed before it.
 LAYERS = [
@@ -187,7 +204,12 @@ LAYERS = [
     "areal_alloc.architecture",
     "areal_alloc.catalogue",
     "areal_alloc.settings",
-    # the experiment: its one reading, shapes and the reference's start-up rules
+    # the experiment: its one reading (a reader per section, the frozen records, the
+    # orchestrator), shapes and the reference's start-up rules
+    "areal_alloc.experiment.sections",
+    *_SECTION_PARTS,
+    "areal_alloc.experiment.records",
+    *_SECTION_READERS,
     "areal_alloc.experiment.read",
     "areal_alloc.experiment",
     "areal_alloc.experiment.shapes",
@@ -294,16 +316,18 @@ def test_the_layer_test_sees_imports() -> None:
     assert "areal_alloc.cli.commands" in _imports("areal_alloc.cli")
 
 
-#: The only modules that read a raw config: the experiment's one reading (with the
-#: reference's rules of which model an engine runs and which keys it refuses as null), and
-#: the settings' last source, the config's own ``cluster`` keys (areal_alloc.settings,
-#: issue 16 item 3). The start-up rules read the typed ``Experiment.startup`` the reading
-#: gives them.
+#: The only modules that read a raw config: the experiment's one reading (its orchestrator
+#: and a reader per section, with the reference's rules of which model an engine runs and
+#: which keys it refuses as null), and the settings' last source, the config's own
+#: ``cluster`` keys (areal_alloc.settings, issue 16 item 3). The start-up rules read the
+#: typed ``Experiment.startup`` the reading gives them.
 READS_THE_RAW_CONFIG = {
     "areal_alloc.experiment.models",
     "areal_alloc.experiment.nulls",
     "areal_alloc.experiment.loader",
     "areal_alloc.experiment.read",
+    *_SECTION_PARTS,
+    *_SECTION_READERS,
     "areal_alloc.settings",
 }
 
@@ -323,5 +347,5 @@ def test_only_the_experiment_reads_the_raw_config() -> None:
     ],
 )
 def test_the_consumers_take_the_experiment(module: str) -> None:
-    # plan, memory, speed and suggest --config read what experiment.read read
-    assert "areal_alloc.experiment.read" in _imports(module)
+    # plan, memory, speed and suggest --config read the record experiment.read fills
+    assert "areal_alloc.experiment.records" in _imports(module)

@@ -47,7 +47,7 @@ from areal_alloc.cli.render import (
 )
 from areal_alloc.compose import compose_file, read_launch_args, script_args
 from areal_alloc.errors import AllocationError, AllocationValidationError, shown
-from areal_alloc.experiment.read import has_engines
+from areal_alloc.experiment.sections.engines import has_engines
 from areal_alloc.format import layout_parts
 from areal_alloc.layouts import (
     LayoutConstraints,

@@ -50,7 +50,8 @@ from areal_alloc.estimate.speed import fit_decode, fit_training
 from areal_alloc.estimate.speed_inference import decode_step, generation
 from areal_alloc.estimate.speed_training import settings_step
 from areal_alloc.estimate.system import GPUSpec, Hardware, build_hardware
-from areal_alloc.experiment.read import Experiment, RunConfig, read_experiment
+from areal_alloc.experiment.read import read_experiment
+from areal_alloc.experiment.records import Experiment, RunConfig
 from areal_alloc.layouts import (
     LayoutConstraints,
     TooManyLayouts,

@@ -2,7 +2,7 @@
 does not fit (the settings each engine runs with: ``areal_alloc.estimate.execution``).
 
 The model each engine runs and the settings that change memory come from the
-experiment's one reading (:class:`areal_alloc.experiment.read.Experiment`), of the
+experiment's one reading (:class:`areal_alloc.experiment.records.Experiment`), of the
 keys the reference already writes (areal/api/cli_args.py), with its defaults; the
 GPU and the reserve from ``areal_alloc.settings``:
 
@@ -38,9 +38,7 @@ from areal_alloc.estimate.memory import KVCache, MemoryEstimate, Phase, Term, re
 from areal_alloc.estimate.memory_inference import inference_memory
 from areal_alloc.estimate.memory_training import training_memory
 from areal_alloc.estimate.system import GPUSpec, resolve_gpu
-from areal_alloc.experiment.read import (
-    Experiment,
-)
+from areal_alloc.experiment.records import Experiment
 from areal_alloc.model import ModelAllocation
 from areal_alloc.settings import (
     MAX_GPU_MEMORY_GIB,

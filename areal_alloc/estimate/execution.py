@@ -1,6 +1,6 @@
 """The execution: the shape of one RL step as the experiment's one reading gives it.
 
-Read from the frozen :class:`areal_alloc.experiment.read.Experiment` (its ``run``, the
+Read from the frozen :class:`areal_alloc.experiment.records.Experiment` (its ``run``, the
 keys the reference writes, areal/api/cli_args.py, with its defaults) and the resolved
 settings (``areal_alloc.settings``: the mean generation length); every default comes
 from ``areal_alloc.defaults`` or is cited here:
@@ -43,17 +43,19 @@ from dataclasses import dataclass
 
 from areal_alloc import defaults
 from areal_alloc.errors import AllocationError, AllocationValidationError
-from areal_alloc.experiment.read import (
-    DEFAULT_RECOMPUTE_MODULES,
-    RECOMPUTE_MODULES,
+from areal_alloc.experiment.records import (
     Engine,
     Experiment,
     InferenceConfig,
     RunConfig,
     StartupConfig,
     TrainConfig,
-    archon_stages_per_rank,
     minibatches_of,
+)
+from areal_alloc.experiment.sections.archon import archon_stages_per_rank
+from areal_alloc.experiment.sections.megatron import (
+    DEFAULT_RECOMPUTE_MODULES,
+    RECOMPUTE_MODULES,
     recompute_module_names,
 )
 from areal_alloc.limits import MAX_COUNT
@@ -364,7 +366,7 @@ LOGITS = (
 #: How a Megatron engine's MoE layers move tokens to their experts (``TrainingSettings.
 #: token_dispatcher``): megatron-core's alltoall or allgather dispatcher, or its flex
 #: dispatcher on DeepEP (:func:`token_dispatcher` maps the config's
-#: ``megatron.moe_token_dispatcher_type``, one of ``read.DISPATCHER_TYPES``, to these).
+#: ``megatron.moe_token_dispatcher_type``, one of ``sections.megatron.DISPATCHER_TYPES``, to these).
 TOKEN_DISPATCHERS = ("alltoall", "allgather", "deepep")
 
 
@@ -466,7 +468,7 @@ class TrainingSettings:
     recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES
 
     def __post_init__(self) -> None:
-        # the one rule (read.recompute_module_names): a text is refused whole
+        # the one rule (sections.megatron.recompute_module_names): a text is refused whole
         modules = recompute_module_names(self.recompute_modules, "recompute_modules")
         if modules != self.recompute_modules:  # a list, or a name twice: kept as the tuple
             object.__setattr__(self, "recompute_modules", modules)
@@ -791,8 +793,9 @@ def training_settings(
 
 
 def _archon_stages(engine: Engine, read: TrainConfig, notes: list[str]) -> int:
-    """The archon engine's virtual stages per pipeline rank (``read.archon_stages_per_rank``:
-    its schedule's, Interleaved1F1B's 2 by default), and what its split leaves out."""
+    """The archon engine's virtual stages per pipeline rank (``sections.archon.
+    archon_stages_per_rank``: its schedule's, Interleaved1F1B's 2 by default), and what its
+    split leaves out."""
     pp, path = engine.allocation.parallel.pp_size, engine.path
     shape = engine.shape() if read.archon_layers_per_stage is not None and pp > 1 else None
     layers = shape.num_layers if shape is not None else None
@@ -974,7 +977,7 @@ class StepShape:
     critic_minibatches: int = 1
 
     def minibatches_of(self, key: str) -> int:
-        """The optimizer steps engine ``key`` takes per RL step (``read.minibatches_of``)."""
+        """The optimizer steps engine ``key`` takes per RL step (``records.minibatches_of``)."""
         return minibatches_of(key, self.minibatches, self.critic_minibatches)
 
     @property

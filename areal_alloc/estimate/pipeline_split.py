@@ -33,7 +33,7 @@ from typing import Any
 from areal_alloc.architecture import Architecture
 from areal_alloc.defaults import ARCHON_STAGES_PER_RANK
 from areal_alloc.errors import AllocationValidationError
-from areal_alloc.experiment.read import archon_split_refusal
+from areal_alloc.experiment.sections.archon import archon_split_refusal
 
 __all__ = [
     "ARCHON_RULE",

@@ -57,7 +57,7 @@ from areal_alloc.estimate.system import (
     build_hardware,
     hardware_assumptions,
 )
-from areal_alloc.experiment.read import Engine, Experiment
+from areal_alloc.experiment.records import Engine, Experiment
 from areal_alloc.settings import Resolved, Settings
 from areal_alloc.strategy import ParallelStrategy
 

@@ -54,7 +54,7 @@ from areal_alloc.estimate.speed import (
     within_node,
 )
 from areal_alloc.estimate.system import DEFAULT_INTER_NODE_GBPS, Hardware
-from areal_alloc.experiment.read import recompute_module_names
+from areal_alloc.experiment.sections.megatron import recompute_module_names
 from areal_alloc.model_shape import engine_micro_batches, packed_groups
 from areal_alloc.strategy import ParallelStrategy
 

@@ -5,7 +5,7 @@
 ``actor.path``); ``shapes`` checks each engine's layout against that model;
 ``rules`` holds every rule the reference enforces before it spends GPU time,
 each with its source file and snapshot commit; ``read`` turns a composed config
-into one typed :class:`~areal_alloc.experiment.read.Experiment`, the only reading
+into one typed :class:`~areal_alloc.experiment.records.Experiment`, the only reading
 of the raw config the plan, memory, speed and ``suggest --config`` use. Importing
 the package loads nothing: ``Experiment`` and ``read_experiment`` load ``read`` on
 first use.

@@ -4,7 +4,7 @@
 (:func:`check_scheduling`), the cluster's capacity (:func:`check_capacity`), the
 reference's start-up rules (:mod:`areal_alloc.experiment.rules`) and each engine's
 shape (:mod:`areal_alloc.experiment.shapes`); it raises the first problem and returns
-the warnings. All take the :class:`~areal_alloc.experiment.read.Experiment`.
+the warnings. All take the :class:`~areal_alloc.experiment.records.Experiment`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from areal_alloc.errors import AllocationValidationError, shown
 from areal_alloc.vocab import colocation_size_problem
 
 if TYPE_CHECKING:
-    from areal_alloc.experiment.read import Experiment
+    from areal_alloc.experiment.records import Experiment
 
 __all__ = ["check_capacity", "check_experiment", "check_scheduling"]
 

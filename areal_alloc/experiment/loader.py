@@ -161,7 +161,7 @@ def refuse_at_load(cfg: object) -> None:
 
 
 def is_dpo(cfg: object) -> bool:
-    """A DPO run, told from the raw config (the one test; read.py ``_trainer_kind`` uses it):
+    """A DPO run, told from the raw config (the one test; sections/run.py ``trainer_kind`` uses it):
     no rollout, a ``ref`` beside the ``actor`` (examples/alignment/hhrlhf_dpo.yaml at
     cbff54d6). Only DPOConfig has a ``ref`` without a rollout: RWConfig and SFTConfig have
     none, and the reference's merge refuses the key ("Key 'ref' not in 'RWConfig'")."""

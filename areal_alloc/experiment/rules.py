@@ -7,11 +7,11 @@ it; all were read from areal-project/AReaL at ``REFERENCE_COMMIT``
 the reference's order and raises the first violation; :func:`startup_warnings`
 names what only one of the reference's launch paths refuses.
 
-Rules read the experiment's one reading (:class:`areal_alloc.experiment.read.Experiment`):
+Rules read the experiment's one reading (:class:`areal_alloc.experiment.records.Experiment`):
 its engines (key, backend key, allocation, ``offload``, ``_version``, settings), its run
 shape, and the keys only a rule needs (``enable_offload``, ``weight_update_mode``,
 ``scheduler.type``, ``dynamic_bs``, ``rollout.agent.mode`` …) as the typed
-:class:`~areal_alloc.experiment.read.StartupConfig` with the reference's defaults
+:class:`~areal_alloc.experiment.records.StartupConfig` with the reference's defaults
 (``areal_alloc.defaults``); never the raw config.
 """
 
@@ -27,7 +27,7 @@ from areal_alloc.model_shape import even_split_builds, minibatch_micro_batches
 
 if TYPE_CHECKING:
     from areal_alloc.architecture import Architecture
-    from areal_alloc.experiment.read import Engine, Experiment, StartupConfig, TrainConfig
+    from areal_alloc.experiment.records import Engine, Experiment, StartupConfig, TrainConfig
 
 
 __all__ = ["RULES", "Rule", "Run", "check_startup", "startup_warnings"]
@@ -97,7 +97,7 @@ def _is_v1_awex(run: Run) -> bool:
 
 
 def _rl(run: Run) -> bool:
-    return run.startup.rl  # read.StartupConfig.rl: a rollout and an actor
+    return run.startup.rl  # records.StartupConfig.rl: a rollout and an actor
 
 
 def offload_needs_enable_offload(run: Run) -> str | None:
@@ -306,7 +306,7 @@ def moe_dispatcher_is_known(run: Run) -> str | None:
     value when it builds a MoE layer. A dense model builds none, and a model not found here
     is not checked.
     """
-    from areal_alloc.experiment.read import DISPATCHER_TYPES
+    from areal_alloc.experiment.sections.megatron import DISPATCHER_TYPES
 
     for engine, training in _mbridge_engines(run):
         dispatcher = training.token_dispatcher
@@ -335,7 +335,7 @@ def moe_dispatcher_is_known(run: Run) -> str | None:
 # @310e8fb), whose __post_init__ (megatron/core/transformer/transformer_config.py,
 # NVIDIA/Megatron-LM core_v0.17.0) checks under ``recompute_granularity == "selective"``:
 # recompute_num_layers None (l.1346-1352), the module names (l.1363-1378: the reader refuses an
-# unknown one, read._recompute_modules), moe_act needs moe_grouped_gemm (l.1380-1383),
+# unknown one, sections.megatron._recompute_modules), moe_act needs moe_grouped_gemm (l.1380-1383),
 # mla_up_proj needs multi_latent_attention (l.1385-1389), shared_experts refuses
 # moe_shared_expert_overlap on a model with shared experts (l.1399-1406). mbridge's configs set
 # moe_grouped_gemm=True for every MoE family (qwen2moe.py l.74, qwen3moe.py l.21,
@@ -348,7 +348,7 @@ def moe_dispatcher_is_known(run: Run) -> str | None:
 # ``moe_shared_expert_overlap`` of the reference's.
 # megatron-bridge: make_mcore_model sets the same five recompute fields on its provider whatever
 # gradient_checkpointing says (areal/models/mcore/registry.py l.444-450, AReaL cbff54d6; the
-# reader gives such an engine its recompute, read.TrainConfig.recompute) and calls
+# reader gives such an engine its recompute, records.TrainConfig.recompute) and calls
 # provider.finalize() (l.500), which runs megatron-core's TransformerConfig.__post_init__
 # (megatron-bridge v0.4.0 src/megatron/bridge/models/transformer_config.py l.106-118): the same
 # checks. Its GPTModelProvider leaves moe_grouped_gemm False (src/megatron/bridge/models/
@@ -382,7 +382,7 @@ def full_recompute_needs_method_and_layers(run: Run) -> str | None:
     """Full granularity needs ``recompute_method`` block or uniform (transformer_config.py
     l.1327-1337) and a ``recompute_num_layers`` (l.1339-1345); the reference's defaults are
     "uniform" and 1 (areal/api/cli_args.py l.966-967). The reader refuses another
-    granularity or method (read._megatron_recompute_choice)."""
+    granularity or method (sections.megatron._megatron_recompute_choice)."""
     for engine, training in _megatron_engines(run):
         if training.recompute != "full":  # a Megatron engine's recompute reaches megatron-core
             continue
@@ -833,16 +833,20 @@ def archon_pipeline_needs_untied_embeddings(run: Run) -> str | None:
 # --- archon's pipeline split ----------------------------------------------------------------------
 # pipeline_llm (areal/experimental/models/archon/pipeline_parallel.py l.409-453, AReaL cbff54d6)
 # derives the virtual stages per rank from archon.pp_schedule and pp_layers_per_stage and
-# refuses what does not fit (read.archon_stages_per_rank); generate_llm_fqn_per_model_part
-# (l.118-155) then refuses more stages than layers + first + last, and a
-# pp_{first,last}_stage_less_layers above the layers per stage (read.archon_split_refusal),
-# with the configured values (the estimate's split falls back to the default 1 and 1).
+# refuses what does not fit (sections.archon.archon_stages_per_rank);
+# generate_llm_fqn_per_model_part (l.118-155) then refuses more stages than layers + first +
+# last, and a pp_{first,last}_stage_less_layers above the layers per stage
+# (sections.archon.archon_split_refusal), with the configured values (the estimate's split
+# falls back to the default 1 and 1).
 
 
 def archon_layers_fill_the_stages(run: Run) -> str | None:
     """archon with p > 1: its p × (stages per rank) virtual stages are built."""
     from areal_alloc.errors import AllocationError
-    from areal_alloc.experiment.read import archon_split_refusal, archon_stages_per_rank
+    from areal_alloc.experiment.sections.archon import (
+        archon_split_refusal,
+        archon_stages_per_rank,
+    )
 
     for engine in run.engines:
         training = engine.training
@@ -983,9 +987,11 @@ def _short_minibatch(
     if training is None:
         return None
     stages = 1
-    if backend == "archon" and pp > 1:  # its stages per rank (read.archon_stages_per_rank)
+    if (
+        backend == "archon" and pp > 1
+    ):  # its stages per rank (sections.archon.archon_stages_per_rank)
         from areal_alloc.errors import AllocationError
-        from areal_alloc.experiment.read import archon_stages_per_rank
+        from areal_alloc.experiment.sections.archon import archon_stages_per_rank
 
         arch = _architecture(engine) if training.archon_layers_per_stage is not None else None
         try:

@@ -1,7 +1,7 @@
 """Each engine's layout against the model it runs, wherever the model is known.
 
 The model comes from the experiment's one reading
-(:class:`areal_alloc.experiment.read.ModelChoice`): a ``model_shape`` section, a
+(:class:`areal_alloc.experiment.records.ModelChoice`): a ``model_shape`` section, a
 local folder or ``config.json``, a hub id in the local Hugging Face cache, or a
 catalogue name. The first path that names the engine's model is the one it runs:
 when it cannot be found here, no other model's path stands in for it (only a
@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from areal_alloc.experiment.read import shape_from_path
+from areal_alloc.experiment.sections.model import shape_from_path
 from areal_alloc.model_shape import check_shape, engine_shape
 
 if TYPE_CHECKING:
-    from areal_alloc.experiment.read import Experiment
+    from areal_alloc.experiment.records import Experiment
     from areal_alloc.model import ModelAllocation
 
 

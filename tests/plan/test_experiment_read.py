@@ -17,7 +17,7 @@ from areal_alloc.architecture import Architecture
 from areal_alloc.compose import compose_file
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.experiment import Experiment, read_experiment
-from areal_alloc.experiment.read import InferenceConfig, TrainConfig
+from areal_alloc.experiment.records import InferenceConfig, TrainConfig
 from areal_alloc.model_shape import ModelShape
 from areal_alloc.plan import plan_config
 
@@ -751,7 +751,7 @@ def test_the_token_dispatcher_is_read_and_carried(
     backend: str, megatron: dict[str, Any], deepep: bool, read: str, settings: str
 ) -> None:
     from areal_alloc.estimate.execution import training_settings
-    from areal_alloc.experiment.read import RunConfig
+    from areal_alloc.experiment.records import RunConfig
 
     engine = read_experiment({"actor": {"backend": backend, "megatron": megatron}})["actor"]
     assert engine.training is not None
@@ -938,7 +938,7 @@ def test_the_archon_engines_stages_per_rank(
     backend: str, archon: dict[str, Any], stages: int, notes: list[str]
 ) -> None:
     from areal_alloc.estimate.execution import training_settings
-    from areal_alloc.experiment.read import RunConfig
+    from areal_alloc.experiment.records import RunConfig
 
     actor = {
         "backend": backend,
@@ -1023,7 +1023,7 @@ def test_a_wrong_archon_pipeline_is_one_line(
     backend: str, archon: dict[str, Any], message: str
 ) -> None:
     from areal_alloc.estimate.execution import training_settings
-    from areal_alloc.experiment.read import RunConfig
+    from areal_alloc.experiment.records import RunConfig
 
     actor = {"backend": backend, "path": "Qwen/Qwen3-8B", "archon": archon}
 

@@ -23,7 +23,7 @@ from areal_alloc.estimate.speed import StepEstimate
 from areal_alloc.estimate.speed_training import expected_groups_reached, training_step
 from areal_alloc.estimate.system import Hardware
 from areal_alloc.experiment import read_experiment
-from areal_alloc.experiment.read import RunConfig
+from areal_alloc.experiment.records import RunConfig
 from areal_alloc.model import ModelAllocation
 
 H100 = Hardware.from_gpu(find_gpu("H100-80GB"), 8)  # 989 TFLOP/s, 3.35 TB/s, 8 per node
@@ -263,7 +263,7 @@ def test_the_modules_count_only_under_selective_recomputation() -> None:
 def test_an_unknown_module_or_dispatcher_is_refused() -> None:
     with pytest.raises(AllocationValidationError) as info:
         _step("megatron:d8", recompute="selective", recompute_modules=("attn",))
-    # the settings' one rule (read.recompute_module_names), the same line as a config's
+    # the settings' one rule (sections.megatron.recompute_module_names), the same line as a config's
     assert info.value.message == (
         "recompute_modules: 'attn' not among megatron-core's core_attn, moe_act, layernorm, "
         "mla_up_proj, mlp, moe, shared_experts (its TransformerConfig refuses it at start-up)"
@@ -276,7 +276,7 @@ def test_an_unknown_module_or_dispatcher_is_refused() -> None:
 
 
 # TrainingSettings (the API's entry) and the reader (a config's) share one rule and its
-# message (read.recompute_module_names): a text is refused whole, not letter by letter
+# message (sections.megatron.recompute_module_names): a text is refused whole, not letter by letter
 SETTINGS_MODULES: list[tuple[object, str]] = [
     (
         ("norm",),
@@ -320,17 +320,17 @@ def test_the_settings_keep_a_list_as_its_tuple_once() -> None:
 
 
 def test_each_dispatcher_name_means_one_thing() -> None:
-    """The config's moe_token_dispatcher_type values (read.DISPATCHER_TYPES) and the
-    estimate's dispatchers (execution.TOKEN_DISPATCHERS, flex being DeepEP) under two
+    """The config's moe_token_dispatcher_type values (sections.megatron.DISPATCHER_TYPES) and
+    the estimate's dispatchers (execution.TOKEN_DISPATCHERS, flex being DeepEP) under two
     names; each config value maps to one estimate dispatcher."""
     from areal_alloc.estimate import execution
-    from areal_alloc.experiment import read
+    from areal_alloc.experiment.sections import megatron as section
 
-    assert read.DISPATCHER_TYPES == ("allgather", "alltoall", "flex")
+    assert section.DISPATCHER_TYPES == ("allgather", "alltoall", "flex")
     assert execution.TOKEN_DISPATCHERS == ("alltoall", "allgather", "deepep")
-    assert not hasattr(read, "TOKEN_DISPATCHERS")
+    assert not hasattr(section, "TOKEN_DISPATCHERS")
     mapped = {}
-    for written in read.DISPATCHER_TYPES:
+    for written in section.DISPATCHER_TYPES:
         megatron = {"moe_token_dispatcher_type": written}
         engine = read_experiment({"actor": {"backend": "megatron:d8", "megatron": megatron}})
         mapped[written] = execution.token_dispatcher(engine["actor"])

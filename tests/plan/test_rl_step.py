@@ -24,7 +24,7 @@ from areal_alloc.estimate.execution import (
 )
 from areal_alloc.estimate.speed_inference import generation
 from areal_alloc.estimate.system import Hardware
-from areal_alloc.experiment.read import RunConfig
+from areal_alloc.experiment.records import RunConfig
 from areal_alloc.model import ModelAllocation
 from areal_alloc.settings import Settings
 from areal_alloc.suggest import RunShape, suggest
