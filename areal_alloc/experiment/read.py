@@ -264,6 +264,20 @@ class InferenceConfig:
     #: the keys the fraction and the length were read from (``sglang.context_length`` …)
     fraction_key: str = "sglang.mem_fraction_static"
     length_key: str = "sglang.context_length"
+    #: ``<server>.cpu_offload_gb``: GiB of weights per GPU kept on the host (0: none)
+    cpu_offload_gb: float = 0.0
+    #: SGLang's ``dp_size``, ``ep_size``, ``enable_dp_attention``, ``enable_ep_moe``,
+    #: ``enable_memory_saver``, ``chunked_prefill_size``, ``max_prefill_tokens`` and vLLM's
+    #: ``enable_sleep_mode`` (the reference's defaults; the start-up rules of
+    #: areal_alloc.experiment.server_rules read them)
+    dp_size: int = 1
+    ep_size: int = 1
+    enable_dp_attention: bool = False
+    enable_ep_moe: bool = False
+    enable_memory_saver: bool = False
+    chunked_prefill_size: int = -1
+    max_prefill_tokens: int = 32768
+    enable_sleep_mode: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -1377,43 +1391,10 @@ def _lora(node: object, path: str) -> tuple[bool, int, tuple[str, ...]]:
 
 
 def _inference_config(cfg: object, engine: Engine) -> InferenceConfig:
-    """The server section of the engine's backend (areal/api/cli_args.py SGLangConfig,
-    vLLMConfig at cbff54d6) and the engine's ``max_concurrent_rollouts``."""
-    backend = engine.allocation.backend
-    server = section(cfg, backend, backend)
-    if backend == "vllm":
-        fraction_key, length_key = "gpu_memory_utilization", "max_model_len"
-    else:
-        fraction_key, length_key = "mem_fraction_static", "context_length"
-    fraction = setting_float(
-        server, fraction_key, f"{backend}.{fraction_key}", minimum=0, maximum=1, above=True
-    )
-    length = whole_number(server, length_key, f"{backend}.{length_key}")
-    concurrency = whole_number(
-        _at(cfg, engine.path), "max_concurrent_rollouts", f"{engine.path}.max_concurrent_rollouts"
-    )
-    # Each server's own key only (vLLMConfig.max_num_seqs, SGLangConfig.max_running_requests):
-    # neither dataclass has max_num_batched_tokens (areal/api/cli_args.py at cbff54d6, and the
-    # areal 1.0.4 wheel), so the reference's loader refuses it and it is never read here;
-    # vLLM then takes its own default (memory_inference.vllm_default_batched_tokens).
-    vllm = backend == "vllm"
-    seqs = whole_number(server, "max_num_seqs", f"{backend}.max_num_seqs") if vllm else None
-    running = (
-        whole_number(server, "max_running_requests", f"{backend}.max_running_requests")
-        if backend == "sglang"
-        else None
-    )
-    return InferenceConfig(
-        dtype=_text(server, "dtype", "bfloat16").replace("auto", "bfloat16"),
-        kv_cache_dtype=_text(server, "kv_cache_dtype", "auto"),
-        memory_fraction=defaults.MEMORY_FRACTION if fraction is None else fraction,
-        context_length=length or defaults.CONTEXT_LENGTH,
-        max_concurrent_rollouts=concurrency,
-        max_num_seqs=seqs,
-        max_running_requests=running,
-        fraction_key=f"{backend}.{fraction_key}",
-        length_key=f"{backend}.{length_key}",
-    )
+    """The engine's server section (``sections.servers.inference_config``)."""
+    from areal_alloc.experiment.sections.servers import inference_config
+
+    return inference_config(cfg, engine, _at(cfg, engine.path))
 
 
 # --- the cluster and the run -----------------------------------------------------------

@@ -1,0 +1,1 @@
+"""One reader per section of the reference's experiment config."""
