@@ -821,6 +821,10 @@ def _rl_config(
         # disk: the one mode the reference allows colocated beside a vLLM rollout (the plan
         # refuses xccl there); the row's update is the run's in-place refit (_colocated_refit)
         cfg["actor"]["weight_update_mode"] = "disk"
+        if cfg["rollout"]["backend"].startswith("vllm"):
+            # a colocated vLLM is offloaded by /sleep, which frees its memory only in sleep
+            # mode (experiment.server_rules); the run's vLLM time-shares the GPUs that way
+            cfg.setdefault("vllm", {})["enable_sleep_mode"] = True
     if train.get("reference_model"):
         cfg["actor"]["kl_ctl"] = 0.1
         cfg["ref"] = {

@@ -26,13 +26,13 @@ from areal_alloc.strategy import ParallelStrategy
 
 __all__ = [
     "CUDA_CONTEXT_BYTES",
-    "inference_weights",
-    "pipeline_stages",
     "NON_TORCH_BYTES",
     "VLLM_SAMPLER_BYTES",
     "inference_memory",
+    "inference_weights",
     "kv_bytes_per_token",
     "non_torch_bytes",
+    "pipeline_stages",
     "vllm_default_batched_tokens",
     "vllm_held_allreduce_bytes",
     "vllm_profile_activation",

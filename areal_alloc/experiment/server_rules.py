@@ -60,7 +60,7 @@ def _architecture(engine: Engine) -> Architecture | None:
         return None
 
 
-def _sizes(values: list[int]) -> str:
+def _sizes(values: list[int] | tuple[int, ...]) -> str:
     return ", ".join(map(str, values))
 
 
@@ -145,7 +145,7 @@ def _context(engine: Engine, server: InferenceConfig, experiment: Experiment) ->
             f"({arch.source}): {backend} stops with '{said}' unless {variable}=1 is set in "
             f"the servers' environment: set {server.length_key}={limit:,} or less"
         )
-    if longest is not None and longest > limit:
+    if longest is not None and run.max_length is not None and longest > limit:
         return (
             f"train_dataset.max_length {run.max_length:,} + gconfig.max_new_tokens "
             f"{run.new_tokens:,} = {longest:,} tokens is above the model's {derived} "
