@@ -25,7 +25,7 @@ from areal_alloc.limits import MAX_COUNT
 from areal_alloc.model_shape import config_values, language_model, read_model_config
 from areal_alloc.numbers import quote, read_int
 
-__all__ = ["Architecture", "ParameterCount"]
+__all__ = ["Architecture", "ParameterCount", "Quantization", "read_quantization"]
 
 #: The sizes read from a config, by the one alias table (model_shape.CONFIG_KEYS).
 _READ = (
@@ -45,6 +45,7 @@ _READ = (
     "qk_nope_head_dim",
     "qk_rope_head_dim",
     "v_head_dim",
+    "max_position_embeddings",
 )
 
 _REQUIRED = ("hidden_size", "num_layers", "num_attention_heads", "vocab_size")
@@ -93,6 +94,89 @@ def _flag(data: Any, source: str, default: bool, *keys: str) -> bool:
             f"{source}: {key}={quote(value)}: must be true or false (a JSON boolean)"
         )
     return default
+
+
+@dataclass(frozen=True, slots=True)
+class Quantization:
+    """A checkpoint's ``quantization_config``: the bytes of each quantized weight (the
+    linear and expert layers; the embedding and the output head stay in the activation
+    dtype, as the servers load them), and what it was read from."""
+
+    method: str
+    weight_bytes: float
+    text: str
+
+
+#: The formats read, as the servers name them in ``quant_method`` (vLLM 0.19.1
+#: vllm/model_executor/layers/quantization/, SGLang 0.5.10.post1 python/sglang/srt/
+#: layers/quantization/): fp8 (per-tensor, or block with ``weight_block_size``: one float32
+#: scale per block), SGLang's w8a8_int8 / w8a8_fp8, AWQ and GPTQ (``bits`` per weight and
+#: per ``group_size`` weights a 16-bit scale and a ``bits``-wide zero point), and
+#: compressed-tensors (``config_groups.*.weights.num_bits``). The servers' fp8 method
+#: quantizes ``LinearBase`` and ``FusedMoE`` layers only (vLLM fp8.py ``get_quant_method``
+#: l.174-199), so the vocabulary-parallel embedding and output head keep the activation
+#: dtype; AWQ, GPTQ and compressed-tensors checkpoints leave them unquantized too
+#: (``modules_to_not_convert`` / ``ignore`` list ``lm_head``).
+_EIGHT_BIT = ("fp8", "w8a8_int8", "w8a8_fp8", "fbgemm_fp8", "modelopt", "modelopt_fp8")
+_GROUPED = ("awq", "gptq", "awq_marlin", "gptq_marlin", "auto-round")
+
+
+def read_quantization(data: Any, source: str) -> Quantization | None:
+    """A config's ``quantization_config`` (None: not quantized); a format not read here
+    is one error naming it."""
+    config = data.get("quantization_config") if hasattr(data, "get") else None
+    if config is None:
+        return None
+    if not isinstance(config, dict):
+        raise AllocationValidationError(
+            f"{source}: quantization_config={quote(config)}: must be a mapping"
+        )
+    method = str(config.get("quant_method") or "")
+    if method in _EIGHT_BIT:
+        block = config.get("weight_block_size")
+        if (
+            isinstance(block, list)
+            and len(block) == 2
+            and all(isinstance(n, int) and n > 0 for n in block)
+        ):
+            scale = 4 / (block[0] * block[1])
+            return Quantization(
+                method,
+                1 + scale,
+                f"{method} {block[0]}×{block[1]} blocks: 1 B + a float32 scale per block",
+            )
+        return Quantization(method, 1.0, f"{method}: 1 B")
+    if method in _GROUPED:
+        bits = read_int(
+            config.get("bits", 4), f"{source}: quantization_config.bits", minimum=1, maximum=16
+        )
+        group = config.get("group_size", 128)
+        group = (
+            0
+            if group in (None, -1)
+            else read_int(
+                group, f"{source}: quantization_config.group_size", minimum=1, maximum=MAX_COUNT
+            )
+        )
+        extra = (2 + bits / 8) / group if group else 0.0
+        grouped = f" + a 16-bit scale and {bits}-bit zero per {group}" if group else ""
+        return Quantization(method, bits / 8 + extra, f"{method} {bits}-bit{grouped}")
+    if method == "compressed-tensors":
+        groups = config.get("config_groups")
+        widths = [
+            g.get("weights", {}).get("num_bits")
+            for g in (groups.values() if isinstance(groups, dict) else ())
+            if isinstance(g, dict) and isinstance(g.get("weights"), dict)
+        ]
+        widths = [w for w in widths if isinstance(w, int) and w > 0]
+        if widths:
+            bits = max(widths)
+            return Quantization(method, bits / 8, f"compressed-tensors {bits}-bit weights")
+    raise AllocationValidationError(
+        f"{source}: quantization_config.quant_method={quote(method)} is not read here (read: "
+        f"{', '.join((*_EIGHT_BIT, *_GROUPED, 'compressed-tensors'))}); give the model's "
+        f"sizes without it to cost it unquantized"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +282,15 @@ class Architecture:
     #: the config's ``model_type`` ("" when not given): some builders' settings depend on the
     #: family (areal_alloc.experiment.rules); not a width, so not compared
     model_type: str = field(default="", compare=False)
+    #: ``max_position_embeddings`` (0: not given) and ``rope_scaling``'s type, factor and
+    #: ``original_max_position_embeddings`` (0: absent): the longest context each server
+    #: derives (:meth:`position_limit`)
+    max_position_embeddings: int = field(default=0, compare=False)
+    rope_type: str = field(default="", compare=False)
+    rope_factor: float = field(default=1.0, compare=False)
+    rope_original: int = field(default=0, compare=False)
+    #: the checkpoint's ``quantization_config`` (None: weights in the activation dtype)
+    quantization: Quantization | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         for name in _COUNTS:
@@ -245,6 +338,28 @@ class Architecture:
                 f"{self.source}: num_key_value_heads={kv:,} must divide "
                 f"num_attention_heads={a:,} ({a:,} % {kv:,} = {a % kv:,})"
             )
+
+    def position_limit(self, backend: str) -> int | None:
+        """The longest context ``backend`` derives from the config (None: no positions
+        given). SGLang 0.5.10.post1 (python/sglang/srt/utils/hf_transformers_utils.py
+        ``get_context_length`` l.689-706): max_position_embeddings × rope_scaling's factor,
+        the factor 1 when rope_scaling holds original_max_position_embeddings or is llama3.
+        vLLM 0.19.1 (vllm/config/model.py ``_get_and_verify_max_len`` l.2098-2125): × the
+        factor unless the type is su, longrope or llama3; yarn: original × factor."""
+        positions = self.max_position_embeddings
+        if not positions:
+            return None
+        kind, factor = self.rope_type, self.rope_factor
+        if not kind:
+            return positions
+        if backend == "vllm":
+            if kind in ("su", "longrope", "llama3"):
+                return positions
+            base = self.rope_original if kind == "yarn" and self.rope_original else positions
+            return int(base * factor)
+        if self.rope_original or kind == "llama3":
+            return positions
+        return int(positions * factor)
 
     # --- derived sizes -------------------------------------------------------------
     @property
@@ -386,6 +501,17 @@ class Architecture:
                 f"{source}: mlp_only_layers={quote(data.get('mlp_only_layers'))} (dense layers "
                 f"between MoE layers) is not supported; give a model_shape instead"
             )
+        rope = data.get("rope_scaling")
+        if isinstance(rope, dict):
+            kind = rope.get("rope_type") or rope.get("type") or "default"
+            values["rope_type"] = str(kind)
+            factor = rope.get("factor")
+            if isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor > 0:
+                values["rope_factor"] = float(factor)
+            original = rope.get("original_max_position_embeddings")
+            if isinstance(original, int) and not isinstance(original, bool) and original > 0:
+                values["rope_original"] = original
+        values["quantization"] = read_quantization(data, source)
         try:
             return cls(**values, source=source, model_type=model_type)
         except TypeError as error:  # a value of the wrong kind, e.g. a list

@@ -68,6 +68,9 @@ CONFIG_KEYS: dict[str, tuple[str, ...]] = {
     "qk_nope_head_dim": ("qk_nope_head_dim",),
     "qk_rope_head_dim": ("qk_rope_head_dim",),
     "v_head_dim": ("v_head_dim",),
+    # the positions the servers derive their longest context from (SGLang's
+    # get_context_length, vLLM's derived max_model_len: the experiment.server_rules context rule)
+    "max_position_embeddings": ("max_position_embeddings", "n_positions"),
     # not a config.json key: a model_shape section's schedule for the layer check
     "virtual_pipeline_size": ("virtual_pipeline_size", "virtual_pipeline_parallel_size"),
 }
@@ -481,6 +484,17 @@ def layout_problems(backend: str, p: ParallelStrategy, shape: ModelShape) -> lis
                 f"num_layers={layers} cannot fill the archon engine's p{p.pp_size} × "
                 f"{shape.virtual_pipeline_size} = {stages} virtual stages: {layers} layers + 1 "
                 f"(embedding) + 1 (output) = {layers + 2} < {stages}"
+            )
+    elif inference:
+        # vLLM and SGLang split the layers unevenly, one stage at least a layer (vllm/
+        # distributed/utils.py get_pp_indices l.124-129 at vLLM 0.19.1; python/sglang/srt/
+        # distributed/utils.py get_pp_indices l.122-133 at SGLang 0.5.10.post1;
+        # estimate.memory_inference.pipeline_stages)
+        if shape.num_layers is not None and p.pp_size > shape.num_layers:
+            problems.append(
+                f"num_layers={shape.num_layers} cannot fill p{p.pp_size} pipeline stages: "
+                f"{backend} gives each stage at least one layer ({shape.num_layers} < "
+                f"{p.pp_size})"
             )
     elif shape.num_layers is not None and stages > 1 and shape.num_layers % stages:
         problems.append(

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from areal_alloc.architecture import Architecture
+from areal_alloc.architecture import Architecture, read_quantization
 from areal_alloc.catalogue import GPU, find_gpu, find_model, reported_bytes
 from areal_alloc.errors import AllocationError
 from areal_alloc.estimate.engines import estimate_allocation
@@ -535,6 +535,12 @@ def _train_tps(data: Mapping[str, Any], row: Mapping[str, Any]) -> Answer:
     return tokens / step.seconds / gpus, note, terms
 
 
+#: An FP8 row's ``quantization_config`` as the published checkpoint names it: ``fp8``
+#: weights (the rows say "fp8 weights"); one byte a weight, the block scales (1/16,384 B a
+#: weight at 128 × 128) under the rows' precision.
+_FP8_CONFIG = {"quantization_config": {"quant_method": "fp8"}}
+
+
 def _inference(
     data: Mapping[str, Any], inputs: Mapping[str, Any]
 ) -> tuple[ModelAllocation, Architecture, MemoryEstimate]:
@@ -552,7 +558,9 @@ def _inference(
         memory_fraction=float(fraction),
     )
     if _fp8_weights(inputs):  # linear and expert weights fp8 (memory_inference), KV bf16
-        settings = replace(settings, dtype="fp8", kv_cache_dtype="bfloat16")
+        # the checkpoint's quantization_config as the one config.json reader reads it
+        # (architecture.read_quantization): fp8, embedding and output in bf16
+        arch = replace(arch, quantization=read_quantization(_FP8_CONFIG, str(inputs["model"])))
     if inputs.get("max_model_len"):
         settings = replace(settings, context_length=int(inputs["max_model_len"]))
     capacity = _inference_capacity(data, inputs)
@@ -813,6 +821,10 @@ def _rl_config(
         # disk: the one mode the reference allows colocated beside a vLLM rollout (the plan
         # refuses xccl there); the row's update is the run's in-place refit (_colocated_refit)
         cfg["actor"]["weight_update_mode"] = "disk"
+        if cfg["rollout"]["backend"].startswith("vllm"):
+            # a colocated vLLM is offloaded by /sleep, which frees its memory only in sleep
+            # mode (experiment.server_rules); the run's vLLM time-shares the GPUs that way
+            cfg.setdefault("vllm", {})["enable_sleep_mode"] = True
     if train.get("reference_model"):
         cfg["actor"]["kl_ctl"] = 0.1
         cfg["ref"] = {

@@ -169,6 +169,7 @@ _SECTION_READERS = [
     "areal_alloc.experiment.sections.cluster",
     "areal_alloc.experiment.sections.engines",
     "areal_alloc.experiment.sections.run",
+    "areal_alloc.experiment.sections.servers",
 ]
 
 #: Every module of the package, lowest layer first: string → syntax → model → plan →
@@ -214,6 +215,7 @@ LAYERS = [
     "areal_alloc.experiment",
     "areal_alloc.experiment.shapes",
     "areal_alloc.experiment.rules",
+    "areal_alloc.experiment.server_rules",
     "areal_alloc.experiment.checks",
     # the estimates: memory, step times, the RL step, calibration
     "areal_alloc.estimate",

@@ -596,6 +596,8 @@ class InferenceSettings:
     #: 2023-12, until vllm#10511's baseline snapshot, 2024-12); later builds measure from a
     #: snapshot taken after the context (memory_inference.CUDA_CONTEXT_BYTES)
     vllm_counts_cuda_context: bool = False
+    #: ``<server>.cpu_offload_gb``: GiB of each GPU's weights kept on the host
+    cpu_offload_gb: float = 0.0
 
     def __post_init__(self) -> None:
         # the one reader of numbers, with the bounds the settings and flags have
@@ -944,6 +946,7 @@ def inference_settings(
             # max_num_batched_tokens (vLLMConfig has none), so vLLM takes its own default
             max_num_seqs=read.max_num_seqs or VLLM_MAX_NUM_SEQS,
             device_bytes=device,
+            cpu_offload_gb=read.cpu_offload_gb,
         )
     except AllocationError as error:
         raise AllocationValidationError(f"{backend}: {error.message}") from None

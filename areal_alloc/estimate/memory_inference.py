@@ -29,12 +29,69 @@ __all__ = [
     "NON_TORCH_BYTES",
     "VLLM_SAMPLER_BYTES",
     "inference_memory",
+    "inference_weights",
     "kv_bytes_per_token",
     "non_torch_bytes",
+    "pipeline_stages",
     "vllm_default_batched_tokens",
     "vllm_held_allreduce_bytes",
     "vllm_profile_activation",
 ]
+
+
+def pipeline_stages(backend: str, layers: int, pp: int) -> list[int]:
+    """The decoder layers of each of an inference server's ``pp`` stages. Both split
+    unevenly: vLLM 0.19.1 gives the extra layers to the stages before the last
+    (vllm/distributed/utils.py ``get_pp_indices`` l.124-129: ``partitions[-i] += 1`` for
+    i in 2 .. remainder + 1), SGLang 0.5.10.post1 to the last ``remainder`` stages
+    (python/sglang/srt/distributed/utils.py ``get_pp_indices`` l.122-133); each stage
+    needs one layer at least."""
+    pp = max(pp, 1)
+    parts = [layers // pp] * pp
+    extra = layers % pp
+    if backend == "vllm":
+        for i in range(2, extra + 2):
+            parts[-i] += 1
+    else:
+        for i in range(pp - extra, pp):
+            parts[i] += 1
+    return parts
+
+
+def inference_weights(
+    backend: str, arch: Architecture, tp: int, pp: int, compute: int, dtype: str
+) -> tuple[float, str]:
+    """One GPU's weights: the largest pipeline stage (:func:`pipeline_stages`; the first
+    stage holds the embedding, the last the output head and final norm) over t; a quantized
+    checkpoint's layers at its bytes per weight (``Architecture.quantization``), the
+    embedding and output head in the activation dtype ``compute``."""
+    p = arch.parameters
+    quant = arch.quantization
+    per_weight = quant.weight_bytes if quant is not None else float(compute)
+    per_layer = p.layers / max(arch.num_layers, 1)
+    stages = pipeline_stages(backend, arch.num_layers, pp)
+    vocab_tail = p.output + p.final_norm
+
+    def stage(i: int) -> float:
+        head = p.embedding if i == 0 else 0
+        tail = vocab_tail if i == len(stages) - 1 else 0
+        return stages[i] * per_layer * per_weight + (head + tail) * compute
+
+    largest = max(range(len(stages)), key=stage)
+    weights = stage(largest) / tp
+    quant_text = (
+        f"{short_count(p.layers)} layer params × {per_weight:.4g} B ({quant.text}) + "
+        f"{short_count(p.embedding + vocab_tail)} embedding and output × {compute} B ({dtype})"
+        if quant is not None
+        else f"{short_count(p.total)} params × {compute} B ({dtype})"
+    )
+    if pp == 1:
+        return weights, f"{quant_text} / t{tp}"
+    split = ", ".join(map(str, stages))
+    return weights, (
+        f"{quant_text}, pipeline stages [{split}] layers ({backend}'s split): the largest, "
+        f"stage {largest + 1} of {pp}, / t{tp}"
+    )
 
 
 def kv_bytes_per_token(
@@ -47,7 +104,7 @@ def kv_bytes_per_token(
     ``ceil(layers / p)`` layers. MLA caches one latent of kv_lora_rank + rope
     dims per layer, the same on every tensor-parallel rank.
     """
-    layers = math.ceil(arch.num_layers / pp)
+    layers = math.ceil(arch.num_layers / pp)  # the largest stage (pipeline_stages)
     if arch.is_mla:
         width = arch.kv_lora_rank + arch.qk_rope_head_dim
         return (
@@ -188,19 +245,13 @@ def inference_memory(
         if settings.kv_cache_dtype == "auto"
         else dtype_bytes(settings.kv_cache_dtype, f"{key}.kv_cache_dtype")
     )
-    p = arch.parameters
-    weights = p.total * compute / (tp * pp)
-    weights_text = f"{short_count(p.total)} params / (t{tp}·p{pp}) × {compute} B ({settings.dtype})"
-    if settings.dtype == "fp8":
-        # an fp8 checkpoint quantizes the linear and MoE layers only; the embedding and
-        # the output layer stay in bf16 (Fp8Config.get_quant_method: LinearBase ->
-        # Fp8LinearMethod, FusedMoE -> Fp8MoEMethod, anything else None; vllm-project/vllm
-        # vllm/model_executor/layers/quantization/fp8.py@1436674bcb3f46f4c960d09334cf7dd1534943ca)
-        vocab = p.embedding + p.output
-        weights = ((p.total - vocab) * compute + vocab * 2) / (tp * pp)
-        weights_text = (
-            f"({short_count(p.total - vocab)} linear and expert params × {compute} B (fp8) + "
-            f"{short_count(vocab)} embedding and output × 2 B (bf16)) / (t{tp}·p{pp})"
+    weights, weights_text = inference_weights(backend, arch, tp, pp, compute, settings.dtype)
+    if settings.cpu_offload_gb:
+        offloaded = min(weights, settings.cpu_offload_gb * GIB)
+        weights -= offloaded
+        weights_text += (
+            f" − cpu_offload_gb {settings.cpu_offload_gb:g} GiB kept on the host "
+            f"(SGLang and vLLM: cpu_offload_max_bytes = cpu_offload_gb × 1024³)"
         )
     per_token, formula = kv_bytes_per_token(arch, tp, pp, kv_dtype)
     device = settings.device_bytes if settings.device_bytes is not None else capacity

@@ -77,10 +77,12 @@ def check_capacity(experiment: Experiment) -> None:
 def check_experiment(experiment: Experiment) -> list[str]:
     """Raise the first problem of ``experiment``; return its warnings (see the module)."""
     from areal_alloc.experiment.rules import check_startup, startup_warnings
+    from areal_alloc.experiment.server_rules import check_servers, server_warnings
     from areal_alloc.experiment.shapes import check_engine_shapes
 
     check_scheduling(experiment)
     check_capacity(experiment)
     check_startup(experiment)
     check_engine_shapes(experiment)
-    return startup_warnings(experiment)
+    check_servers(experiment)
+    return startup_warnings(experiment) + server_warnings(experiment)

@@ -22,8 +22,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from areal_alloc import defaults
-from areal_alloc._config import child, is_mapping, section, setting_float, whole_number
+from areal_alloc._config import child, is_mapping
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.experiment.loader import refuse_at_load
 from areal_alloc.experiment.models import model_sources
@@ -38,10 +37,10 @@ from areal_alloc.experiment.sections.engines import (
     read_engines,
 )
 from areal_alloc.experiment.sections.run import read_run, read_startup, trainer_kind
+from areal_alloc.experiment.sections.servers import inference_config
 from areal_alloc.experiment.sections.train import train_config
 from areal_alloc.experiment.sections.values import at as _at
 from areal_alloc.experiment.sections.values import flag as _flag
-from areal_alloc.experiment.sections.values import text as _text
 
 if TYPE_CHECKING:
     from areal_alloc.settings import Settings
@@ -104,40 +103,5 @@ def _with_details(cfg: object, engine: Engine) -> Engine:
 
 
 def _inference_config(cfg: object, engine: Engine) -> InferenceConfig:
-    """The server section of the engine's backend (areal/api/cli_args.py SGLangConfig,
-    vLLMConfig at cbff54d6) and the engine's ``max_concurrent_rollouts``."""
-    backend = engine.allocation.backend
-    server = section(cfg, backend, backend)
-    if backend == "vllm":
-        fraction_key, length_key = "gpu_memory_utilization", "max_model_len"
-    else:
-        fraction_key, length_key = "mem_fraction_static", "context_length"
-    fraction = setting_float(
-        server, fraction_key, f"{backend}.{fraction_key}", minimum=0, maximum=1, above=True
-    )
-    length = whole_number(server, length_key, f"{backend}.{length_key}")
-    concurrency = whole_number(
-        _at(cfg, engine.path), "max_concurrent_rollouts", f"{engine.path}.max_concurrent_rollouts"
-    )
-    # Each server's own key only (vLLMConfig.max_num_seqs, SGLangConfig.max_running_requests):
-    # neither dataclass has max_num_batched_tokens (areal/api/cli_args.py at cbff54d6, and the
-    # areal 1.0.4 wheel), so the reference's loader refuses it and it is never read here;
-    # vLLM then takes its own default (memory_inference.vllm_default_batched_tokens).
-    vllm = backend == "vllm"
-    seqs = whole_number(server, "max_num_seqs", f"{backend}.max_num_seqs") if vllm else None
-    running = (
-        whole_number(server, "max_running_requests", f"{backend}.max_running_requests")
-        if backend == "sglang"
-        else None
-    )
-    return InferenceConfig(
-        dtype=_text(server, "dtype", "bfloat16").replace("auto", "bfloat16"),
-        kv_cache_dtype=_text(server, "kv_cache_dtype", "auto"),
-        memory_fraction=defaults.MEMORY_FRACTION if fraction is None else fraction,
-        context_length=length or defaults.CONTEXT_LENGTH,
-        max_concurrent_rollouts=concurrency,
-        max_num_seqs=seqs,
-        max_running_requests=running,
-        fraction_key=f"{backend}.{fraction_key}",
-        length_key=f"{backend}.{length_key}",
-    )
+    """The engine's server section (``sections.servers.inference_config``)."""
+    return inference_config(cfg, engine, _at(cfg, engine.path))

@@ -188,6 +188,20 @@ class InferenceConfig:
     #: the keys the fraction and the length were read from (``sglang.context_length`` …)
     fraction_key: str = "sglang.mem_fraction_static"
     length_key: str = "sglang.context_length"
+    #: ``<server>.cpu_offload_gb``: GiB of weights per GPU kept on the host (0: none)
+    cpu_offload_gb: float = 0.0
+    #: SGLang's ``dp_size``, ``ep_size``, ``enable_dp_attention``, ``enable_ep_moe``,
+    #: ``enable_memory_saver``, ``chunked_prefill_size``, ``max_prefill_tokens`` and vLLM's
+    #: ``enable_sleep_mode`` (the reference's defaults; the start-up rules of
+    #: areal_alloc.experiment.server_rules read them)
+    dp_size: int = 1
+    ep_size: int = 1
+    enable_dp_attention: bool = False
+    enable_ep_moe: bool = False
+    enable_memory_saver: bool = False
+    chunked_prefill_size: int = -1
+    max_prefill_tokens: int = 32768
+    enable_sleep_mode: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,11 +33,16 @@ PROBLEMS = [
             "and last needs a layer, so at least 6 layers"
         ],
     ),
-    # the inference servers' rule stays divisibility
+    # the inference servers split layers unevenly ([3, 3, 4, …]): one layer a stage at least
+    ("vllm:d1p8", QWEN, []),
+    ("sglang:d1p8", ModelShape(num_layers=8), []),
     (
         "vllm:d1p8",
-        QWEN,
-        ["num_layers=28 is not divisible by p8·vpp1 = 8 pipeline stages: 28 % 8 = 4"],
+        ModelShape(num_layers=4),
+        [
+            "num_layers=4 cannot fill p8 pipeline stages: vllm gives each stage at least one "
+            "layer (4 < 8)"
+        ],
     ),
     (
         "megatron:d1t3",
