@@ -188,6 +188,8 @@ LAYERS = [
     "areal_alloc.catalogue",
     "areal_alloc.settings",
     # the experiment: its one reading, shapes and the reference's start-up rules
+    "areal_alloc.experiment.sections",
+    "areal_alloc.experiment.sections.scheduling",
     "areal_alloc.experiment.read",
     "areal_alloc.experiment",
     "areal_alloc.experiment.shapes",
@@ -304,6 +306,7 @@ READS_THE_RAW_CONFIG = {
     "areal_alloc.experiment.nulls",
     "areal_alloc.experiment.loader",
     "areal_alloc.experiment.read",
+    "areal_alloc.experiment.sections.scheduling",
     "areal_alloc.settings",
 }
 

@@ -50,6 +50,7 @@ from areal_alloc.errors import AllocationError, AllocationValidationError
 from areal_alloc.experiment.loader import is_dpo, refuse_at_load
 from areal_alloc.experiment.models import ModelSource, model_sources
 from areal_alloc.experiment.nulls import refuse_nulls
+from areal_alloc.experiment.sections.scheduling import SchedulingSection, read_scheduling
 from areal_alloc.limits import MAX_COUNT, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES, grouped
 from areal_alloc.model import ModelAllocation
 from areal_alloc.model_shape import ModelShape, local_config
@@ -493,6 +494,8 @@ class Experiment:
     #: what the start-up rules read (``areal_alloc.experiment.rules``; ``suggest --config``
     #: also takes its ``ppo_n_minibatches``), with the reference's defaults
     startup: StartupConfig = field(default_factory=lambda: StartupConfig())
+    #: what the host estimate reads: each engine's ``scheduling_spec`` … (sections.scheduling)
+    scheduling: SchedulingSection = field(default_factory=lambda: SchedulingSection())
 
     def __getitem__(self, key: str) -> Engine:
         for engine in self.engines:
@@ -579,6 +582,7 @@ def read_experiment(cfg: object, settings: Settings | None = None) -> Experiment
         None if version is None else str(version),
         cfg,
         _startup(cfg, *_trainer_kind(cfg, engines)),
+        read_scheduling(cfg, [(e.key, e.path, e.allocation.backend) for e in engines]),
     )
     return experiment.resolved(settings) if settings is not None else experiment
 

@@ -1,0 +1,1 @@
+"""The experiment's readers, one per section of the reference's config."""
