@@ -40,9 +40,9 @@ from areal_alloc.limits import MAX_COUNT
 from areal_alloc.numbers import MAX_SPEED, is_number_text, quote, read_float, read_int
 
 __all__ = [
+    "DETECTED_HOST",
     "DETECT_ENV",
     "DETECT_TIMEOUT",
-    "DETECTED_HOST",
     "ENV_PREFIX",
     "HOOK_PREFIX",
     "MAX_GPU_MEMORY_GIB",

@@ -218,6 +218,7 @@ LAYERS = [
     "areal_alloc.suggest",
     # model → plan
     "areal_alloc.placement",
+    "areal_alloc.estimate.host",
     "areal_alloc.plan",
     # the leaves
     "areal_alloc.rankgroups",
