@@ -414,3 +414,16 @@ def test_check_refuses_with_exit_code_1(main_cli: MainCli, tmp_path: Path) -> No
         "host per node (scheduler.type=ray; 4096.0 GiB from --host-memory-gib; 256 CPUs "
         "from --host-cpus):" in ok.stdout
     )
+
+
+def test_the_report_draws_a_host_table() -> None:
+    from areal_alloc.report import render_report
+
+    page = render_report(_plan(_ray(32), host_memory_gib=512).to_dict())
+    assert '<section id="host"><h2>Host memory and CPUs per node</h2>' in page
+    assert (
+        '<tr><td>1</td><td class="mono">actor.scheduling_spec[0].mem</td><td>256.0 GiB</td>'
+        "<td>32 GB × 8 GPUs</td></tr>"
+    ) in page
+    none = {"cluster": {"n_nodes": 1, "n_gpus_per_node": 8}, "actor": {"backend": "fsdp:d8"}}
+    assert 'id="host"' not in render_report(_plan(none).to_dict())
