@@ -427,3 +427,33 @@ def test_the_report_draws_a_host_table() -> None:
     ) in page
     none = {"cluster": {"n_nodes": 1, "n_gpus_per_node": 8}, "actor": {"backend": "fsdp:d8"}}
     assert 'id="host"' not in render_report(_plan(none).to_dict())
+
+
+def test_the_hooks_parameters_reach_the_plan() -> None:
+    from omegaconf import OmegaConf
+
+    from areal_alloc.hydra_hook import ValidateAllocations
+
+    with pytest.raises(SystemExit) as caught:
+        ValidateAllocations(host_memory_gib=512).on_run_start(OmegaConf.create(_ray(128)))
+    assert str(caught.value.code).startswith(
+        "areal-alloc: (1) node 0: the scheduler is asked for 1024.0 GiB"
+    )
+    ValidateAllocations(host_memory_gib="4096", host_cpus=256).on_run_start(
+        OmegaConf.create(_ray(128))
+    )
+
+
+def test_the_verdict_key_holds_this_machines_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    from omegaconf import OmegaConf
+
+    from areal_alloc import _verdicts
+    from areal_alloc.hydra_hook import ValidateAllocations
+
+    monkeypatch.setenv(_verdicts.SWITCH, "0")
+    config = OmegaConf.create(_ray(32))
+    hook = ValidateAllocations()
+    first = hook._verdict_key(config)
+    monkeypatch.setattr(_verdicts, "host_identity", lambda: ["MemTotal: 1 kB", 1])
+    assert first is not None
+    assert hook._verdict_key(config) not in (None, first)
