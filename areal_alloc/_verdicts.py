@@ -11,8 +11,11 @@ replayed the same), under a digest of everything the verdict depends on
   unresolved text too (every engine's backend string, scheduling, the cluster, the
   model keys and every value the checks and estimates read);
 - the hook's parameters (:class:`areal_alloc.settings.Settings`: given values, their
-  sources, detection on or off) and every ``AREAL_ALLOC_*`` environment variable,
-  plus ``HF_HOME``, ``HF_HUB_CACHE``, ``HOME``, the working folder and the host;
+  sources, detection on or off) and every ``AREAL_ALLOC_*`` environment variable
+  (``AREAL_ALLOC_HOST_MEMORY_GIB`` … among them),
+  plus ``HF_HOME``, ``HF_HUB_CACHE``, ``HOME``, the working folder and the host, and
+  this machine's memory and CPUs (:func:`host_identity`: detected, they are the host a
+  plan is checked against, whose warnings a PASS replays);
 - the package: its version and the size and mtime of every file of its code;
 - the identity (inode, size, mtime) of each local ``config.json`` a model key
   (a string under a key ending in ``path``, or ``model``) may name, whether it is the
@@ -39,7 +42,15 @@ from typing import Any
 
 from areal_alloc._cache import read_private, write_private
 
-__all__ = ["MAX_ENTRIES", "SWITCH", "enabled", "lookup", "remember", "verdict_key"]
+__all__ = [
+    "MAX_ENTRIES",
+    "SWITCH",
+    "enabled",
+    "host_identity",
+    "lookup",
+    "remember",
+    "verdict_key",
+]
 
 #: Verdicts kept at most.
 MAX_ENTRIES = 64
@@ -57,6 +68,23 @@ _MAX_TEXT = 4096  # a longer string names no file the check would read
 def enabled(environ: Mapping[str, str] | None = None) -> bool:
     env = os.environ if environ is None else environ
     return env.get(SWITCH, "").strip() in ("", "0")
+
+
+def host_identity() -> list[object]:
+    """This machine's ``/proc/meminfo`` MemTotal line and the CPUs this process may run on:
+    what ``areal_alloc.settings.detect_host`` reads (one read of a few hundred bytes, about
+    20 µs), so a verdict given against one machine's memory is not replayed on another."""
+    try:
+        with open("/proc/meminfo", "rb") as meminfo:
+            first = meminfo.readline(200).decode("ascii", "replace").strip()
+    except OSError:
+        first = ""
+    affinity = getattr(os, "sched_getaffinity", None)
+    try:
+        cpus = len(affinity(0)) if affinity is not None else os.cpu_count()
+    except OSError:
+        cpus = os.cpu_count()
+    return [first, cpus]
 
 
 def _code_identity() -> list[object]:

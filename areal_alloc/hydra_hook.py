@@ -91,6 +91,10 @@ class ValidateAllocations(Callback):
     ``report=true`` writes the plan as one HTML page, ``plan.html``, into each job's
     output folder (a run's, and every job's of a multirun) when the job starts.
 
+    ``host_memory_gib`` and ``host_cpus``: one node's host memory and CPUs, which the
+    scheduler requests and what the run keeps in host memory are checked against
+    (``areal_alloc.estimate.host``); without them this machine's are taken, as a guess.
+
     ``memory_reserve_gib`` and ``on_memory`` are areal-alloc's settings
     (``areal_alloc.settings``): given here they win over the environment
     (``AREAL_ALLOC_GPU`` …), nvidia-smi and the config's ``cluster`` keys, and
@@ -112,6 +116,8 @@ class ValidateAllocations(Callback):
         comm_efficiency: float | str | None = None,
         memory_reserve_gib: float | str | None = None,
         mean_gen_len: int | str | None = None,
+        host_memory_gib: float | str | None = None,
+        host_cpus: int | str | None = None,
         report: bool | str = False,
     ) -> None:
         if on_invalid not in ("fail", "skip"):
@@ -144,6 +150,8 @@ class ValidateAllocations(Callback):
             "comm_efficiency": comm_efficiency,
             "memory_reserve_gib": memory_reserve_gib,
             "mean_gen_len": mean_gen_len,
+            "host_memory_gib": host_memory_gib,
+            "host_cpus": host_cpus,
         }
 
     @functools.cached_property
@@ -156,8 +164,9 @@ class ValidateAllocations(Callback):
 
     def _verdict_key(self, config: DictConfig) -> str | None:
         """The digest a PASS of ``config`` is kept under (``areal_alloc._verdicts``): the
-        environment's ``AREAL_ALLOC_*`` are in it, the hook's parameters and where
-        nvidia-smi is (the GPU it reports may be the one checked against) are added here."""
+        environment's ``AREAL_ALLOC_*`` are in it, the hook's parameters, where nvidia-smi
+        is (the GPU it reports may be the one checked against) and this machine's memory
+        and CPUs (a detected host may warn: ``_verdicts.host_identity``) are added here."""
         import shutil
 
         from areal_alloc import _verdicts
@@ -165,7 +174,13 @@ class ValidateAllocations(Callback):
         if not _verdicts.enabled():
             return None
         params = sorted((k, repr(v)) for k, v in self._hook_settings.items())
-        hook = (self.on_invalid, self.verbose, params, shutil.which("nvidia-smi"))
+        hook = (
+            self.on_invalid,
+            self.verbose,
+            params,
+            shutil.which("nvidia-smi"),
+            _verdicts.host_identity(),
+        )
         return _verdicts.verdict_key(config, hook)
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:

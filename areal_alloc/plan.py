@@ -25,6 +25,7 @@ from areal_alloc.settings import ON_MEMORY, Resolved, Settings, Sourced
 from areal_alloc.vocab import ENGINE_ORDER
 
 if TYPE_CHECKING:
+    from areal_alloc.estimate.host import HostEstimate
     from areal_alloc.estimate.memory import MemoryEstimate
     from areal_alloc.estimate.pipeline_split import PipelineSplit
     from areal_alloc.estimate.rl_step import Pace
@@ -85,6 +86,10 @@ class Plan:
     #: Where the GPU came from: ``--gpu``, ``hydra.callbacks.areal_alloc.gpu``,
     #: ``AREAL_ALLOC_GPU``, ``nvidia-smi`` or ``cluster.gpu`` (``areal_alloc.settings``).
     gpu_source: str | None = None
+    #: Host memory and CPUs per node: the scheduler's requests and what the run keeps in
+    #: host memory, against the host's figures (``areal_alloc.estimate.host``); None when
+    #: nothing applies and no host figure is known.
+    host: HostEstimate | None = None
 
     @property
     def gpu_origin(self) -> str | None:
@@ -169,6 +174,7 @@ class Plan:
             "warnings": list(self.warnings),
             "assumptions": list(self.assumptions),
             "pace": self.pace.to_dict() if self.pace is not None else None,
+            "host": self.host.to_dict() if self.host is not None else None,
         }
 
 
@@ -296,6 +302,15 @@ def plan_config(
         warnings.extend(memory_warnings)
         assumptions.extend(memory_notes)
     placements, placement_warnings = place(engines, n_nodes, per_node)
+    host = _host(experiment, engines, placements, settings)
+    if host is not None and host.refusals:
+        raise AllocationValidationError(
+            host.refusals[0]
+            if len(host.refusals) == 1
+            else " ".join(f"({n}) {line}" for n, line in enumerate(host.refusals, 1))
+        )
+    if host is not None:
+        warnings.extend(host.warnings)
     return Plan(
         tuple(engines),
         n_nodes,
@@ -307,7 +322,40 @@ def plan_config(
         gpu_memory,
         pace,
         gpu_source,
+        host,
     )
+
+
+def _host(
+    experiment: Experiment,
+    engines: list[EnginePlan],
+    placements: tuple[Placement, ...],
+    settings: Settings,
+) -> HostEstimate | None:
+    """The host estimate (``areal_alloc.estimate.host``), loaded only where it can say
+    something: a scheduler that is asked for CPUs and memory, something the run keeps in
+    host memory, or host figures given or detected."""
+    memory, cpus = settings.host()
+    startup = experiment.startup
+    if (
+        memory is None
+        and cpus is None
+        and startup.scheduler_type not in ("ray", "slurm")
+        and not startup.enable_offload
+        and not any(
+            e.inference is not None and e.inference.cpu_offload_gb for e in experiment.engines
+        )
+        and experiment.transport != "disk"
+        and not any(
+            e.training is not None
+            and (e.training.offload_params or e.training.memory_efficient_load)
+            for e in experiment.engines
+        )
+    ):
+        return None
+    from areal_alloc.estimate.host import estimate_host
+
+    return estimate_host(experiment, engines, placements, memory, cpus)
 
 
 def validate(cfg: object, on_memory: str | None = None, settings: Settings | None = None) -> Plan:

@@ -16,6 +16,7 @@ configured, so the schema accepts every config the plain hook accepts.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from areal_alloc.kinds import SchedulingStrategyType
 
@@ -131,6 +132,8 @@ class MegatronConfig:
     lm_head_loss_chunk_size: int | None = None
     entropy_requires_grad: bool | None = None
     enable_mtp: bool | None = None
+    #: torch_memory_saver keeps no CPU copy of the gradient buffers (the host estimate)
+    disable_grad_buffers_cpu_backup: bool | None = None
     ddp: DistributedDataParallelConfig = field(default_factory=DistributedDataParallelConfig)
 
 
@@ -201,6 +204,9 @@ class EngineConfig:
     fsdp: FSDPConfig = field(default_factory=FSDPConfig)
     archon: ArchonConfig = field(default_factory=ArchonConfig)
     offload: bool | None = None
+    #: the reference's SchedulingSpec list; its first's cpu, gpu and mem are read (the host
+    #: estimate), the rest (cmd, env_vars, image …) passes as the reference's loader takes it
+    scheduling_spec: list[Any] | None = None
     pad_to_maximum: bool | None = None
     enable_tree_training: bool | None = None
     is_critic: bool | None = None
@@ -277,6 +283,7 @@ class ServerConfig:
     gpu_memory_utilization: float | None = None  # vllm
     max_model_len: int | None = None  # vllm
     max_num_seqs: int | None = None  # vllm
+    cpu_offload_gb: float | None = None  # GiB of weights per GPU in host memory (both)
 
 
 @dataclass

@@ -10,11 +10,15 @@ cbff54d6). So each setting comes from, first to last:
    on every subcommand;
 2. the validation hook's own parameter (``hydra.callbacks.areal_alloc.gpu=H800``);
 3. the environment (``AREAL_ALLOC_GPU=H800``: ``AREAL_ALLOC_`` + the name in capitals);
-4. detection, for the GPU only: ``nvidia-smi`` when it is on ``PATH`` (a launch
-   node), silent when it fails or takes longer than :data:`DETECT_TIMEOUT`;
-   ``AREAL_ALLOC_DETECT=0`` turns it off;
+4. detection: the GPU from ``nvidia-smi`` when it is on ``PATH`` (a launch
+   node), silent when it fails or takes longer than :data:`DETECT_TIMEOUT`; the
+   host's memory and CPUs from this machine (``/proc/meminfo``'s MemTotal and the
+   CPUs this process may run on, :func:`detect_host`), taken as a node's (a guess:
+   the check may run on a login node, so a detected host only warns,
+   ``areal_alloc.estimate.host``); ``AREAL_ALLOC_DETECT=0`` turns both off;
 5. the experiment's own keys (``cluster.gpu``, ``cluster.gpu_memory_gib``, …),
-   still read for plain Hydra apps, whose configs take any key.
+   still read for plain Hydra apps, whose configs take any key (never for the
+   host: ``host_memory_gib`` and ``host_cpus`` are no keys of the experiment).
 
 :class:`Settings` holds the first three (and whether to detect);
 :meth:`Settings.resolve` adds detection and a config's keys and returns every value
@@ -36,11 +40,14 @@ from areal_alloc.limits import MAX_COUNT
 from areal_alloc.numbers import MAX_SPEED, is_number_text, quote, read_float, read_int
 
 __all__ = [
+    "DETECTED_HOST",
     "DETECT_ENV",
     "DETECT_TIMEOUT",
     "ENV_PREFIX",
     "HOOK_PREFIX",
     "MAX_GPU_MEMORY_GIB",
+    "MAX_HOST_CPUS",
+    "MAX_HOST_MEMORY_GIB",
     "MAX_RESERVE_GIB",
     "NAMES",
     "ON_MEMORY",
@@ -49,6 +56,7 @@ __all__ = [
     "Settings",
     "Sourced",
     "detect_gpu",
+    "detect_host",
     "env_var",
     "flag",
     "gpu_from_smi",
@@ -75,6 +83,8 @@ NAMES = (
     "memory_reserve_gib",
     "on_memory",
     "mean_gen_len",
+    "host_memory_gib",
+    "host_cpus",
 )
 ENV_PREFIX = "AREAL_ALLOC_"
 HOOK_PREFIX = "hydra.callbacks.areal_alloc."
@@ -96,6 +106,12 @@ _FLOATS: dict[str, tuple[float, str]] = {
 #: Bounds of one GPU's memory and of the memory kept back from the estimate, in GiB.
 MAX_GPU_MEMORY_GIB = 65536
 MAX_RESERVE_GIB = 1024
+#: Bounds of one node's host memory (GiB) and CPUs (far beyond any machine).
+MAX_HOST_MEMORY_GIB = 1 << 24
+MAX_HOST_CPUS = 1 << 20
+#: The sources detection names for the host's memory and CPUs (this machine's, taken as a
+#: node's): ``Sourced.source`` of a detected figure is one of them.
+DETECTED_HOST = ("/proc/meminfo", "os.sched_getaffinity", "os.cpu_count")
 
 
 def flag(name: str) -> str:
@@ -118,8 +134,18 @@ class Sourced(Generic[T]):
 
     @property
     def origin(self) -> str:
-        """``from --gpu``, ``detected by nvidia-smi``."""
-        return "detected by nvidia-smi" if self.source == "nvidia-smi" else f"from {self.source}"
+        """``from --gpu``, ``detected by nvidia-smi``, ``this machine's (/proc/meminfo),
+        assumed to be a node``."""
+        if self.source == "nvidia-smi":
+            return "detected by nvidia-smi"
+        if self.source in DETECTED_HOST:
+            return f"this machine's ({self.source}), assumed to be a node"
+        return f"from {self.source}"
+
+    @property
+    def detected(self) -> bool:
+        """Whether detection found it (nvidia-smi, this machine's memory or CPUs)."""
+        return self.source == "nvidia-smi" or self.source in DETECTED_HOST
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +281,44 @@ def detect_gpu() -> ChosenGPU | None:
     return _smi(executable) if executable else None
 
 
+#: Bytes of ``/proc/meminfo`` read at most (MemTotal is its first line).
+_MEMINFO_BYTES = 4096
+
+
+@functools.lru_cache(maxsize=1)
+def detect_host() -> tuple[Sourced[int] | None, Sourced[int] | None]:
+    """This machine's memory in bytes (``/proc/meminfo``'s MemTotal, in kB there) and the
+    CPUs this process may run on (``os.sched_getaffinity``, else ``os.cpu_count``), once
+    per process (one small read: the hook's start-up stays as it was); None where
+    unknown (no ``/proc``: macOS, Windows)."""
+    memory: Sourced[int] | None = None
+    try:
+        with open("/proc/meminfo", "rb") as meminfo:
+            text = meminfo.read(_MEMINFO_BYTES).decode("ascii", "replace")
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        name, _, rest = line.partition(":")
+        words = rest.split()
+        if name == "MemTotal" and len(words) == 2 and words[0].isdigit() and words[1] == "kB":
+            kib = int(words[0][:15])
+            if 0 < kib <= MAX_HOST_MEMORY_GIB << 20:
+                memory = Sourced(kib * 1024, "/proc/meminfo")
+            break
+    cpus: Sourced[int] | None = None
+    affinity = getattr(os, "sched_getaffinity", None)
+    try:
+        count = len(affinity(0)) if affinity is not None else 0
+    except OSError:
+        count = 0
+    if count:
+        cpus = Sourced(count, "os.sched_getaffinity")
+    else:
+        total = os.cpu_count()
+        cpus = Sourced(total, "os.cpu_count") if total else None
+    return memory, cpus
+
+
 # --- resolving -----------------------------------------------------------------------
 
 
@@ -279,6 +343,10 @@ class Resolved:
     #: a stored calibration may be read (False: ``--no-calibration``; the environment's
     #: AREAL_ALLOC_NO_CALIBRATION is read where the store is, areal_alloc.estimate.calibration)
     use_calibration: bool = True
+    #: one node's host memory in bytes and its CPUs (``--host-memory-gib``, ``--host-cpus``,
+    #: the hook's parameters, the environment, or this machine's: ``areal_alloc.estimate.host``)
+    host_memory: Sourced[int] | None = None
+    host_cpus: Sourced[int] | None = None
 
     def value(self, name: str) -> float | None:
         """A speed or efficiency, or None."""
@@ -387,7 +455,33 @@ class Settings:
         values["on_memory"] = self.on_memory()
         values["mean_gen_len"] = self._mean_gen_len()
         values["use_calibration"] = self.use_calibration
+        values["host_memory"], values["host_cpus"] = self.host()
         return Resolved(**values)  # type: ignore[arg-type]
+
+    def host(self) -> tuple[Sourced[int] | None, Sourced[int] | None]:
+        """One node's host memory (bytes) and CPUs: the first source that gives each
+        (``--host-memory-gib`` / ``--host-cpus``, the hook's ``host_memory_gib`` /
+        ``host_cpus``, ``AREAL_ALLOC_HOST_MEMORY_GIB`` / ``AREAL_ALLOC_HOST_CPUS``), else
+        this machine's when detecting (:func:`detect_host`); never the experiment's keys
+        (the reference's loader refuses any it lacks)."""
+        memory: Sourced[int] | None = None
+        found = self.first("host_memory_gib")
+        if found is not None:
+            value, source = found
+            gib = read_float(
+                value, source, minimum=0, maximum=MAX_HOST_MEMORY_GIB, above=True, unit="GiB"
+            )
+            memory = Sourced(int(gib * GIB), source)
+        cpus: Sourced[int] | None = None
+        found = self.first("host_cpus")
+        if found is not None:
+            value, source = found
+            cpus = Sourced(read_int(value, source, minimum=1, maximum=MAX_HOST_CPUS), source)
+        if self.detect and (memory is None or cpus is None):
+            seen_memory, seen_cpus = detect_host()
+            memory = memory if memory is not None else seen_memory
+            cpus = cpus if cpus is not None else seen_cpus
+        return memory, cpus
 
     def _float(
         self, name: str, cluster: object, maximum: float, unit: str

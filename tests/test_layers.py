@@ -163,6 +163,7 @@ _SECTION_PARTS = [
     "areal_alloc.experiment.sections.archon",
     "areal_alloc.experiment.sections.lora",
     "areal_alloc.experiment.sections.fsdp",
+    "areal_alloc.experiment.sections.scheduling",
 ]
 _SECTION_READERS = [
     "areal_alloc.experiment.sections.train",
@@ -240,6 +241,7 @@ LAYERS = [
     "areal_alloc.suggest",
     # model → plan
     "areal_alloc.placement",
+    "areal_alloc.estimate.host",
     "areal_alloc.plan",
     # the leaves
     "areal_alloc.rankgroups",

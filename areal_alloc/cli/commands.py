@@ -28,6 +28,7 @@ from areal_alloc.cli.estimates import (
     gpu_flags,
     gpu_named,
     hardware_flags,
+    host_flags,
     mean_gen_len_flag,
     memory_estimate,
     memory_flags,
@@ -343,6 +344,7 @@ def _setting_flags(parser: argparse.ArgumentParser) -> None:
     hardware_flags(parser)
     mean_gen_len_flag(parser)
     calibration_flag(parser)
+    host_flags(parser)
 
 
 def check(args: list[str]) -> int:

@@ -63,7 +63,15 @@ from areal_alloc.limits import MAX_COUNT, MAX_RANKED, MAX_SEARCHED
 from areal_alloc.model import ModelAllocation
 from areal_alloc.model_shape import local_config
 from areal_alloc.plan import plan_config
-from areal_alloc.settings import MAX_RESERVE_GIB, NAMES, ChosenGPU, Resolved, Settings, Sourced
+from areal_alloc.settings import (
+    MAX_HOST_MEMORY_GIB,
+    MAX_RESERVE_GIB,
+    NAMES,
+    ChosenGPU,
+    Resolved,
+    Settings,
+    Sourced,
+)
 from areal_alloc.suggest import RunShape, suggest
 from areal_alloc.vocab import INFERENCE_BACKENDS
 
@@ -77,6 +85,7 @@ __all__ = [
     "gpu_flags",
     "gpu_named",
     "hardware_flags",
+    "host_flags",
     "machine",
     "mean_gen_len_flag",
     "memory_estimate",
@@ -342,6 +351,29 @@ def mean_gen_len_flag(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="mean generated tokens per sequence for the rollout's throughput (default the "
         "longest: gconfig.max_new_tokens, --gen-len; also AREAL_ALLOC_MEAN_GEN_LEN)",
+    )
+
+
+def host_flags(parser: argparse.ArgumentParser) -> None:
+    """--host-memory-gib and --host-cpus: one node's host memory and CPUs, which the
+    scheduler's requests and what the run keeps in host memory are checked against
+    (``areal_alloc.estimate.host``; also AREAL_ALLOC_HOST_MEMORY_GIB / _HOST_CPUS, else
+    this machine's, taken as a node's and only warned against)."""
+    parser.add_argument(
+        "--host-memory-gib",
+        type=real(0, MAX_HOST_MEMORY_GIB, above=True),
+        default=None,
+        metavar="GIB",
+        help="one node's host (CPU) memory in GiB: over it the plan is refused (default "
+        "AREAL_ALLOC_HOST_MEMORY_GIB, else this machine's, which only warns)",
+    )
+    parser.add_argument(
+        "--host-cpus",
+        type=count,
+        default=None,
+        metavar="N",
+        help="one node's CPUs, against the scheduler's scheduling_spec.cpu requests "
+        "(default AREAL_ALLOC_HOST_CPUS, else this machine's, which only warns)",
     )
 
 

@@ -11,6 +11,7 @@ from areal_alloc.report._grid import MAX_ROWS, Cell, Gap, map_rows
 
 __all__ = [
     "describe_dims",
+    "host_lines",
     "not_estimated_lines",
     "pipeline_lines",
     "render_memory",
@@ -84,6 +85,7 @@ def render_plan(plan: Plan, title: str = "allocation plan") -> str:
         lines.extend(_node_map(plan))
     lines.extend(_memory_table(plan))
     lines.extend(_pace_lines(plan))
+    lines.extend(host_lines(plan))
     for assumption in plan.assumptions:
         lines.append(f"assumed: {assumption}")
     for warning in plan.warnings:
@@ -155,6 +157,63 @@ def _pace_lines(plan: Plan) -> list[str]:
     lines.append(f"  {pace.advice}")
     if pace.calibration:
         lines.append(f"  calibrated: {pace.calibration}")
+    return lines
+
+
+def host_lines(plan: Plan) -> list[str]:
+    """Host memory and CPUs per node, term by term (``areal_alloc.estimate.host``): shown
+    when the run asks a scheduler for CPUs and memory or keeps something in host memory, or
+    when a host figure is given (a detected one alone, this machine's, adds nothing)."""
+    host = plan.host
+    if host is None:
+        return []
+    given = [s for s in (host.memory, host.cpus) if s is not None and not s.detected]
+    if not host.terms and not given:
+        return []
+    figures = []
+    if host.memory is not None:
+        figures.append(f"{readable_bytes(host.memory.value)} {host.memory.origin}")
+    if host.cpus is not None:
+        figures.append(f"{host.cpus.value:,} CPUs {host.cpus.origin}")
+    where = f"scheduler.type={host.scheduler}" if host.scheduler else "scheduler.type not set"
+    lines = [
+        "",
+        f"host per node ({where}; "
+        + ("; ".join(figures) if figures else "no host figure: give --host-memory-gib")
+        + "):",
+    ]
+    if not host.terms:
+        lines.append("  nothing asked of a scheduler or kept in host memory is estimated")
+        return lines
+    rows = [["nodes", "term", "amount", "formula"]]
+    for group in host.groups:
+        where = group.label.removeprefix("nodes ").removeprefix("node ")
+        for term in group.terms:
+            amount = f"{term.amount:,} CPUs" if term.kind == "cpus" else readable_bytes(term.amount)
+            phases = f" [{', '.join(term.phases)}]" if 0 < len(term.phases) < 3 else ""
+            rows.append([where, term.name, amount, term.formula + phases])
+        summary = []
+        if group.of("request"):
+            asked = f"asked {readable_bytes(group.total('request'))}"
+            if host.ray_memory is not None:
+                asked += f" of Ray's {readable_bytes(host.ray_memory)}"
+            elif host.memory is not None:
+                asked += f" of {readable_bytes(host.memory.value)}"
+            summary.append(asked)
+        if group.of("cpus"):
+            summary.append(
+                f"{group.total('cpus'):,}"
+                + (f" of {host.cpus.value:,}" if host.cpus is not None else "")
+                + " CPUs"
+            )
+        if group.of("memory"):
+            phase, peak = group.peak
+            summary.append(
+                f"in use {readable_bytes(peak)} ({phase})"
+                + (f" of {readable_bytes(host.memory.value)}" if host.memory is not None else "")
+            )
+        rows.append([where, "total", "", "; ".join(summary)])
+    lines.extend("  " + line for line in table(rows))
     return lines
 
 

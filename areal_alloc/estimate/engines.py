@@ -55,6 +55,7 @@ __all__ = [
     "estimate_allocation",
     "estimate_memory",
     "memory_problems",
+    "offloaded_while",
     "resolve_gpu",
 ]
 
@@ -320,6 +321,13 @@ def _offload_key(engines: Sequence[EngineLike], i: int) -> str:
     if engine.key == "teacher":
         return "teacher.offload"
     return f"{engine.backend_key.rsplit('.', 1)[0]}.offload"
+
+
+def offloaded_while(experiment: Experiment, runner: int, other: int) -> str | None:
+    """Why engine ``other`` is off its GPUs while engine ``runner`` runs (None: it stays):
+    the reference's offloading as the colocation estimate reads it (the host estimate,
+    ``estimate.host``, counts what an offloaded engine leaves in host memory)."""
+    return _offloaded_while(experiment, runner, other)
 
 
 def _offloaded_while(experiment: Experiment, runner: int, other: int) -> str | None:

@@ -34,6 +34,7 @@ _TRAIN: tuple[tuple[str, str, int], ...] = (
     ("weight_update_mode", "str", 1335),
     ("enable_delta_weight_update", "bool", 1343),
     ("offload", "bool", 1366),
+    ("scheduling_spec", "tuple[SchedulingSpec, ...]", 1398),
     ("use_lora", "bool", 1374),
     ("lora_rank", "int", 1380),
     ("target_modules", "list[str]", 1382),
@@ -67,6 +68,7 @@ _TRAIN: tuple[tuple[str, str, int], ...] = (
     ("megatron.entropy_requires_grad", "bool", 1025),
     ("megatron.lm_head_loss_chunk_size", "int", 1034),
     ("megatron.enable_mtp", "bool", 1099),
+    ("megatron.disable_grad_buffers_cpu_backup", "bool", 1089),
     ("megatron.bridge_type", "str", 1064),
     ("optimizer.type", "str", 382),
     ("scheduling_strategy", "SchedulingStrategy", 1450),
@@ -111,6 +113,7 @@ _INFERENCE = (
     ("scheduling_strategy", "SchedulingStrategy", 2592),
     ("scheduling_strategy.type", "str", 1132),
     ("deterministic_sampling", "bool", 2516),
+    ("scheduling_spec", "tuple[SchedulingSpec, ...]", 2573),
 )
 #: the experiment's own (BaseExperimentConfig, PPOConfig, TeacherConfig, the servers, the
 #: cluster, the dataset and the generation settings)
@@ -149,11 +152,13 @@ _TOP = (
     ("sglang.model_path", "str", 2158),
     ("sglang.dtype", "str", 2198),
     ("sglang.kv_cache_dtype", "str", 2199),
+    ("sglang.cpu_offload_gb", "int", 2197),
     ("vllm", "vLLMConfig", 3254),
     ("vllm.model", "str", 2031),
     ("vllm.dtype", "str", 2035),
     ("vllm.max_num_seqs", "int", 2038),
     ("vllm.gpu_memory_utilization", "float", 2058),
+    ("vllm.cpu_offload_gb", "float", 2041),
     ("teacher.engine_type", "str", 3344),
     ("teacher.path", "str", 3359),
     ("teacher.offload", "bool", 3365),

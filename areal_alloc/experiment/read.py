@@ -37,6 +37,7 @@ from areal_alloc.experiment.sections.engines import (
     read_engines,
 )
 from areal_alloc.experiment.sections.run import read_run, read_startup, trainer_kind
+from areal_alloc.experiment.sections.scheduling import read_scheduling
 from areal_alloc.experiment.sections.servers import inference_config
 from areal_alloc.experiment.sections.train import train_config
 from areal_alloc.experiment.sections.values import at as _at
@@ -80,6 +81,7 @@ def read_experiment(cfg: object, settings: Settings | None = None) -> Experiment
         None if version is None else str(version),
         cfg,
         read_startup(cfg, *trainer_kind(cfg, engines)),
+        read_scheduling(cfg, [(e.key, e.path, e.allocation.backend) for e in engines]),
     )
     return experiment.resolved(settings) if settings is not None else experiment
 

@@ -32,6 +32,7 @@ from areal_alloc.experiment.models import ModelSource
 from areal_alloc.experiment.sections.archon import archon_stages_per_rank
 from areal_alloc.experiment.sections.megatron import DEFAULT_RECOMPUTE_MODULES, RECOMPUTE_METHOD
 from areal_alloc.experiment.sections.model import resolve_architecture, resolve_shape
+from areal_alloc.experiment.sections.scheduling import SchedulingSection
 from areal_alloc.model import ModelAllocation
 from areal_alloc.model_shape import ModelShape
 from areal_alloc.strategy import SchedulingStrategy
@@ -431,6 +432,8 @@ class Experiment:
     #: what the start-up rules read (``areal_alloc.experiment.rules``; ``suggest --config``
     #: also takes its ``ppo_n_minibatches``), with the reference's defaults
     startup: StartupConfig = field(default_factory=lambda: StartupConfig())
+    #: what the host estimate reads: each engine's ``scheduling_spec`` … (sections.scheduling)
+    scheduling: SchedulingSection = field(default_factory=lambda: SchedulingSection())
 
     def __getitem__(self, key: str) -> Engine:
         for engine in self.engines:

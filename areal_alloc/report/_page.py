@@ -724,6 +724,36 @@ def _engine_table(plan: Mapping[str, Any]) -> str:
     return "<table>" + "".join(rows) + "</table>"
 
 
+def _host_section(host: Mapping[str, Any]) -> str:
+    """Host memory and CPUs per node, term by term (the plan's ``host``:
+    areal_alloc.estimate.host), one row per term of each group of alike nodes."""
+    figures = []
+    if host.get("memory") is not None:
+        figures.append(f"{gib(host['memory'])} {host['memory_origin']}")
+    if host.get("cpus") is not None:
+        figures.append(f"{host['cpus']:,} CPUs (from {host['cpus_source']})")
+    if host.get("ray_memory") is not None:
+        figures.append(f"Ray's memory resource {gib(host['ray_memory'])}")
+    scheduler = host.get("scheduler") or "not set"
+    rows = ["<tr><th>nodes</th><th>term</th><th>amount</th><th>formula</th></tr>"]
+    for group in host["nodes"]:
+        first, last = group["first"], group["last"]
+        where = f"{first:,}" if first == last else f"{first:,}–{last:,}"
+        for term in group["terms"]:
+            amount = f"{term['amount']:,} CPUs" if term["kind"] == "cpus" else gib(term["amount"])
+            phases = f" [{', '.join(term['phases'])}]" if 0 < len(term["phases"]) < 3 else ""
+            rows.append(
+                f'<tr><td>{where}</td><td class="mono">{h(term["name"])}</td>'
+                f"<td>{h(amount)}</td><td>{h(term['formula'] + phases)}</td></tr>"
+            )
+    return (
+        f"<p>scheduler.type {h(scheduler)}; "
+        + h("; ".join(figures) or "no host figure given")
+        + ". Over a given host the plan is refused; over this machine's (detected) or "
+        "within 10 % of the host, warned of.</p><table>" + "".join(rows) + "</table>"
+    )
+
+
 def _notes_section(plan: Mapping[str, Any]) -> str:
     items: list[str] = []
     for text in plan["assumptions"]:
@@ -811,6 +841,11 @@ def render_report(plan: Mapping[str, Any], title: str = "allocation plan") -> st
         _section("groups", "Rank groups", _groups_section(plan, groups)),
         _section("memory", "Memory per GPU", _memory_section(plan)),
         _section("rl-step", "RL step", _timeline_section(plan, colours)),
+        *(
+            [_section("host", "Host memory and CPUs per node", _host_section(host))]
+            if (host := plan.get("host")) and host.get("nodes")
+            else []
+        ),
         _section("notes", "Assumptions and warnings", _notes_section(plan)),
         _section(
             "numbers",

@@ -46,6 +46,8 @@ VALIDATE: dict[str, Any] = {
                 "comm_efficiency": None,
                 "memory_reserve_gib": None,
                 "mean_gen_len": None,
+                "host_memory_gib": None,
+                "host_cpus": None,
                 "report": False,
             }
         }

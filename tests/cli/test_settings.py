@@ -104,9 +104,15 @@ def test_the_gpu_comes_from_the_first_source_that_gives_it(
     assert _gpu(given.resolve(cfg).gpu) == expected
 
 
-# mean_gen_len is a count and no cluster key (tests/plan/test_rl_step.py)
+# mean_gen_len is a count and no cluster key (tests/plan/test_rl_step.py); neither are the
+# host's figures (tests/plan/test_host.py)
 @pytest.mark.parametrize(
-    "name", [n for n in NAMES if n not in ("gpu", "on_memory", "mean_gen_len")]
+    "name",
+    [
+        n
+        for n in NAMES
+        if n not in ("gpu", "on_memory", "mean_gen_len", "host_memory_gib", "host_cpus")
+    ],
 )
 def test_every_number_has_a_flag_a_hook_parameter_and_a_variable(name: str) -> None:
     cfg = {"cluster": {name: 0.4}}
@@ -297,7 +303,10 @@ COMMANDS_WITH_A_GPU = {
     "suggest": ["suggest"],
     "calibrate": ["calibrate", "fsdp:d8"],
 }
-SPEEDS = [flag(n) for n in NAMES if n not in ("gpu", "on_memory", "memory_reserve_gib")]
+#: the host's figures are checked where a plan is (check, preflight, report): the others plan
+#: nothing of a host (tests/plan/test_host.py)
+HOST = ("host_memory_gib", "host_cpus")
+SPEEDS = [flag(n) for n in NAMES if n not in ("gpu", "on_memory", "memory_reserve_gib", *HOST)]
 
 
 @pytest.mark.parametrize("name", list(COMMANDS_WITH_A_GPU))
@@ -306,7 +315,7 @@ def test_one_set_of_flag_names_everywhere(name: str, capsys: pytest.CaptureFixtu
     text = capsys.readouterr().out
     wanted = ["--gpu"] + ([] if name == "explain" else SPEEDS)
     if name in ("check", "preflight"):
-        wanted += ["--on-memory", "--memory-reserve-gib"]
+        wanted += ["--on-memory", "--memory-reserve-gib", *(flag(n) for n in HOST)]
     # a generation length is estimated by the plan, suggest and explain's generation; layouts
     # --rank (decode at --seq-len contexts) and calibrate (a measured step) refuse the flag
     unmeant = ["--mean-gen-len"] if name in ("layouts", "calibrate") else []
