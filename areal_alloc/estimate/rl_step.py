@@ -694,9 +694,7 @@ def _update_terms(
     # lines 43-46, ``torch_memory_saver.pause()`` in FSDPEngine.offload,
     # areal/engine/fsdp_engine.py lines 928-946, AReaL cbff54d6)
     training_bytes = (
-        trained.resident
-        if trained is not None
-        else weights / max(1, actor.allocation.world_size)
+        trained.resident if trained is not None else weights / max(1, actor.allocation.world_size)
     )
     rollout_bytes = (
         served.term("weights")
