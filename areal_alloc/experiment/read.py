@@ -176,6 +176,12 @@ class TrainConfig:
     #: ``mb_spec.n_mbs: null`` written (MicroBatchSpec's ``int | None`` takes it; the Megatron
     #: engine cannot: a start-up rule). A strict schema's null is its unset key, not this.
     n_mbs_null: bool = False
+    #: ``mb_spec.packing_algorithm``, ``n_mbs_divisor`` and ``granularity`` (MicroBatchSpec,
+    #: areal/api/cli_args.py l.100-139 at cbff54d6; the rule that reads them:
+    #: rules.minibatches_fill_their_micro_batches)
+    packing: str = "ffd"
+    n_mbs_divisor: int = 1
+    granularity: int = 1
     #: ``enable_tree_training`` (TrainEngineConfig l.1392, default false): the Megatron engine
     #: packs a prefix tree instead (``build_packed_tree_batch``, megatron_engine.py l.2677)
     tree_training: bool = False
@@ -1171,6 +1177,9 @@ def _train_config(node: object, path: str, key: str, backend: str | None = None)
         max_tokens_per_mb=tokens,
         n_mbs=max(1, defaults.MICRO_BATCHES if count is None else count),
         n_mbs_null=count_null,
+        packing=_text(mb_spec, "packing_algorithm", "ffd"),
+        n_mbs_divisor=whole_number(mb_spec, "n_mbs_divisor", f"{path}.mb_spec.n_mbs_divisor") or 1,
+        granularity=whole_number(mb_spec, "granularity", f"{path}.mb_spec.granularity") or 1,
         tree_training=_flag(node, "enable_tree_training", False, f"{path}.enable_tree_training"),
         chunked_logits=backend == "megatron"
         and _flag(
