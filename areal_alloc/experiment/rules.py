@@ -222,6 +222,39 @@ def megatron_lora_needs_megatron_bridge(run: Run) -> str | None:
     return None
 
 
+def megatron_vpp_needs_a_bridge(run: Run) -> str | None:
+    """Virtual pipeline stages need one of the two bridges.
+
+    With a ``megatron.bridge_type`` other than mbridge or megatron-bridge the Megatron engine
+    builds no bridge (MegatronEngine._build_hf_mcore_bridge l.792-797) and the model itself,
+    and areal/models/mcore/registry.py make_mcore_model (l.528-536 at cbff54d6) raises
+    ``NotImplementedError("Virtual pipeline parallelism requires mbridge-backed models.")``
+    when ``megatron.virtual_pipeline_parallel_size`` > 1. MegatronEngineConfig.bridge_type
+    lists its two choices only as help metadata: the loader takes any text.
+    """
+    for engine in run.engines:
+        training = engine.training
+        if (
+            not engine.active
+            or engine.allocation.backend != "megatron"
+            or training is None
+            or training.bridge_type in BRIDGES
+            or (training.virtual_pipeline_size or 1) <= 1
+        ):
+            continue
+        path = engine.path
+        return (
+            f"{path}.megatron.bridge_type={shown(training.bridge_type)} with {path}.megatron."
+            f"virtual_pipeline_parallel_size={training.virtual_pipeline_size}: without mbridge or "
+            f"megatron-bridge the Megatron engine builds {engine.backend_key}={engine.spec!r} "
+            f"itself and raises 'Virtual pipeline parallelism requires mbridge-backed models.' "
+            f"(areal/models/mcore/registry.py make_mcore_model); set {path}.megatron.bridge_type="
+            f"mbridge (the reference's default) or megatron-bridge, or {path}.megatron."
+            f"virtual_pipeline_parallel_size=1"
+        )
+    return None
+
+
 # --- the Megatron engine's MoE token dispatcher, as mbridge builds megatron-core's config ------
 # With ``megatron.bridge_type`` mbridge (the reference's default), MegatronEngine.
 # _build_hf_mcore_bridge (areal/engine/megatron_engine.py l.716-750 at cbff54d6) hands
@@ -1454,6 +1487,12 @@ RULES: tuple[Rule, ...] = (
         "megatron engine with use_lora needs megatron.bridge_type megatron-bridge",
         "areal/engine/megatron_engine.py MegatronEngine.__init__ (line 475)",
         megatron_lora_needs_megatron_bridge,
+    ),
+    Rule(
+        "megatron engine: virtual pipeline stages need megatron.bridge_type mbridge or "
+        "megatron-bridge",
+        "areal/models/mcore/registry.py make_mcore_model (lines 528-536)",
+        megatron_vpp_needs_a_bridge,
     ),
     Rule(
         "archon: the model's type is one archon builds",
