@@ -692,7 +692,7 @@ def _update_terms(
     # load holds a "load" term and none of these): torch_memory_saver pauses every
     # allocation of the engine's process, with a CPU backup (areal/utils/offload.py
     # lines 43-46, ``torch_memory_saver.pause()`` in FSDPEngine.offload,
-    # areal/engine/fsdp_engine.py lines 928-946, AReaL cbff54d6)
+    # areal/engine/fsdp_engine.py lines 928-948, AReaL cbff54d6)
     training_bytes = (
         trained.resident if trained is not None else weights / max(1, actor.allocation.world_size)
     )

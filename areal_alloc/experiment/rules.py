@@ -226,7 +226,7 @@ def megatron_vpp_needs_a_bridge(run: Run) -> str | None:
     """Virtual pipeline stages need one of the two bridges.
 
     With a ``megatron.bridge_type`` other than mbridge or megatron-bridge the Megatron engine
-    builds no bridge (MegatronEngine._build_hf_mcore_bridge l.792-797) and the model itself,
+    builds no bridge (MegatronEngine._build_hf_mcore_bridge l.793-798) and the model itself,
     and areal/models/mcore/registry.py make_mcore_model (l.528-536 at cbff54d6) raises
     ``NotImplementedError("Virtual pipeline parallelism requires mbridge-backed models.")``
     when ``megatron.virtual_pipeline_parallel_size`` > 1. MegatronEngineConfig.bridge_type

@@ -189,7 +189,7 @@ def test_the_switch_moves_the_actors_states_whatever_its_peak(
 ) -> None:
     """torch_memory_saver pauses every allocation of the training engine's process with a
     CPU backup (areal/utils/offload.py lines 43-46, FSDPEngine.offload in
-    areal/engine/fsdp_engine.py lines 928-946, AReaL cbff54d6): its weights, gradients and
+    areal/engine/fsdp_engine.py lines 928-948, AReaL cbff54d6): its weights, gradients and
     optimizer states, not a difference of phase peaks."""
     efficient, phase = given
     config = tmp_path / "colocated.yaml"
