@@ -101,6 +101,8 @@ class MicroBatchConfig:
     max_tokens_per_mb: int | None = None
     n_mbs: int | None = None
     packing_algorithm: str | None = None  # ffd or kk (the reference's loader refuses the rest)
+    n_mbs_divisor: int | None = None
+    granularity: int | None = None
 
 
 @dataclass

@@ -688,10 +688,13 @@ def _update_terms(
     weights = arch.parameters.total * 2
     found = resident or {}
     trained, served = found.get("actor"), found.get("rollout")
+    # what the actor keeps between its phases, whatever phase sets its peak (a peak at
+    # load holds a "load" term and none of these): torch_memory_saver pauses every
+    # allocation of the engine's process, with a CPU backup (areal/utils/offload.py
+    # lines 43-46, ``torch_memory_saver.pause()`` in FSDPEngine.offload,
+    # areal/engine/fsdp_engine.py lines 928-948, AReaL cbff54d6)
     training_bytes = (
-        sum(trained.term(name) for name in ("weights", "gradients", "optimizer"))
-        if trained is not None
-        else weights / max(1, actor.allocation.world_size)
+        trained.resident if trained is not None else weights / max(1, actor.allocation.world_size)
     )
     rollout_bytes = (
         served.term("weights")

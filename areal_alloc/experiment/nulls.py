@@ -39,6 +39,8 @@ _TRAIN: tuple[tuple[str, str, int], ...] = (
     ("lora_rank", "int", 1380),
     ("target_modules", "list[str]", 1382),
     ("mb_spec", "MicroBatchSpec", 1287),
+    ("mb_spec.granularity", "int", 109),
+    ("mb_spec.n_mbs_divisor", "int", 121),
     ("mb_spec.packing_algorithm", "str", 127),
     ("fsdp", "FSDPEngineConfig", 1361),
     ("fsdp.offload_params", "bool", 489),

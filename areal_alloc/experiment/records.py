@@ -101,6 +101,12 @@ class TrainConfig:
     #: ``mb_spec.n_mbs: null`` written (MicroBatchSpec's ``int | None`` takes it; the Megatron
     #: engine cannot: a start-up rule). A strict schema's null is its unset key, not this.
     n_mbs_null: bool = False
+    #: ``mb_spec.packing_algorithm``, ``n_mbs_divisor`` and ``granularity`` (MicroBatchSpec,
+    #: areal/api/cli_args.py l.100-139 at cbff54d6; the rule that reads them:
+    #: rules.minibatches_fill_their_micro_batches)
+    packing: str = "ffd"
+    n_mbs_divisor: int = 1
+    granularity: int = 1
     #: ``enable_tree_training`` (TrainEngineConfig l.1392, default false): the Megatron engine
     #: packs a prefix tree instead (``build_packed_tree_batch``, megatron_engine.py l.2677)
     tree_training: bool = False

@@ -222,6 +222,39 @@ def megatron_lora_needs_megatron_bridge(run: Run) -> str | None:
     return None
 
 
+def megatron_vpp_needs_a_bridge(run: Run) -> str | None:
+    """Virtual pipeline stages need one of the two bridges.
+
+    With a ``megatron.bridge_type`` other than mbridge or megatron-bridge the Megatron engine
+    builds no bridge (MegatronEngine._build_hf_mcore_bridge l.793-798) and the model itself,
+    and areal/models/mcore/registry.py make_mcore_model (l.528-536 at cbff54d6) raises
+    ``NotImplementedError("Virtual pipeline parallelism requires mbridge-backed models.")``
+    when ``megatron.virtual_pipeline_parallel_size`` > 1. MegatronEngineConfig.bridge_type
+    lists its two choices only as help metadata: the loader takes any text.
+    """
+    for engine in run.engines:
+        training = engine.training
+        if (
+            not engine.active
+            or engine.allocation.backend != "megatron"
+            or training is None
+            or training.bridge_type in BRIDGES
+            or (training.virtual_pipeline_size or 1) <= 1
+        ):
+            continue
+        path = engine.path
+        return (
+            f"{path}.megatron.bridge_type={shown(training.bridge_type)} with {path}.megatron."
+            f"virtual_pipeline_parallel_size={training.virtual_pipeline_size}: without mbridge or "
+            f"megatron-bridge the Megatron engine builds {engine.backend_key}={engine.spec!r} "
+            f"itself and raises 'Virtual pipeline parallelism requires mbridge-backed models.' "
+            f"(areal/models/mcore/registry.py make_mcore_model); set {path}.megatron.bridge_type="
+            f"mbridge (the reference's default) or megatron-bridge, or {path}.megatron."
+            f"virtual_pipeline_parallel_size=1"
+        )
+    return None
+
+
 # --- the Megatron engine's MoE token dispatcher, as mbridge builds megatron-core's config ------
 # With ``megatron.bridge_type`` mbridge (the reference's default), MegatronEngine.
 # _build_hf_mcore_bridge (areal/engine/megatron_engine.py l.716-750 at cbff54d6) hands
@@ -972,6 +1005,96 @@ def minibatches_fill_their_micro_batches(run: Run) -> str | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class _Floor:
+    """How few units (sequences; pairs; groups of ``mb_spec.granularity``) one
+    ``train_batch`` or forward of an engine packs without raising: below ``least`` seqpack
+    raises "Number of values … is smaller than min_groups" (or the archon engine its
+    own); from ``least`` to below ``rounded`` the count cannot come out a multiple of the
+    divisor, and ``rounding`` says what raises then (``rounded == least``: nothing)."""
+
+    least: int
+    rounded: int
+    why: str  # the count's source, for ``least``
+    rounded_why: str = ""  # the same, for ``rounded``
+    rounding: str = ""
+    kk_runs: str = ""  # the key that lets kk run it, where it does
+
+
+def _micro_batch_floor(engine: Engine, training: TrainConfig, pp: int, stages: int) -> _Floor:
+    """What one ``train_batch`` or forward of ``engine`` packs a rank's share into at least.
+
+    - ``enable_tree_training``: the prefix-tree packing counts by tokens only, and "n_mbs,
+      granularity, and n_mbs_divisor are not used in tree training" (areal/models/
+      tree_attn/tree.py build_packed_tree_batch l.291-321; the engines return its batch
+      before any count: fsdp_engine.py l.1888-1901, megatron_engine.py l.2677-2698);
+    - the Megatron engine: ``n_mbs=max(2·p if p > 1 else 1, mb_spec.n_mbs)``,
+      ``n_mbs_divisor=p`` whatever the config says (megatron_engine.py l.2705-2716);
+    - archon at p > 1: p × its stages per rank, a multiple of p (archon_engine.py
+      l.1209-1227);
+    - FSDP, and archon at p1: the config's ``mb_spec`` as written, ``n_mbs_divisor``
+      included (fsdp_engine.py l.1946, archon_engine.py l.1229).
+
+    seqpack (areal/utils/seqpack.py at cbff54d6) raises below ``max(n_mbs, divisor)``
+    (``ffd_allocate`` l.237-244, ``kk_allocate`` l.497-506). ffd then grows its count to a
+    multiple of the divisor or raises "Cannot allocate values … that satisfies capacity …,
+    min_groups … and n_groups_divisor …" (l.245-254); kk rounds up and then takes
+    ``min(k, len(values))`` (l.508-515): a count that is no multiple of p, which
+    megatron-core's non-interleaved schedule runs, and its interleaved one (vpp > 1)
+    refuses: "The remainder of M … should be 0, or larger than or equal to the
+    pipeline-parallel size" (megatron/core/pipeline_parallel/schedules.py
+    forward_backward_pipelining_with_interleaving l.1036-1046, NVIDIA/Megatron-LM
+    core_v0.17.0; ``microbatch_group_size_per_vp_stage`` defaults to p,
+    model_parallel_config.py l.444-445)."""
+    path, backend = engine.path, engine.allocation.backend
+    if training.tree_training:
+        return _Floor(1, 1, f"(its prefix-tree packing by tokens, {path}.enable_tree_training)")
+    if backend == "archon" and pp > 1:
+        least = minibatch_micro_batches(backend, pp, stages, training.n_mbs)
+        if least > training.n_mbs:
+            return _Floor(least, least, f"(the archon engine's at least p{pp} × {stages} stages)")
+        return _Floor(least, least, f"({path}.mb_spec.n_mbs)")
+    n_mbs = training.n_mbs
+    if backend == "megatron":
+        divisor, floor = pp, 2 * pp if pp > 1 else 1
+        least = max(floor, n_mbs)
+        why = (
+            f"(the Megatron engine's at least 2·p{pp}, a multiple of p)"
+            if least > n_mbs
+            else f"({path}.mb_spec.n_mbs)"
+        )
+        of = f"p{pp}, the Megatron engine's n_mbs_divisor"
+    else:
+        divisor = training.n_mbs_divisor
+        least = max(n_mbs, divisor)
+        why = (
+            f"({path}.mb_spec.n_mbs_divisor={divisor})"
+            if divisor > n_mbs
+            else f"({path}.mb_spec.n_mbs)"
+        )
+        of = f"{path}.mb_spec.n_mbs_divisor={divisor}"
+    rounded = -(-least // divisor) * divisor
+    vpp = training.virtual_pipeline_size or 1
+    if rounded == least or (training.packing == "kk" and (backend != "megatron" or vpp == 1)):
+        return _Floor(least, least, why)  # kk runs min(k, its sequences) micro-batches
+    rounded_why = f"({path}.mb_spec.n_mbs={n_mbs} rounded up to a multiple of {of})"
+    if training.packing == "kk":
+        rounding = (
+            f"kk packs it into as many as it has sequences, no multiple of p{pp}, and "
+            f"megatron-core's interleaved schedule (vpp {vpp}) raises 'The remainder of M (the "
+            f"total micro-batches) "
+            f"divided by N (number of contiguous micro-batches in a virtual pipeline stage) "
+            f"should be 0, or larger than or equal to the pipeline-parallel size, but it is …'"
+        )
+        return _Floor(least, rounded, why, rounded_why, rounding)
+    rounding = (
+        f"the reference's seqpack (ffd) raises 'Cannot allocate values … that satisfies "
+        f"capacity …, min_groups {rounded} and n_groups_divisor {divisor}.'"
+    )
+    kk = "" if backend == "megatron" and vpp > 1 else f"{path}.mb_spec.packing_algorithm=kk"
+    return _Floor(least, rounded, why, rounded_why, rounding, kk)
+
+
 def _short_minibatch(
     engine: Engine, minibatches: int, batch: int, items: int, rl: bool = True, pairs: bool = False
 ) -> str | None:
@@ -980,7 +1103,11 @@ def _short_minibatch(
     or DPO, whose engines pack chosen/rejected pairs whole, ``mb_spec.granularity = 2``,
     so a rank's items are its pairs: fsdp_engine.py l.2414-2418, megatron_engine.py l.3093,
     archon_engine.py l.1524; areal/utils/data.py split_padded_tensor_dict_into_mb_list
-    l.722-760, at cbff54d6)."""
+    l.722-760, at cbff54d6). Any other ``mb_spec.granularity`` g groups g adjacent
+    sequences whole, and the split raises "Batch size … cannot divide granularity …"
+    (data.py l.722-725) unless each minibatch (the actor's are split by sequences,
+    actor.py l.454-457) holds a multiple of g: certain when the rank's share does not.
+    Micro-batches count whole groups (:func:`_micro_batch_floor`)."""
     training = engine.training
     backend, parallel = engine.allocation.backend, engine.allocation.parallel
     pp, dp = parallel.pp_size, parallel.dp_size
@@ -1003,45 +1130,82 @@ def _short_minibatch(
         if found is None:
             return None
         stages = found
-    least = minibatch_micro_batches(backend, pp, stages, training.n_mbs)
+    floor = _micro_batch_floor(engine, training, pp, stages)
     per_rank = items // max(1, dp)
-    need = minibatches * least
-    if per_rank >= need:
-        return None
-    unit = "micro-batch" if least == 1 else "micro-batches"
-    if backend == "megatron" and pp > 1 and least > training.n_mbs:
-        packed = f"{least} {unit} (the Megatron engine's at least 2·p{pp}, a multiple of p)"
-    elif backend == "archon" and pp > 1 and least > training.n_mbs:
-        # archon_engine.py l.1209-1221: "Pipeline parallelism requires at least {pp × stages}
-        # sequences", then packs into max(pp × stages, n_mbs), a multiple of p
-        packed = f"{least} {unit} (the archon engine's at least p{pp} × {stages} stages)"
-    else:
-        packed = f"{least} {unit} ({engine.path}.mb_spec.n_mbs)"
-    samples = max(1, items // max(1, batch))
-    prompts = -(-need * dp // samples)
-    enough = -(-prompts // dp) * dp  # a multiple of dp, as batch_splits_over_data_parallel needs
-    raises = (
-        f"the archon engine raises 'Pipeline parallelism requires at least {pp * stages} sequences'"
-        if backend == "archon" and pp > 1
-        else "the reference's seqpack raises 'Number of values … is smaller than min_groups'"
+    group = 1 if pairs or training.tree_training else training.granularity
+    share = engine.key in ("ref", "teacher") or not rl  # the whole share, no minibatches
+    what = "trajectories" if rl else "chosen/rejected pairs" if pairs else "sequences"
+    head = (
+        f"{items} {what} a step over the {dp} data-parallel ranks of "
+        f"{engine.backend_key}={engine.spec!r} are {per_rank} per rank"
     )
-    if engine.key in ("ref", "teacher") or not rl:  # the whole share, no minibatches
-        what = "trajectories" if rl else "chosen/rejected pairs" if pairs else "sequences"
+    samples = max(1, items // max(1, batch))
+    split_first = not share and per_rank < minibatches  # the actor's own split raises first
+    if per_rank % group and not split_first:
+        fix = _batch_for(batch, samples, dp, group, per_rank)
+        whose = "its forward's" if rl and share else "its step's" if share else "a minibatch's"
+        size = per_rank if share or minibatches == 1 else "…"
+        return (
+            f"{head}, not a multiple of {engine.path}.mb_spec.granularity={group} ({per_rank} % "
+            f"{group} = {per_rank % group}): {whose} split raises 'Batch size {size} cannot "
+            f"divide granularity {group}.' (areal/utils/data.py "
+            f"split_padded_tensor_dict_into_mb_list); set train_dataset.batch_size={fix} or "
+            f"{engine.path}.mb_spec.granularity=1"
+        )
+    parts = 1 if share else minibatches
+    if per_rank >= parts * floor.rounded * group:
+        return None
+    short = split_first or per_rank < parts * floor.least * group
+    least = floor.least if short else floor.rounded
+    need = parts * least * group
+    unit = "micro-batch" if least == 1 else "micro-batches"
+    packed = f"{least} {unit} {floor.why if short else floor.rounded_why}"
+    if group > 1:
+        packed += f" of whole groups of {engine.path}.mb_spec.granularity={group}"
+    enough = _batch_for(batch, samples, dp, group, need)
+    if not short:
+        raises = floor.rounding
+    elif backend == "archon" and pp > 1 and not training.tree_training:
+        raises = (
+            f"the archon engine raises 'Pipeline parallelism requires at least {pp * stages} "
+            f"sequences'"
+        )
+    else:
+        raises = "the reference's seqpack raises 'Number of values … is smaller than min_groups'"
+        if group > 1 and not split_first and not share:  # a minibatch of too few sequences
+            raises = (
+                f"its split raises 'Batch size … cannot divide granularity {group}.' (no "
+                f"multiple of {group} sequences) or seqpack 'Number of values … is smaller "
+                f"than min_groups'"
+            )
+    kk = f", or {floor.kk_runs}" if floor.kk_runs and not short else ""
+    times = f" × {group}" if group > 1 else ""
+    if share:
         step = "forward" if rl else "step"
         return (
-            f"{items} {what} a step over the {dp} data-parallel ranks of "
-            f"{engine.backend_key}={engine.spec!r} are {per_rank} per rank, which its {step} "
-            f"packs into {packed}: {per_rank} < {least}, so {raises}; set "
-            f"train_dataset.batch_size={enough} or more, or use fewer data-parallel ranks"
+            f"{head}, which its {step} packs into {packed}: {per_rank} < {least}{times}"
+            f"{f' = {need}' if group > 1 else ''}, so {raises}; set "
+            f"train_dataset.batch_size={enough} or more, or use fewer data-parallel ranks{kk}"
         )
     return (
-        f"{items} trajectories a step over the {dp} data-parallel ranks of {engine.backend_key}="
-        f"{engine.spec!r} are {per_rank} per rank, split into {engine.key}.ppo_n_minibatches="
-        f"{minibatches} minibatches, each packed into {packed}: {per_rank} < {minibatches} × "
-        f"{least} = {need}, so a minibatch has fewer sequences than micro-batches and {raises}; "
-        f"set train_dataset.batch_size={enough} or more, or use fewer data-parallel ranks or "
-        f"minibatches"
+        f"{head}, split into {engine.key}.ppo_n_minibatches={minibatches} minibatches, each "
+        f"packed into {packed}: {per_rank} < {minibatches} × {least}{times} = {need}, so a "
+        f"minibatch has fewer sequences than {'that' if group > 1 else 'micro-batches'} and "
+        f"{raises}; set train_dataset.batch_size={enough} or more, or use fewer data-parallel "
+        f"ranks or minibatches{kk}"
     )
+
+
+def _batch_for(batch: int, samples: int, dp: int, group: int, sequences: int) -> int:
+    """The least ``train_dataset.batch_size`` from ``batch`` up, a multiple of ``dp`` (as
+    batch_splits_over_data_parallel needs), that gives each rank at least ``sequences``
+    and a multiple of ``group``."""
+    size = max(dp, -(-batch // dp) * dp)
+    while True:
+        per_rank = size * samples // dp
+        if per_rank >= sequences and per_rank % group == 0:
+            return size
+        size += dp
 
 
 # --- the launchers and schedulers -----------------------------------------------------------------
@@ -1329,6 +1493,12 @@ RULES: tuple[Rule, ...] = (
         "megatron engine with use_lora needs megatron.bridge_type megatron-bridge",
         "areal/engine/megatron_engine.py MegatronEngine.__init__ (line 475)",
         megatron_lora_needs_megatron_bridge,
+    ),
+    Rule(
+        "megatron engine: virtual pipeline stages need megatron.bridge_type mbridge or "
+        "megatron-bridge",
+        "areal/models/mcore/registry.py make_mcore_model (lines 528-536)",
+        megatron_vpp_needs_a_bridge,
     ),
     Rule(
         "archon: the model's type is one archon builds",

@@ -236,3 +236,35 @@ def test_good_sweep_runs_every_job(tmp_path: Path, app_in_process: AppRun) -> No
     assert run.code == 0, run.err
     assert run.err.startswith("areal-alloc: checked 2 sweep jobs\n")
     assert run.markers == ["ran-fsdp_d2t4", "ran-fsdp_d8", "user-callback-ran"]
+
+
+MODEL_FOLDERS = [
+    # (the model folder's config.json, what the hook says of actor.path): a config.json
+    # the package refused is named with its fault, never "not found here"
+    (
+        '{"model_type": "qwen3", "hidden_size": 64, "num_hidden_layers": 2, '
+        '"num_attention_heads": 128, "num_key_value_heads": 8, "intermediate_size": 256, '
+        '"vocab_size": 1000}',
+        "my-model/config.json refused: num_attention_heads=128 is more than hidden_size=64: "
+        "a head needs at least one dimension",
+    ),
+    (None, "not found here (no local config.json, hub cache or catalogue entry)"),
+]
+
+
+@pytest.mark.parametrize(("config_json", "said"), MODEL_FOLDERS)
+def test_the_hook_names_a_config_json_it_refused(
+    tmp_path: Path, app_in_process: AppRun, config_json: str | None, said: str
+) -> None:
+    folder = tmp_path / "work" / "my-model"  # actor.path=my-model, in the run's folder
+    folder.parent.mkdir()
+    if config_json is not None:
+        folder.mkdir()
+        (folder / "config.json").write_text(config_json)
+    run = run_app(app_in_process, tmp_path, "+actor.path=my-model")
+    assert run.code == 0, run.err
+    # one line per engine (the rollout reads the actor's model)
+    assert run.err.splitlines() == [
+        f"areal-alloc: warning: {key} not estimated: actor.path='my-model': {said}"
+        for key in ("rollout", "actor")
+    ]

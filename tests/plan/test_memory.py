@@ -498,6 +498,24 @@ def test_a_cluster_path_is_read_by_its_name_and_said_so() -> None:
     assert f"actor not estimated: {unknown['actor'].not_estimated}" in unknown.warnings
 
 
+def test_a_refused_config_json_is_named_beside_the_catalogue_name(tmp_path: Path) -> None:
+    # a cluster folder named as a catalogue model whose config.json the package refuses:
+    # read by its name, and the file's fault said beside it (not dropped in silence)
+    folder = tmp_path / "Qwen3-8B"
+    folder.mkdir()
+    (folder / "config.json").write_text(
+        '{"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 128, '
+        '"vocab_size": 1000}'
+    )
+    plan = plan_config(_cfg(actor__path=str(folder)))
+    assert plan["actor"].memory is not None
+    assert (
+        f"actor.path='{folder}' read as the catalogue's Qwen3-8B ({folder}/config.json "
+        f"refused: num_attention_heads=128 is more than hidden_size=64: a head needs at "
+        f"least one dimension)"
+    ) in plan.assumptions
+
+
 @pytest.mark.parametrize(
     ("extra", "error"),
     [

@@ -152,6 +152,54 @@ def test_a_colocated_switch_moves_the_training_engines_whole_memory(main_cli: Ma
     )
 
 
+_COLOCATED_FSDP = """
+enable_offload: true
+cluster: {n_nodes: 1, n_gpus_per_node: 8, gpu: H100-80GB}
+actor:
+  backend: fsdp:d8
+  path: Qwen/Qwen3-8B
+  weight_update_mode: disk
+  gradient_checkpointing: false
+  optimizer: {type: adam}
+  mb_spec: {max_tokens_per_mb: 1024}
+  fsdp: {memory_efficient_load: %s}
+rollout:
+  backend: sglang:d8
+  scheduling_strategy: {type: colocation, target: actor}
+"""
+# Qwen3-8B on fsdp:d8, per GPU: float32 weights 6.85 GiB (with the gathered layers),
+# float32 gradients 3.81 GiB, AdamW states 7.63 GiB = 18.29 GiB; the rollout's bf16
+# weights 15.26 GiB; 2 × (18.29 + 15.26) GiB / 32 GB/s = 2.25 s
+_MOVED = (
+    "  offload/onload  2.25 s (2 × (training 18.29 GiB of weights, gradients and optimizer "
+    "+ rollout weights 15.26 GiB) per GPU / PCIe 32 GB/s)"
+)
+SWITCH = [
+    # (fsdp.memory_efficient_load, the actor's peak phase), the offload/onload line: the
+    # same states move whatever phase sets the peak (it printed "training 0.00 GiB" for a
+    # peak at load, and left the gradients out of a peak in the backward)
+    (("false", "load"), _MOVED),
+    (("true", "backward"), _MOVED),
+]
+
+
+@pytest.mark.parametrize(("given", "expected"), SWITCH)
+def test_the_switch_moves_the_actors_states_whatever_its_peak(
+    main_cli: MainCli, tmp_path: Path, given: tuple[str, str], expected: str
+) -> None:
+    """torch_memory_saver pauses every allocation of the training engine's process with a
+    CPU backup (areal/utils/offload.py lines 43-46, FSDPEngine.offload in
+    areal/engine/fsdp_engine.py lines 928-948, AReaL cbff54d6): its weights, gradients and
+    optimizer states, not a difference of phase peaks."""
+    efficient, phase = given
+    config = tmp_path / "colocated.yaml"
+    config.write_text(_COLOCATED_FSDP % efficient)
+    text = main_cli("check", str(config))
+    assert text.returncode == 0, text.stderr
+    assert f"  actor    {'34.5' if phase == 'load' else '23.7'} GiB  yes   {phase}" in text.stdout
+    assert expected in text.stdout.splitlines()
+
+
 STEP = [
     (("asynchronous", 10.0, 20.0, 1.0, 5.0), 21.0),  # the slower side + the update
     (("synchronous", 10.0, 20.0, 1.0, 5.0), 31.0),  # the sum + the update

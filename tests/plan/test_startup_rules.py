@@ -75,6 +75,30 @@ REFUSED: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
             actor={"backend": "fsdp:d8", "weight_update_mode": "nccl", "_version": "v2"},
         ),
     ),
+    (  # areal/models/mcore/registry.py make_mcore_model l.528-536: no bridge, vpp > 1
+        "megatron engine: virtual pipeline stages need megatron.bridge_type mbridge or "
+        "megatron-bridge",
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={
+                "backend": "megatron:d4p2",
+                "megatron": {"bridge_type": "none", "virtual_pipeline_parallel_size": 2},
+            },
+        ),
+        "actor.megatron.bridge_type='none' with actor.megatron.virtual_pipeline_parallel_size=2: "
+        "without mbridge or megatron-bridge the Megatron engine builds actor.backend="
+        "'megatron:d4p2' itself and raises 'Virtual pipeline parallelism requires mbridge-backed "
+        "models.' (areal/models/mcore/registry.py make_mcore_model); set actor.megatron."
+        "bridge_type=mbridge (the reference's default) or megatron-bridge, or actor.megatron."
+        "virtual_pipeline_parallel_size=1",
+        cfg(
+            rollout={"backend": "sglang:d8"},
+            actor={
+                "backend": "megatron:d4p2",
+                "megatron": {"bridge_type": "mbridge", "virtual_pipeline_parallel_size": 2},
+            },
+        ),
+    ),
     (  # areal/engine/fsdp_engine.py initialize: tree training with sp_size (c) > 1
         "tree training: no critic, c, archon p, megatron-bridge or chunked logits",
         cfg(
@@ -1911,3 +1935,173 @@ def test_archons_tree_training_pads_every_micro_batch() -> None:
         return training.pad_to_maximum
 
     assert (padded(True), padded(False)) == (True, False)
+
+
+def _mb(actor: dict[str, Any], batch: int, **sections: Any) -> dict[str, Any]:
+    """An RL config with ``actor`` on a rollout of sglang:d8 and ``batch`` prompts a step."""
+    return cfg(
+        rollout={"backend": "sglang:d8"},
+        actor=actor,
+        train_dataset={"batch_size": batch},
+        **sections,
+    )
+
+
+_MEGATRON_N5 = {"backend": "megatron:d4p2", "ppo_n_minibatches": 1, "mb_spec": {"n_mbs": 5}}
+_SPLIT = "(areal/utils/data.py split_padded_tensor_dict_into_mb_list)"
+
+# issue 27 item 5: the micro-batch rule as the reference's engines pack (config, exact
+# message, or None where the reference starts); the sources are cited in
+# areal_alloc.experiment.rules._micro_batch_floor and _short_minibatch
+MICRO_BATCH_EDGES: list[tuple[dict[str, Any], str | None]] = [
+    (  # tree training: n_mbs not effective (tree.py l.291-321), 32 / d8 = 4 a rank
+        _mb({"backend": "fsdp:d8", "enable_tree_training": True, "mb_spec": {"n_mbs": 8}}, 32),
+        None,
+    ),
+    (  # the same without the tree: 4 minibatches × 8 micro-batches
+        _mb({"backend": "fsdp:d8", "mb_spec": {"n_mbs": 8}}, 32),
+        "32 trajectories a step over the 8 data-parallel ranks of actor.backend='fsdp:d8' are 4 "
+        "per rank, split into actor.ppo_n_minibatches=4 minibatches, each packed into 8 "
+        "micro-batches (actor.mb_spec.n_mbs): 4 < 4 × 8 = 32, so a minibatch has fewer "
+        "sequences than micro-batches and the reference's seqpack raises 'Number of values … "
+        "is smaller than min_groups'; set train_dataset.batch_size=256 or more, or use fewer "
+        "data-parallel ranks or minibatches",
+    ),
+    (  # tree training at Megatron p2: no 2·p floor either (megatron_engine.py l.2677-2698)
+        _mb({"backend": "megatron:d4p2", "enable_tree_training": True}, 16),
+        None,
+    ),
+    (  # kk at p2, vpp 1: min(k, 5) = 5 micro-batches, which the 1F1B schedule runs
+        _mb({**_MEGATRON_N5, "mb_spec": {"n_mbs": 5, "packing_algorithm": "kk"}}, 20),
+        None,
+    ),
+    (  # kk at p2, vpp 2: 5 micro-batches, no multiple of p2, and megatron-core refuses
+        _mb(
+            {
+                **_MEGATRON_N5,
+                "mb_spec": {"n_mbs": 5, "packing_algorithm": "kk"},
+                "megatron": {"virtual_pipeline_parallel_size": 2},
+            },
+            20,
+        ),
+        "20 trajectories a step over the 4 data-parallel ranks of actor.backend='megatron:d4p2' "
+        "are 5 per rank, split into actor.ppo_n_minibatches=1 minibatches, each packed into 6 "
+        "micro-batches (actor.mb_spec.n_mbs=5 rounded up to a multiple of p2, the Megatron "
+        "engine's n_mbs_divisor): 5 < 1 × 6 = 6, so a minibatch has fewer sequences than "
+        "micro-batches and kk packs it into as many as it has sequences, no multiple of p2, and "
+        "megatron-core's interleaved schedule (vpp 2) raises 'The remainder of M (the total "
+        "micro-batches) divided by N (number of contiguous micro-batches in a virtual pipeline "
+        "stage) should be 0, or larger than or equal to the pipeline-parallel size, but it is "
+        "…'; set train_dataset.batch_size=24 or more, or use fewer data-parallel ranks or "
+        "minibatches",
+    ),
+    (  # ffd at p2: 5 sequences reach min_groups 5, but no multiple of 2 → 'Cannot allocate'
+        _mb(_MEGATRON_N5, 20),
+        "20 trajectories a step over the 4 data-parallel ranks of actor.backend='megatron:d4p2' "
+        "are 5 per rank, split into actor.ppo_n_minibatches=1 minibatches, each packed into 6 "
+        "micro-batches (actor.mb_spec.n_mbs=5 rounded up to a multiple of p2, the Megatron "
+        "engine's n_mbs_divisor): 5 < 1 × 6 = 6, so a minibatch has fewer sequences than "
+        "micro-batches and the reference's seqpack (ffd) raises 'Cannot allocate values … that "
+        "satisfies capacity …, min_groups 6 and n_groups_divisor 2.'; set "
+        "train_dataset.batch_size=24 or more, or use fewer data-parallel ranks or minibatches, "
+        "or actor.mb_spec.packing_algorithm=kk",
+    ),
+    (_mb(_MEGATRON_N5, 24), None),  # 6 a rank: 6 micro-batches
+    (  # FSDP takes the config's n_mbs_divisor: min_groups max(1, 4) = 4 > 3
+        _mb({"backend": "fsdp:d8", "ppo_n_minibatches": 1, "mb_spec": {"n_mbs_divisor": 4}}, 24),
+        "24 trajectories a step over the 8 data-parallel ranks of actor.backend='fsdp:d8' are 3 "
+        "per rank, split into actor.ppo_n_minibatches=1 minibatches, each packed into 4 "
+        "micro-batches (actor.mb_spec.n_mbs_divisor=4): 3 < 1 × 4 = 4, so a minibatch has fewer "
+        "sequences than micro-batches and the reference's seqpack raises 'Number of values … is "
+        "smaller than min_groups'; set train_dataset.batch_size=32 or more, or use fewer "
+        "data-parallel ranks or minibatches",
+    ),
+    (  # n_mbs 3, divisor 2: ffd cannot come out at 4 groups of 3 sequences
+        _mb(
+            {
+                "backend": "fsdp:d8",
+                "ppo_n_minibatches": 1,
+                "mb_spec": {"n_mbs": 3, "n_mbs_divisor": 2},
+            },
+            24,
+        ),
+        "24 trajectories a step over the 8 data-parallel ranks of actor.backend='fsdp:d8' are 3 "
+        "per rank, split into actor.ppo_n_minibatches=1 minibatches, each packed into 4 "
+        "micro-batches (actor.mb_spec.n_mbs=3 rounded up to a multiple of actor.mb_spec."
+        "n_mbs_divisor=2): 3 < 1 × 4 = 4, so a minibatch has fewer sequences than micro-batches "
+        "and the reference's seqpack (ffd) raises 'Cannot allocate values … that satisfies "
+        "capacity …, min_groups 4 and n_groups_divisor 2.'; set train_dataset.batch_size=32 or "
+        "more, or use fewer data-parallel ranks or minibatches, or "
+        "actor.mb_spec.packing_algorithm=kk",
+    ),
+    (  # ... which kk runs: min(4, 3) = 3 groups
+        _mb(
+            {
+                "backend": "fsdp:d8",
+                "ppo_n_minibatches": 1,
+                "mb_spec": {"n_mbs": 3, "n_mbs_divisor": 2, "packing_algorithm": "kk"},
+            },
+            24,
+        ),
+        None,
+    ),
+    (  # the Megatron engine sets n_mbs_divisor=p itself (megatron_engine.py l.2713-2717)
+        _mb(
+            {"backend": "megatron:d8", "ppo_n_minibatches": 1, "mb_spec": {"n_mbs_divisor": 4}}, 24
+        ),
+        None,
+    ),
+    (  # granularity 4 over 3 sequences a rank (data.py l.722-725)
+        _mb({"backend": "fsdp:d8", "ppo_n_minibatches": 1, "mb_spec": {"granularity": 4}}, 24),
+        "24 trajectories a step over the 8 data-parallel ranks of actor.backend='fsdp:d8' are 3 "
+        "per rank, not a multiple of actor.mb_spec.granularity=4 (3 % 4 = 3): a minibatch's split "
+        f"raises 'Batch size 3 cannot divide granularity 4.' {_SPLIT}; set "
+        "train_dataset.batch_size=32 or actor.mb_spec.granularity=1",
+    ),
+    (_mb({"backend": "fsdp:d8", "ppo_n_minibatches": 2, "mb_spec": {"granularity": 2}}, 32), None),
+    (  # 4 sequences into 4 minibatches: one each, no whole group of 2
+        _mb({"backend": "fsdp:d8", "ppo_n_minibatches": 4, "mb_spec": {"granularity": 2}}, 32),
+        "32 trajectories a step over the 8 data-parallel ranks of actor.backend='fsdp:d8' are 4 "
+        "per rank, split into actor.ppo_n_minibatches=4 minibatches, each packed into 1 "
+        "micro-batch (actor.mb_spec.n_mbs) of whole groups of actor.mb_spec.granularity=2: 4 < 4 "
+        "× 1 × 2 = 8, so a minibatch has fewer sequences than that and its split raises 'Batch "
+        "size … cannot divide granularity 2.' (no multiple of 2 sequences) or seqpack 'Number of "
+        "values … is smaller than min_groups'; set train_dataset.batch_size=64 or more, or use "
+        "fewer data-parallel ranks or minibatches",
+    ),
+    (  # a ref's forward over its whole share of 6
+        _mb(
+            {"backend": "fsdp:d8", "ppo_n_minibatches": 1, "kl_ctl": 0.1},
+            24,
+            ref={"backend": "fsdp:d4", "mb_spec": {"granularity": 4}},
+            cluster={"n_nodes": 3, "n_gpus_per_node": 8},
+        ),
+        "24 trajectories a step over the 4 data-parallel ranks of ref.backend='fsdp:d4' are 6 per "
+        "rank, not a multiple of ref.mb_spec.granularity=4 (6 % 4 = 2): its forward's split "
+        f"raises 'Batch size 6 cannot divide granularity 4.' {_SPLIT}; set "
+        "train_dataset.batch_size=32 or ref.mb_spec.granularity=1",
+    ),
+    (  # SFT: one step over the whole share
+        {
+            "cluster": {"n_nodes": 1, "n_gpus_per_node": 8},
+            "actor": {"backend": "fsdp:d8", "mb_spec": {"granularity": 2}},
+            "train_dataset": {"batch_size": 24},
+        },
+        "24 sequences a step over the 8 data-parallel ranks of actor.backend='fsdp:d8' are 3 per "
+        "rank, not a multiple of actor.mb_spec.granularity=2 (3 % 2 = 1): its step's split raises "
+        f"'Batch size 3 cannot divide granularity 2.' {_SPLIT}; set train_dataset.batch_size=32 "
+        "or actor.mb_spec.granularity=1",
+    ),
+]
+
+
+@pytest.mark.parametrize(("config", "message"), MICRO_BATCH_EDGES)
+def test_the_micro_batch_rule_packs_as_the_engines_do(
+    config: dict[str, Any], message: str | None
+) -> None:
+    if message is None:
+        validate(config, on_memory="off")
+        return
+    with pytest.raises(AllocationValidationError) as info:
+        validate(config, on_memory="off")
+    assert info.value.message == message

@@ -98,19 +98,33 @@ def model_from_path(value: object, key: str) -> tuple[Architecture | None, str |
 
     try:
         return find_model(value), None
-    except AllocationError:
-        pass
+    except AllocationError as error:
+        refused = _refused_config(value, error)
     name = Path(value.rstrip("/")).name  # a cluster path: /storage/models/Qwen3-8B
     if name and name != value:
         try:
-            return find_model(name), f"{key}={value!r} read as the catalogue's {name}"
+            read = f"{key}={value!r} read as the catalogue's {name}"
+            return find_model(name), read + (f" ({refused})" if refused else "")
         except AllocationError:
             pass
+    if refused:
+        return None, f"{key}={shown(value)}: {refused}"
     return (
         None,
         f"{key}={shown(value)}: not found here (no local config.json, hub cache or "
         f"catalogue entry)",
     )
+
+
+def _refused_config(value: str, error: AllocationError) -> str:
+    """``FILE refused: why`` when ``value`` names a local config.json that
+    :func:`~areal_alloc.catalogue.find_model` refused (heads over hidden, bad JSON…), so
+    that the warning names the file and its fault, not "not found here"; else ``""``."""
+    file = local_config(value)
+    if file is None:
+        return ""
+    why = error.message.removeprefix(f"{file}: ")
+    return f"{file} refused: {why}"
 
 
 #: The keys of a ``model_shape`` section the memory estimate reads (our names and

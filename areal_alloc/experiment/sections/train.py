@@ -135,11 +135,14 @@ class _MicroBatches(TypedDict):
     max_tokens_per_mb: int | None
     n_mbs: int
     n_mbs_null: bool
+    packing: str
+    n_mbs_divisor: int
+    granularity: int
 
 
 def _micro_batches(node: object, path: str) -> _MicroBatches:
-    """``mb_spec.max_tokens_per_mb`` and ``n_mbs`` (MicroBatchSpec), and whether ``n_mbs``
-    is written null."""
+    """``mb_spec.max_tokens_per_mb`` and ``n_mbs`` (MicroBatchSpec), whether ``n_mbs``
+    is written null, and ``packing_algorithm``, ``n_mbs_divisor`` and ``granularity``."""
     mb_spec = section(node, "mb_spec", f"{path}.mb_spec")
     tokens = whole_number(mb_spec, "max_tokens_per_mb", f"{path}.mb_spec.max_tokens_per_mb")
     count = whole_number(mb_spec, "n_mbs", f"{path}.mb_spec.n_mbs")
@@ -153,6 +156,9 @@ def _micro_batches(node: object, path: str) -> _MicroBatches:
         max_tokens_per_mb=tokens,
         n_mbs=max(1, defaults.MICRO_BATCHES if count is None else count),
         n_mbs_null=count_null,
+        packing=text(mb_spec, "packing_algorithm", "ffd"),
+        n_mbs_divisor=whole_number(mb_spec, "n_mbs_divisor", f"{path}.mb_spec.n_mbs_divisor") or 1,
+        granularity=whole_number(mb_spec, "granularity", f"{path}.mb_spec.granularity") or 1,
     )
 
 
