@@ -286,6 +286,15 @@ class ServerConfig:
     max_model_len: int | None = None  # vllm
     max_num_seqs: int | None = None  # vllm
     cpu_offload_gb: float | None = None  # GiB of weights per GPU in host memory (both)
+    # the servers' start-up rules (areal_alloc.experiment.server_rules)
+    dp_size: int | None = None  # sglang
+    ep_size: int | None = None  # sglang
+    enable_dp_attention: bool | None = None  # sglang
+    enable_ep_moe: bool | None = None  # sglang
+    enable_memory_saver: bool | None = None  # sglang
+    chunked_prefill_size: int | None = None  # sglang
+    max_prefill_tokens: int | None = None  # sglang
+    enable_sleep_mode: bool | None = None  # vllm
 
 
 @dataclass

@@ -157,14 +157,23 @@ def test_a_lone_micro_batch_starts_its_backward_without_gradients(
 
 
 def test_an_fp8_checkpoint_keeps_its_embedding_and_output_in_bf16() -> None:
-    settings = InferenceSettings(dtype="fp8", kv_cache_dtype="bfloat16", memory_fraction=0.9)
+    from areal_alloc.architecture import Architecture
+    from areal_alloc.catalogue import MODELS
+
+    config = {
+        **MODELS["meta-llama/llama-3.1-8b"].config,
+        "quantization_config": {"quant_method": "fp8"},
+    }
+    fp8 = Architecture.from_mapping(config, source="an fp8 checkpoint of Llama-3.1-8B")
+    settings = InferenceSettings(kv_cache_dtype="bfloat16", memory_fraction=0.9)
     estimate = estimate_allocation(
-        ModelAllocation.from_str("vllm:t4"), LLAMA, 80 * GIB, None, settings
+        ModelAllocation.from_str("vllm:t4"), fp8, 80 * GIB, None, settings
     )
     p = LLAMA.parameters
     vocab = p.embedding + p.output  # 2 × 128,256 × 4,096, untied
     assert vocab == 2 * 128256 * 4096
-    assert estimate.term("weights") == int(((p.total - vocab) * 1 + vocab * 2) / 4)
+    kept = vocab + p.final_norm  # the embedding, the output head and the final norm
+    assert estimate.term("weights") == int(((p.total - kept) * 1 + kept * 2) / 4)
 
 
 def _reserve(backend: str, **settings: object) -> int:
