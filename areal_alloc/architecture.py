@@ -289,6 +289,9 @@ class Architecture:
     rope_type: str = field(default="", compare=False)
     rope_factor: float = field(default=1.0, compare=False)
     rope_original: int = field(default=0, compare=False)
+    #: where the positions above were read when not from ``source`` itself (a catalogue
+    #: model's own config.json, cited in areal_alloc.catalogue.POSITIONS); "" : ``source``
+    positions_source: str = field(default="", compare=False)
     #: the checkpoint's ``quantization_config`` (None: weights in the activation dtype)
     quantization: Quantization | None = field(default=None, compare=False)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationValidationError, shown
 from areal_alloc.model_shape import local_config, local_path
 
-__all__ = ["GPU", "GPUS", "MODELS", "CatalogueModel", "find_gpu", "find_model"]
+__all__ = ["GPU", "GPUS", "MODELS", "POSITIONS", "CatalogueModel", "find_gpu", "find_model"]
 
 GIB = 1 << 30
 
@@ -606,6 +606,90 @@ GPUS: dict[str, GPU] = {
     )
 }
 
+#: The context keys of config.json (``max_position_embeddings``, ``rope_scaling``) by hub id,
+#: each from a copy of that id's own config.json read at a commit, the line quoted: what the
+#: servers derive their longest context from (architecture.Architecture.position_limit; the
+#: rule experiment/server_rules.py A4). Base and Instruct variants share shapes but not
+#: always positions (Qwen2.5-7B: 131,072; Qwen2.5-7B-Instruct: 32,768), so an alias never
+#: takes its base's entry: an id not listed here has no positions and the rule skips it.
+_MODEL_CONFIGS = (
+    "citsjtu2020/LLM-Prof",
+    "sglang/Model_Config.md",
+    "8434c8d19c396b2f95d92a67845a7c0a0e0dd512",
+)
+
+
+def _prof(model: str, quote: str) -> str:
+    """A config.json of LLM-Prof's sglang/Model_Config.md, under its heading ``model``."""
+    return _cite(*_MODEL_CONFIGS, f"{model} {{… {quote}")
+
+
+def _positions(n: int) -> dict[str, Any]:
+    return {"max_position_embeddings": n}
+
+
+_LLAMA3_ROPE = {
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+    "rope_type": "llama3",
+}
+POSITIONS: dict[str, tuple[dict[str, Any], str]] = {
+    "Qwen/Qwen2.5-3B": (_positions(32768), _prof("Qwen2.5-3B", '"max_position_embeddings": 32768')),
+    "Qwen/Qwen2.5-7B": (
+        _positions(131072),
+        _prof("Qwen2.5-7B", '"max_position_embeddings": 131072'),
+    ),
+    "Qwen/Qwen2.5-7B-Instruct": (
+        _positions(32768),
+        _cite(
+            "kevinstephano/thunder_model_blocks",
+            "hf_qwen2/qwen2_rope.py",
+            "d84dd5ccba375ee539abc702629d048f56c3852b",
+            '"_name_or_path": "Qwen/Qwen2.5-7B-Instruct", … "max_position_embeddings": 32768',
+            "qwen_cfg_str, the config.json AutoConfig reads for Qwen/Qwen2.5-7B-Instruct",
+        ),
+    ),
+    "Qwen/Qwen2.5-14B": (
+        _positions(131072),
+        _prof("Qwen2.5-14B", '"max_position_embeddings": 131072'),
+    ),
+    "Qwen/Qwen2.5-32B": (
+        _positions(131072),
+        _prof("Qwen2.5-32B", '"max_position_embeddings": 131072'),
+    ),
+    **{
+        f"Qwen/Qwen3-{size}": (
+            _positions(40960),
+            _prof(f"Qwen3-{size}", '"max_position_embeddings": 40960, … "rope_scaling": null'),
+        )
+        for size in ("4B", "8B", "14B", "32B", "30B-A3B")
+    },
+    "meta-llama/Llama-3.1-8B": (
+        {"max_position_embeddings": 131072, "rope_scaling": _LLAMA3_ROPE},
+        _prof(
+            "Llama-3.1-8B",
+            '"max_position_embeddings": 131072, … "rope_scaling": {"factor": 8.0, '
+            '"low_freq_factor": 1.0, "high_freq_factor": 4.0, '
+            '"original_max_position_embeddings": 8192, "rope_type": "llama3"}',
+        ),
+    ),
+}
+
+
+def _catalogue_model(key: str) -> Architecture:
+    """The catalogue model of ``key`` (a hub id or alias, lowercase), with the positions of
+    that very id where :data:`POSITIONS` cites them."""
+    model = MODELS[_ALIASES.get(key, key)]
+    hub_id = next((h for h in POSITIONS if h.lower() == key), None)
+    if hub_id is None:
+        return model.architecture
+    values = {**model.config, **POSITIONS[hub_id][0]}
+    arch = Architecture.from_mapping(values, source=model.hub_id)
+    return replace(arch, positions_source=f"{hub_id}'s config.json")
+
+
 _GPU_ALIASES = {
     "a100": "a100-80gb",
     "h100": "h100-80gb",
@@ -743,14 +827,13 @@ def find_model(reference: str) -> Architecture:
             f"model {text!r}: no such file, or folder with a config.json, here"
         )
     key = text.lower()
-    key = _ALIASES.get(key, key)
-    if key in MODELS:
-        return MODELS[key].architecture
+    if key in MODELS or key in _ALIASES:
+        return _catalogue_model(key)
     # a catalogue name, or a hub id of another organisation (e.g. a mirror's) by its name
     short = key.rsplit("/", 1)[-1]
     for hub_id in (*MODELS, *_ALIASES):
         if hub_id.rsplit("/", 1)[-1] == short:
-            return MODELS[_ALIASES.get(hub_id, hub_id)].architecture
+            return _catalogue_model(hub_id)
     raise AllocationValidationError(
         f"unknown model {text[:80]!r}: not a local config.json, not in the local Hugging Face "
         f"cache ({_hub_cache()}), not in the catalogue; {_close(short, names)}"

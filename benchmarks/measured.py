@@ -298,6 +298,8 @@ def _unmodelled(inputs: Mapping[str, Any], kind: str) -> str | None:
             found.append(f"{what} ({key}={value})")
     if inputs.get("extra_flags"):
         found.append(f"the engine's extra flags {inputs['extra_flags']!r}")
+    if inputs.get("not_modelled_detail"):  # what the source leaves unsaid, in the row's words
+        found.append(str(inputs["not_modelled_detail"]))
     loss = str(inputs.get("loss") or "")
     if "chunked" in loss and not inputs.get("compile"):
         found.append(f"chunked cross-entropy, not compiled (loss {loss!r})")

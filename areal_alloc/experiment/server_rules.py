@@ -130,6 +130,7 @@ def _context(engine: Engine, server: InferenceConfig, experiment: Experiment) ->
     run = experiment.run
     longest = run.max_length + run.new_tokens if run.max_length is not None else None
     derived = f"max_position_embeddings={arch.max_position_embeddings:,}"
+    where = arch.positions_source or arch.source
     if arch.rope_type and limit != arch.max_position_embeddings:
         derived += f" × rope_scaling {arch.rope_type} factor {arch.rope_factor:g} = {limit:,}"
     variable = ALLOW_LONGER[backend]
@@ -142,14 +143,14 @@ def _context(engine: Engine, server: InferenceConfig, experiment: Experiment) ->
         said = words.format(n=server.context_length)
         return (
             f"{server.length_key}={server.context_length:,} is above the model's {derived} "
-            f"({arch.source}): {backend} stops with '{said}' unless {variable}=1 is set in "
+            f"({where}): {backend} stops with '{said}' unless {variable}=1 is set in "
             f"the servers' environment: set {server.length_key}={limit:,} or less"
         )
     if longest is not None and run.max_length is not None and longest > limit:
         return (
             f"train_dataset.max_length {run.max_length:,} + gconfig.max_new_tokens "
             f"{run.new_tokens:,} = {longest:,} tokens is above the model's {derived} "
-            f"({arch.source}), the longest sequence {backend} serves (past it a request is "
+            f"({where}), the longest sequence {backend} serves (past it a request is "
             f"refused, or with {variable}=1 its positions go out of range): lower "
             f"gconfig.max_new_tokens to {max(limit - run.max_length, 0):,} or less"
         )

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
+from typing import Any
 
 import pytest
 
-from areal_alloc.catalogue import GPU, GPUS
+from areal_alloc.catalogue import _ALIASES, GPU, GPUS, MODELS, POSITIONS
 
 FIGURES = ("bf16_tflops", "hbm_tbps", "nvlink_gbps")
 #: ``owner/name path@<40 hex> ("quoted line"...``: a file read at a commit; or a page's URL
@@ -77,3 +79,27 @@ def test_a_gpu_without_cited_speeds_has_none() -> None:
 )
 def test_the_figure_check_can_fail(value: float, citation: str, expected: bool) -> None:
     assert _states(value, citation) is expected
+
+
+# --- the models' positions (catalogue.POSITIONS): each from a config.json read at a commit ---
+
+
+@pytest.mark.parametrize(("hub_id", "cited"), list(POSITIONS.items()), ids=list(POSITIONS))
+def test_every_position_cites_the_line_it_was_read_from(
+    hub_id: str, cited: tuple[dict[str, Any], str]
+) -> None:
+    values, citation = cited
+    assert AT_COMMIT.match(citation), citation
+    quoted = citation.split("@", 1)[1][40:]
+    assert f'"max_position_embeddings": {values["max_position_embeddings"]}' in quoted
+    rope = values.get("rope_scaling")
+    if rope is None:
+        assert '"rope_scaling": {' not in quoted
+    else:  # every key of rope_scaling, as the quoted line gives it
+        for key, value in rope.items():
+            assert f'"{key}": {json.dumps(value)}' in quoted, (key, citation)
+
+
+def test_every_cited_id_is_a_catalogue_model_or_alias() -> None:
+    known = {*MODELS, *_ALIASES}
+    assert [h for h in POSITIONS if h.lower() not in known] == []
