@@ -88,7 +88,9 @@ class ValidateAllocations(Callback):
 
     ``gpu`` (a catalogue name or GiB), ``peak_tflops``, ``hbm_tbps``, ``nvlink_gbps``,
     ``inter_node_gbps``, ``disk_gbps``, ``compute_efficiency``, ``comm_efficiency``,
-    ``report=true`` writes the plan as one HTML page, ``plan.html``, into each job's
+    ``reference_version`` (``1.0.4``, ``cbff54d6``, ``off``) is the reference whose loader
+    the experiment's keys are checked against, ``app_keys`` the app's own top-level keys it
+    skips (areal_alloc.experiment.reference_keys). ``report=true`` writes the plan as one HTML page, ``plan.html``, into each job's
     output folder (a run's, and every job's of a multirun) when the job starts.
 
     ``memory_reserve_gib`` and ``on_memory`` are areal-alloc's settings
@@ -112,6 +114,8 @@ class ValidateAllocations(Callback):
         comm_efficiency: float | str | None = None,
         memory_reserve_gib: float | str | None = None,
         mean_gen_len: int | str | None = None,
+        reference_version: str | None = None,
+        app_keys: list[str] | None = None,
         report: bool | str = False,
     ) -> None:
         if on_invalid not in ("fail", "skip"):
@@ -144,6 +148,10 @@ class ValidateAllocations(Callback):
             "comm_efficiency": comm_efficiency,
             "memory_reserve_gib": memory_reserve_gib,
             "mean_gen_len": mean_gen_len,
+            "reference_version": reference_version,
+            # the app's own top-level keys, skipped by the strict-key check (a list, not
+            # Hydra's ListConfig: the verdict key takes its repr)
+            "app_keys": [str(k) for k in app_keys] if app_keys else None,
         }
 
     @functools.cached_property

@@ -50,6 +50,7 @@ from areal_alloc.errors import AllocationError, AllocationValidationError
 from areal_alloc.experiment.loader import is_dpo, refuse_at_load
 from areal_alloc.experiment.models import ModelSource, model_sources
 from areal_alloc.experiment.nulls import refuse_nulls
+from areal_alloc.experiment.reference_keys import check_reference_keys
 from areal_alloc.limits import MAX_COUNT, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_NODES, grouped
 from areal_alloc.model import ModelAllocation
 from areal_alloc.model_shape import ModelShape, local_config
@@ -547,10 +548,19 @@ def has_engines(cfg: object) -> bool:
     return any(child(cfg, key) is not None for key in ENGINE_ORDER)
 
 
-def read_experiment(cfg: object, settings: Settings | None = None) -> Experiment:
+def read_experiment(
+    cfg: object,
+    settings: Settings | None = None,
+    *,
+    reference: str | None = None,
+    app_keys: tuple[str, ...] = (),
+) -> Experiment:
     """Read ``cfg`` once; one error line naming the key for anything it cannot read.
 
     ``settings``: resolve the GPU and speeds now (see :meth:`Experiment.resolved`).
+    ``reference``, ``app_keys``: the reference version the keys are checked against (None:
+    ``AREAL_ALLOC_REFERENCE_VERSION``, else the newest; ``off``: not checked) and an app's
+    own top-level keys (areal_alloc.experiment.reference_keys).
     """
     if not is_mapping(cfg):
         raise AllocationValidationError(
@@ -558,6 +568,7 @@ def read_experiment(cfg: object, settings: Settings | None = None) -> Experiment
             f"got {type(cfg).__name__}"
         )
     _legacy_check(cfg)
+    check_reference_keys(cfg, reference, app_keys)
     refuse_nulls(cfg)
     refuse_at_load(cfg)
     cluster = _cluster(cfg)

@@ -46,6 +46,8 @@ VALIDATE: dict[str, Any] = {
                 "comm_efficiency": None,
                 "memory_reserve_gib": None,
                 "mean_gen_len": None,
+                "reference_version": None,
+                "app_keys": None,
                 "report": False,
             }
         }
