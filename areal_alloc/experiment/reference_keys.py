@@ -179,9 +179,7 @@ def check_reference_keys(cfg: object, version: str | None = None, skip: Iterable
     if chosen == OFF or not is_mapping(cfg) or dataclasses.is_dataclass(cfg):
         return
     skipped = {"hydra", *skip}
-    import importlib.util
-
-    if importlib.util.find_spec("areal") is not None:
+    if _areal_installed():
         _with_areal(cfg, chosen, skipped)
         return
     root = root_of(cfg, chosen, skipped)
@@ -468,6 +466,17 @@ def _with_areal(cfg: object, version: str, skip: set[str]) -> None:
         raise AllocationValidationError(
             f"{said}: {where} refuses it: {clipped(text, 300)}" + (f"; {hint}" if hint else "")
         ) from None
+
+
+def _areal_installed() -> bool:
+    """Whether the real ``areal`` is importable (a module without a spec, such as a test's
+    stand-in in ``sys.modules``, is not it)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("areal") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _installed_version() -> str:
