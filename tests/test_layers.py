@@ -169,6 +169,7 @@ LAYERS = [
     # reference's loader refuses
     "areal_alloc.experiment.models",
     "areal_alloc.experiment.nulls",
+    "areal_alloc.experiment.reference_keys",
     "areal_alloc.experiment.loader",
     "areal_alloc.files",
     # string → syntax
@@ -302,6 +303,7 @@ def test_the_layer_test_sees_imports() -> None:
 READS_THE_RAW_CONFIG = {
     "areal_alloc.experiment.models",
     "areal_alloc.experiment.nulls",
+    "areal_alloc.experiment.reference_keys",
     "areal_alloc.experiment.loader",
     "areal_alloc.experiment.read",
     "areal_alloc.settings",

@@ -34,6 +34,7 @@ from typing import Any
 
 from areal_alloc._config import child, is_mapping, keys, read_bool, strict_schema
 from areal_alloc.errors import AllocationError, AllocationValidationError, clipped, shown
+from areal_alloc.vocab import ENGINE_ORDER
 
 __all__ = [
     "CHOICES",
@@ -178,6 +179,8 @@ def check_reference_keys(cfg: object, version: str | None = None, skip: Iterable
     chosen = _version(version)
     if chosen == OFF or not is_mapping(cfg) or dataclasses.is_dataclass(cfg):
         return
+    if not set(keys(cfg)) & set(ENGINE_ORDER):
+        return  # not an experiment: the reading says "no engine found" (check skips it)
     skipped = {"hydra", *skip}
     if _areal_installed():
         _with_areal(cfg, chosen, skipped)

@@ -32,6 +32,7 @@ from areal_alloc.settings import (
 )
 from tests.conftest import COMMAND, AppRun, Ran
 
+
 GIB = 1 << 30
 LAUNCH = Path(__file__).parents[1] / "apps" / "launch"
 USER_APP = Path(__file__).parents[1] / "apps" / "user_app" / "my_app.py"
@@ -104,9 +105,11 @@ def test_the_gpu_comes_from_the_first_source_that_gives_it(
     assert _gpu(given.resolve(cfg).gpu) == expected
 
 
-# mean_gen_len is a count and no cluster key (tests/plan/test_rl_step.py)
+# mean_gen_len is a count and no cluster key (tests/plan/test_rl_step.py); reference_version
+# a choice (tests/cli/test_reference_keys.py)
 @pytest.mark.parametrize(
-    "name", [n for n in NAMES if n not in ("gpu", "on_memory", "mean_gen_len")]
+    "name",
+    [n for n in NAMES if n not in ("gpu", "on_memory", "mean_gen_len", "reference_version")],
 )
 def test_every_number_has_a_flag_a_hook_parameter_and_a_variable(name: str) -> None:
     cfg = {"cluster": {name: 0.4}}
@@ -297,7 +300,11 @@ COMMANDS_WITH_A_GPU = {
     "suggest": ["suggest"],
     "calibrate": ["calibrate", "fsdp:d8"],
 }
-SPEEDS = [flag(n) for n in NAMES if n not in ("gpu", "on_memory", "memory_reserve_gib")]
+SPEEDS = [
+    flag(n)
+    for n in NAMES
+    if n not in ("gpu", "on_memory", "memory_reserve_gib", "reference_version")
+]
 
 
 @pytest.mark.parametrize("name", list(COMMANDS_WITH_A_GPU))
@@ -306,7 +313,7 @@ def test_one_set_of_flag_names_everywhere(name: str, capsys: pytest.CaptureFixtu
     text = capsys.readouterr().out
     wanted = ["--gpu"] + ([] if name == "explain" else SPEEDS)
     if name in ("check", "preflight"):
-        wanted += ["--on-memory", "--memory-reserve-gib"]
+        wanted += ["--on-memory", "--memory-reserve-gib", "--reference-version"]
     # a generation length is estimated by the plan, suggest and explain's generation; layouts
     # --rank (decode at --seq-len contexts) and calibrate (a measured step) refuse the flag
     unmeant = ["--mean-gen-len"] if name in ("layouts", "calibrate") else []
