@@ -90,8 +90,9 @@ class ValidateAllocations(Callback):
     ``inter_node_gbps``, ``disk_gbps``, ``compute_efficiency``, ``comm_efficiency``,
     ``reference_version`` (``1.0.4``, ``cbff54d6``, ``off``) is the reference whose loader
     the experiment's keys are checked against, ``app_keys`` the app's own top-level keys it
-    skips (areal_alloc.experiment.reference_keys). ``report=true`` writes the plan as one HTML page, ``plan.html``, into each job's
-    output folder (a run's, and every job's of a multirun) when the job starts.
+    skips (areal_alloc.experiment.reference_keys). ``report=true`` writes the plan as one
+    HTML page, ``plan.html``, into each job's output folder (a run's, and every job's of a
+    multirun) when the job starts.
 
     ``memory_reserve_gib`` and ``on_memory`` are areal-alloc's settings
     (``areal_alloc.settings``): given here they win over the environment

@@ -48,6 +48,9 @@ from areal_alloc.cli.render import (
 from areal_alloc.compose import compose_file, read_launch_args, script_args
 from areal_alloc.errors import AllocationError, AllocationValidationError, shown
 from areal_alloc.experiment.read import has_engines
+from areal_alloc.experiment.reference_keys import CHOICES as REFERENCE_CHOICES
+from areal_alloc.experiment.reference_keys import DEFAULT as REFERENCE_DEFAULT
+from areal_alloc.experiment.reference_keys import ENV as REFERENCE_ENV
 from areal_alloc.format import layout_parts
 from areal_alloc.layouts import (
     LayoutConstraints,
@@ -64,9 +67,6 @@ from areal_alloc.rankgroups import (
     order_refusal,
     summarize_rank_groups,
 )
-from areal_alloc.experiment.reference_keys import CHOICES as REFERENCE_CHOICES
-from areal_alloc.experiment.reference_keys import DEFAULT as REFERENCE_DEFAULT
-from areal_alloc.experiment.reference_keys import ENV as REFERENCE_ENV
 from areal_alloc.settings import HOOK_PREFIX, NAMES
 from areal_alloc.vocab import DEFAULT_ORDER
 

@@ -273,7 +273,8 @@ def _value(value: object, kind: Any, dotted: str, walk: _Walk) -> None:
                 f"Invalid value assigned: {type(value).__name__} is not a ListConfig, list or tuple"
             )
             raise _wrong(dotted, value, kind, words, walk, "a list")
-        for index, item in enumerate(value):  # type: ignore[attr-defined]
+        items: Iterable[Any] = value  # type: ignore[assignment]  # a list, a tuple, a ListConfig
+        for index, item in enumerate(items):
             where = f"{dotted}[{index}]"
             if item is None:
                 words = (
@@ -300,9 +301,9 @@ def _value(value: object, kind: Any, dotted: str, walk: _Walk) -> None:
             target = _NODE.get(str(kind), _name(kind))
             words = f"Value of type '{type(value).__name__}' could not be converted to {target}"
         raise _wrong(dotted, value, kind, words, walk)
-    words = _scalar(value, kind)
-    if words is not None:
-        raise _wrong(dotted, value, kind, words, walk)
+    refused = _scalar(value, kind)
+    if refused is not None:
+        raise _wrong(dotted, value, kind, refused, walk)
 
 
 _NODE = {"int": "Integer", "float": "Float", "bool": "bool", "str": "string"}
@@ -317,7 +318,8 @@ def _scalar(value: object, kind: Any) -> str | None:
         allowed = (str, int) if kind == "int" else (float, str, int)
         try:
             if type(value) in allowed:
-                (int if kind == "int" else float)(value)  # type: ignore[call-overload]
+                number: Any = value  # a str, an int or a float: type() said so
+                int(number) if kind == "int" else float(number)
                 return None
         except (ValueError, OverflowError):
             pass
@@ -437,8 +439,10 @@ def _with_areal(cfg: object, version: str, skip: set[str]) -> None:
 
     module = importlib.import_module("areal.api.cli_args")
     installed = _installed_version()
-    container = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg
-    given = {k: v for k, v in dict(container).items() if k not in skip}  # type: ignore[call-overload]
+    container: Any = (
+        OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg
+    )
+    given = {k: v for k, v in dict(container).items() if k not in skip}
     root = root_of(given, version)
     cls = getattr(module, root)
     try:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from areal_alloc import AllocationValidationError
 from areal_alloc.experiment import reference_keys
@@ -188,7 +188,7 @@ def test_the_app_skips_its_own_keys(main_cli: MainCli) -> None:
 
 _FAKE = """
 from dataclasses import dataclass, field
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 
 @dataclass
@@ -267,6 +267,7 @@ def _experiments() -> dict[str, Any]:
     texts["real_grpo"] = (ROOT / "tests" / "data" / "real_grpo.yaml").read_text(encoding="utf-8")
     for name, text in texts.items():
         cfg = OmegaConf.create(text)
+        assert isinstance(cfg, DictConfig)
         cfg.pop("hydra", None)
         sections = [key for key in ("actor", "ref", "critic") if key in cfg]
         own = USERS_OWN + "".join(f"{key}: {NAMED}\n" for key in sections)
@@ -277,7 +278,7 @@ def _experiments() -> dict[str, Any]:
 
 
 #: bad keys and values, each (name, overrides on grpo_1x8)
-BAD = {
+BAD: dict[str, dict[str, Any]] = {
     "tp_size": {"sglang": {"tp_size": 2}},
     "tensor_parallel_size": {"vllm": {"tensor_parallel_size": 2}},
     "max_num_batched_tokens": {"vllm": {"max_num_batched_tokens": 8192}},
@@ -321,7 +322,7 @@ def test_the_same_verdict_as_the_reference_s_own_loader(wheel: Path) -> None:
     cases = _experiments()
     base = cases["grpo_1x8"]
     for name, change in BAD.items():
-        cases[f"bad: {name}"] = OmegaConf.merge(base, OmegaConf.create(change))
+        cases[f"bad: {name}"] = OmegaConf.merge(base, OmegaConf.create(dict(change)))
     verdicts = {
         name: (_reference_verdict(cfg, module), _our_verdict(cfg)) for name, cfg in cases.items()
     }

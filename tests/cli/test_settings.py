@@ -32,7 +32,6 @@ from areal_alloc.settings import (
 )
 from tests.conftest import COMMAND, AppRun, Ran
 
-
 GIB = 1 << 30
 LAUNCH = Path(__file__).parents[1] / "apps" / "launch"
 USER_APP = Path(__file__).parents[1] / "apps" / "user_app" / "my_app.py"

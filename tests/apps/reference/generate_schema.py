@@ -19,6 +19,7 @@ import ast
 import dataclasses
 import enum
 import hashlib
+import inspect
 import json
 import sys
 import types
@@ -100,7 +101,7 @@ def _optional(kind: Any) -> tuple[bool, Any]:
 
 def _field_line(cls: type, name: str, lines: dict[tuple[str, str], int]) -> int:
     for klass in cls.__mro__:
-        if name in klass.__dict__.get("__annotations__", {}):
+        if name in inspect.get_annotations(klass):
             return lines.get((klass.__name__, name), 0)
     return 0
 
