@@ -88,8 +88,11 @@ class ValidateAllocations(Callback):
 
     ``gpu`` (a catalogue name or GiB), ``peak_tflops``, ``hbm_tbps``, ``nvlink_gbps``,
     ``inter_node_gbps``, ``disk_gbps``, ``compute_efficiency``, ``comm_efficiency``,
-    ``report=true`` writes the plan as one HTML page, ``plan.html``, into each job's
-    output folder (a run's, and every job's of a multirun) when the job starts.
+    ``reference_version`` (``1.0.4``, ``cbff54d6``, ``off``) is the reference whose loader
+    the experiment's keys are checked against, ``app_keys`` the app's own top-level keys it
+    skips (areal_alloc.experiment.reference_keys). ``report=true`` writes the plan as one
+    HTML page, ``plan.html``, into each job's output folder (a run's, and every job's of a
+    multirun) when the job starts.
 
     ``host_memory_gib`` and ``host_cpus``: one node's host memory and CPUs, which the
     scheduler requests and what the run keeps in host memory are checked against
@@ -118,6 +121,8 @@ class ValidateAllocations(Callback):
         mean_gen_len: int | str | None = None,
         host_memory_gib: float | str | None = None,
         host_cpus: int | str | None = None,
+        reference_version: str | None = None,
+        app_keys: list[str] | None = None,
         report: bool | str = False,
     ) -> None:
         if on_invalid not in ("fail", "skip"):
@@ -152,6 +157,10 @@ class ValidateAllocations(Callback):
             "mean_gen_len": mean_gen_len,
             "host_memory_gib": host_memory_gib,
             "host_cpus": host_cpus,
+            "reference_version": reference_version,
+            # the app's own top-level keys, skipped by the strict-key check (a list, not
+            # Hydra's ListConfig: the verdict key takes its repr)
+            "app_keys": [str(k) for k in app_keys] if app_keys else None,
         }
 
     @functools.cached_property

@@ -278,7 +278,13 @@ def plan_config(
     if on_memory not in ON_MEMORY:
         raise AllocationValidationError(f"on_memory={on_memory!r}: must be 'fail', 'warn' or 'off'")
     # the one reading of the config (or one already read: suggest --config)
-    experiment = cfg if isinstance(cfg, Experiment) else read_experiment(cfg)
+    experiment = (
+        cfg
+        if isinstance(cfg, Experiment)
+        else read_experiment(
+            cfg, reference=settings.reference_version(), app_keys=settings.app_keys
+        )
+    )
     cfg = experiment.config
     n_nodes, per_node = experiment.cluster.n_nodes, experiment.cluster.n_gpus_per_node
     assumptions = list(experiment.cluster.assumptions)

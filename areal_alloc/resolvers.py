@@ -68,8 +68,12 @@ def dim(spec: object, name: object) -> int:
 def total_gpus(*, _root_: Any) -> int:
     """``${alloc.total_gpus:}`` → GPUs the whole config needs (colocated engines counted once)."""
     from areal_alloc.plan import plan_config
+    from areal_alloc.settings import Settings
 
-    return plan_config(_root_).total_gpus
+    # a count of GPUs: whether the reference's loader takes every key is the hook's and the
+    # commands' check (areal_alloc.experiment.reference_keys), not this resolver's
+    counting = Settings(given=(("reference_version", "off", "${alloc.total_gpus:}"),))
+    return plan_config(_root_, settings=counting).total_gpus
 
 
 def layouts(backend: object, gpus: object, *options: object) -> str:

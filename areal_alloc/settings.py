@@ -85,6 +85,7 @@ NAMES = (
     "mean_gen_len",
     "host_memory_gib",
     "host_cpus",
+    "reference_version",
 )
 ENV_PREFIX = "AREAL_ALLOC_"
 HOOK_PREFIX = "hydra.callbacks.areal_alloc."
@@ -398,6 +399,9 @@ class Settings:
     config_keys: bool = field(default=True)
     #: a stored calibration may be read (False: the command's ``--no-calibration``)
     use_calibration: bool = True
+    #: top-level keys of an app's own config, not the reference's (the hook's ``app_keys``:
+    #: the ``areal-alloc`` app's ``output``), which the strict-key check skips
+    app_keys: tuple[str, ...] = ()
 
     @classmethod
     def from_sources(
@@ -421,7 +425,9 @@ class Settings:
         if detect is None:
             switch = env.get(DETECT_ENV, "").strip().lower()
             detect = switch not in ("0", "off", "false", "no")
-        return cls(tuple(given), detect)
+        own = hook.get("app_keys") if hook is not None else None
+        app_keys = tuple(str(k) for k in own) if isinstance(own, (list, tuple)) else ()
+        return cls(tuple(given), detect, app_keys=app_keys)
 
     def first(self, name: str) -> tuple[object, str] | None:
         for given, value, source in self.given:
@@ -440,6 +446,18 @@ class Settings:
                 f"{source}={shown(value)}: must be 'fail', 'warn' or 'off'"
             )
         return Sourced(str(value), source)
+
+    def reference_version(self) -> str | None:
+        """The reference version the experiment's keys are checked against
+        (``--reference-version``, ``hydra.callbacks.areal_alloc.reference_version``,
+        ``AREAL_ALLOC_REFERENCE_VERSION``): a supported version or ``off``; None when not
+        given (the check then takes the newest, areal_alloc.experiment.reference_keys)."""
+        found = self.first("reference_version")
+        if found is None:
+            return None
+        from areal_alloc.experiment.reference_keys import choose_version
+
+        return choose_version(*found)
 
     def resolve(self, cfg: object = None) -> Resolved:
         """Every setting: the first source that gives it, then detection (the GPU),

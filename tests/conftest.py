@@ -217,3 +217,12 @@ def interrupt_when_ready(
         process.kill()
         process.wait()
     return process.returncode, out, err
+
+
+@pytest.fixture
+def reference_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The strict-key check off (``AREAL_ALLOC_REFERENCE_VERSION=off``), for the tests whose
+    experiments exercise areal-alloc's own legacy keys (``model_shape``, ``cluster.gpu``),
+    which the reference's loader refuses (areal_alloc.experiment.reference_keys); said
+    explicitly by each such test file (``pytestmark``)."""
+    monkeypatch.setenv("AREAL_ALLOC_REFERENCE_VERSION", "off")

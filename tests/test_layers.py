@@ -188,6 +188,7 @@ LAYERS = [
     # reference's loader refuses
     "areal_alloc.experiment.models",
     "areal_alloc.experiment.nulls",
+    "areal_alloc.experiment.reference_keys",
     "areal_alloc.experiment.loader",
     "areal_alloc.files",
     # string → syntax
@@ -328,6 +329,7 @@ def test_the_layer_test_sees_imports() -> None:
 READS_THE_RAW_CONFIG = {
     "areal_alloc.experiment.models",
     "areal_alloc.experiment.nulls",
+    "areal_alloc.experiment.reference_keys",
     "areal_alloc.experiment.loader",
     "areal_alloc.experiment.read",
     *_SECTION_PARTS,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from areal_alloc._config import child, is_mapping, keys, strict_schema
 from areal_alloc.errors import AllocationValidationError
 
-__all__ = ["NOT_NULL", "refuse_nulls"]
+__all__ = ["NOT_NULL", "null_refusal", "refuse_nulls"]
 
 #: TrainEngineConfig and the sections it holds (MicroBatchSpec l.127, FSDPEngineConfig,
 #: ArchonEngineConfig, MegatronEngineConfig, DistributedDataParallelConfig, OptimizerConfig,
@@ -230,6 +230,23 @@ def refuse_nulls(cfg: object) -> None:
     _walk(cfg, _TREE, ())
 
 
+def null_refusal(dotted: str, kind: str, where: str) -> AllocationValidationError:
+    """``dotted=null`` refused for a field of type ``kind`` (``bool``, ``list[str]``, a
+    section's class, ``Union[float, str]``), in OmegaConf's words; ``where`` cites the
+    field (the strict-key check, areal_alloc.experiment.reference_keys, says it too)."""
+    key = dotted.rsplit(".", 1)[-1]
+    found = f"Incompatible value 'None' for field of type '{kind}'"
+    if kind.startswith(("list", "dict")) or kind[0].isupper():
+        found = f"field '{key}' is not Optional"
+    if kind.startswith("Union["):  # OmegaConf's words for a union of primitives
+        found = f"Value 'None' is incompatible with type hint '{kind}'"
+    return AllocationValidationError(
+        f"{dotted}=null: the reference's loader refuses it (the field is {kind}, not "
+        f'Optional: OmegaConf raises "{found}"; {where}); remove the key to take the '
+        f"reference's default"
+    )
+
+
 def _walk(node: object, tree: _Tree, path: tuple[str, ...]) -> None:
     if not is_mapping(node) or strict_schema(node):
         return
@@ -237,17 +254,8 @@ def _walk(node: object, tree: _Tree, path: tuple[str, ...]) -> None:
     for key in keys(node):
         if key in rows and _is_null(node, key):
             kind, line = rows[key]
-            found = f"Incompatible value 'None' for field of type '{kind}'"
-            if kind.startswith("list") or kind[0].isupper():
-                found = f"field '{key}' is not Optional"
-            if kind.startswith("Union["):  # OmegaConf's words for a union of primitives
-                found = f"Value 'None' is incompatible with type hint '{kind}'"
             dotted = ".".join((*path, key))
-            raise AllocationValidationError(
-                f"{dotted}=null: the reference's loader refuses it (the field is {kind}, not "
-                f'Optional: OmegaConf raises "{found}"; areal/api/cli_args.py l.{line} at '
-                f"cbff54d6); remove the key to take the reference's default"
-            )
+            raise null_refusal(dotted, kind, f"areal/api/cli_args.py l.{line} at cbff54d6")
         if key in sections:
             _walk(_section(node, key), sections[key], (*path, key))
 

@@ -28,6 +28,7 @@ from areal_alloc.experiment.loader import refuse_at_load
 from areal_alloc.experiment.models import model_sources
 from areal_alloc.experiment.nulls import refuse_nulls
 from areal_alloc.experiment.records import Engine, Experiment, InferenceConfig, ModelChoice
+from areal_alloc.experiment.reference_keys import check_reference_keys
 from areal_alloc.experiment.sections.cluster import read_cluster
 from areal_alloc.experiment.sections.engines import (
     apply_run_rules,
@@ -49,10 +50,19 @@ if TYPE_CHECKING:
 __all__ = ["Experiment", "read_experiment"]
 
 
-def read_experiment(cfg: object, settings: Settings | None = None) -> Experiment:
+def read_experiment(
+    cfg: object,
+    settings: Settings | None = None,
+    *,
+    reference: str | None = None,
+    app_keys: tuple[str, ...] = (),
+) -> Experiment:
     """Read ``cfg`` once; one error line naming the key for anything it cannot read.
 
     ``settings``: resolve the GPU and speeds now (see :meth:`Experiment.resolved`).
+    ``reference``, ``app_keys``: the reference version the keys are checked against (None:
+    ``AREAL_ALLOC_REFERENCE_VERSION``, else the newest; ``off``: not checked) and an app's
+    own top-level keys (areal_alloc.experiment.reference_keys).
     """
     if not is_mapping(cfg):
         raise AllocationValidationError(
@@ -60,6 +70,7 @@ def read_experiment(cfg: object, settings: Settings | None = None) -> Experiment
             f"got {type(cfg).__name__}"
         )
     legacy_check(cfg)
+    check_reference_keys(cfg, reference, app_keys)
     refuse_nulls(cfg)
     refuse_at_load(cfg)
     cluster = read_cluster(cfg)

@@ -48,6 +48,8 @@ VALIDATE: dict[str, Any] = {
                 "mean_gen_len": None,
                 "host_memory_gib": None,
                 "host_cpus": None,
+                "reference_version": None,
+                "app_keys": None,
                 "report": False,
             }
         }

@@ -104,14 +104,28 @@ def test_the_gpu_comes_from_the_first_source_that_gives_it(
     assert _gpu(given.resolve(cfg).gpu) == expected
 
 
+#: the host's figures are checked where a plan is (check, preflight, report): the others plan
+#: nothing of a host (tests/plan/test_host.py)
+HOST = ("host_memory_gib", "host_cpus")
+
+
 # mean_gen_len is a count and no cluster key (tests/plan/test_rl_step.py); neither are the
-# host's figures (tests/plan/test_host.py)
+# host's figures (tests/plan/test_host.py); reference_version is a choice
+# (tests/cli/test_reference_keys.py)
 @pytest.mark.parametrize(
     "name",
     [
         n
         for n in NAMES
-        if n not in ("gpu", "on_memory", "mean_gen_len", "host_memory_gib", "host_cpus")
+        if n
+        not in (
+            "gpu",
+            "on_memory",
+            "mean_gen_len",
+            "host_memory_gib",
+            "host_cpus",
+            "reference_version",
+        )
     ],
 )
 def test_every_number_has_a_flag_a_hook_parameter_and_a_variable(name: str) -> None:
@@ -303,10 +317,11 @@ COMMANDS_WITH_A_GPU = {
     "suggest": ["suggest"],
     "calibrate": ["calibrate", "fsdp:d8"],
 }
-#: the host's figures are checked where a plan is (check, preflight, report): the others plan
-#: nothing of a host (tests/plan/test_host.py)
-HOST = ("host_memory_gib", "host_cpus")
-SPEEDS = [flag(n) for n in NAMES if n not in ("gpu", "on_memory", "memory_reserve_gib", *HOST)]
+SPEEDS = [
+    flag(n)
+    for n in NAMES
+    if n not in ("gpu", "on_memory", "memory_reserve_gib", "reference_version", *HOST)
+]
 
 
 @pytest.mark.parametrize("name", list(COMMANDS_WITH_A_GPU))
@@ -315,7 +330,12 @@ def test_one_set_of_flag_names_everywhere(name: str, capsys: pytest.CaptureFixtu
     text = capsys.readouterr().out
     wanted = ["--gpu"] + ([] if name == "explain" else SPEEDS)
     if name in ("check", "preflight"):
-        wanted += ["--on-memory", "--memory-reserve-gib", *(flag(n) for n in HOST)]
+        wanted += [
+            "--on-memory",
+            "--memory-reserve-gib",
+            "--reference-version",
+            *(flag(n) for n in HOST),
+        ]
     # a generation length is estimated by the plan, suggest and explain's generation; layouts
     # --rank (decode at --seq-len contexts) and calibrate (a measured step) refuse the flag
     unmeant = ["--mean-gen-len"] if name in ("layouts", "calibrate") else []

@@ -393,7 +393,8 @@ def test_a_fifo_config_json_is_refused_not_waited_for(tmp_path: Path) -> None:
     assert (done.returncode, done.stderr) == (1, f"areal-alloc layouts: {expected}\n")
     done = _run("explain", "fsdp:d8", "--model", str(fifo), "--gpu", "H100-80GB")
     assert (done.returncode, done.stderr) == (1, f"areal-alloc explain: {expected}\n")
-    experiment = _experiment(tmp_path, f"model_shape: {{path: {model}}}\n")
+    # the model named as the reference names it (areal-alloc's model_shape is refused by its loader)
+    experiment = _experiment(tmp_path, f"sglang: {{model_path: {model}}}\n")
     done = _run("check", str(experiment))
     assert (done.returncode, done.stderr) == (1, f"areal-alloc check: {expected}\n")
 

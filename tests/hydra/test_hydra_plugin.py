@@ -30,6 +30,14 @@ from hydra_plugins.areal_alloc.areal_alloc_sweeper import SkipInvalidSweeper
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _validate(cfg: object) -> areal_alloc.Plan:
+    """``areal_alloc.validate`` as the ``areal-alloc`` app's hook runs it: its own ``output``
+    key is not the reference's (conf/app/config.yaml, ``app_keys``)."""
+    from areal_alloc.settings import Settings
+
+    return areal_alloc.validate(cfg, settings=Settings.from_sources(hook={"app_keys": ["output"]}))
+
+
 @pytest.fixture
 def restore_resolvers() -> Iterator[None]:
     """OmegaConf's documented fixture: leave the resolver registry as we found it."""
@@ -100,18 +108,18 @@ def test_plugin_module_imports_nothing_heavy() -> None:
 def test_compose_api_and_validate() -> None:
     with initialize_config_module(config_module="areal_alloc.conf.app", version_base="1.3"):
         cfg = compose("config")
-        plan = areal_alloc.validate(cfg)
+        plan = _validate(cfg)
         assert [(e.key, e.spec, e.gpus) for e in plan.engines] == [
             ("rollout", "sglang:d2t4", 8),
             ("actor", "fsdp:d4t2", 8),
             ("ref", "fsdp:d4t2", 0),
         ]
-        moe = areal_alloc.validate(compose("config", overrides=["experiment=moe_32"]))
+        moe = _validate(compose("config", overrides=["experiment=moe_32"]))
         assert moe["actor"].spec == "megatron:(attn:d4p2t2c2|ffn:d2p2t4e2)"
         assert (moe.total_gpus, moe.capacity) == (48, 48)
         bad = compose("config", overrides=["actor.backend=fsdp:d4p2"])
         with pytest.raises(AllocationError, match=r"^actor.backend='fsdp:d4p2': FSDP backend"):
-            areal_alloc.validate(bad)
+            _validate(bad)
 
 
 @pytest.mark.parametrize(
@@ -128,14 +136,14 @@ def test_every_shipped_experiment_validates(
     experiment: str, engines: list[str], total: int
 ) -> None:
     with initialize_config_module(config_module="areal_alloc.conf.app", version_base="1.3"):
-        plan = areal_alloc.validate(compose("config", overrides=[f"experiment={experiment}"]))
+        plan = _validate(compose("config", overrides=[f"experiment={experiment}"]))
     assert [e.key for e in plan.engines] == engines
     assert plan.total_gpus == total
 
 
 def test_one_override_adds_a_critic() -> None:
     with initialize_config_module(config_module="areal_alloc.conf.app", version_base="1.3"):
-        plan = areal_alloc.validate(
+        plan = _validate(
             compose(
                 "config",
                 overrides=[
@@ -153,6 +161,7 @@ def test_one_override_adds_a_critic() -> None:
 # --- the strict schema -----------------------------------------------------------
 
 
+@pytest.mark.usefixtures("reference_off")  # the strict schema's model_shape
 def test_strict_schema_rejects_unknown_keys_and_still_adds_a_critic(tmp_path: Path) -> None:
     conf = tmp_path / "conf"
     conf.mkdir()
@@ -166,16 +175,17 @@ def test_strict_schema_rejects_unknown_keys_and_still_adds_a_critic(tmp_path: Pa
     with initialize_config_dir(str(conf)):
         cfg = compose("strict", overrides=["++critic.backend=fsdp:d4"])
         assert OmegaConf.is_missing(cfg, "cluster") is False
-        assert areal_alloc.validate(cfg)["critic"].gpus == 4
+        assert _validate(cfg)["critic"].gpus == 4
         with pytest.raises(Exception, match="optimzer"):
             compose("typo")
         with pytest.raises(ConfigAttributeError, match="not in 'ActorConfig'"):
             cfg.actor.unknown = 1
         legacy = compose("strict", overrides=["allocation_mode=sglang:d4+fsdp:d4"])
         with pytest.raises(AllocationError, match=r"rollout\.backend=sglang:d4 \+\+actor\.backend"):
-            areal_alloc.validate(legacy)
+            _validate(legacy)
 
 
+@pytest.mark.usefixtures("reference_off")  # the strict schema's model_shape
 def test_strict_schema_declares_the_memory_keys(tmp_path: Path) -> None:
     conf = tmp_path / "conf"
     conf.mkdir()
@@ -189,7 +199,7 @@ def test_strict_schema_declares_the_memory_keys(tmp_path: Path) -> None:
         "ref:\n  backend: ''\n  scheduling_strategy: {type: colocation, target: actor}\n"
     )
     with initialize_config_dir(str(conf)):
-        plan = areal_alloc.validate(compose("strict"))
+        plan = _validate(compose("strict"))
     actor, ref, rollout = plan["actor"].memory, plan["ref"].memory, plan["rollout"].memory
     assert actor is not None
     assert ref is not None

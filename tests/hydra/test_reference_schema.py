@@ -181,10 +181,24 @@ def test_the_reference_refuses_our_old_keys(
     tmp_path: Path, wheel: Path, app_in_process: AppRun
 ) -> None:
     # why the GPU left the experiment: the reference's loader stops at cluster.gpu
+    # (and the hook now stops it first, in the reference's words)
     folder = _configs(tmp_path / "conf", CASES["grpo_1x8"])
     done = _run(app_in_process, folder, wheel, "+cluster.gpu=H800")
-    assert done.returncode == 0, done.stderr
-    (line,) = [line for line in done.stdout.splitlines() if line.startswith("REFUSED ")]
+    assert done.returncode == 1
+    assert "LOADED" not in done.stdout
+    assert done.stderr.startswith(
+        "areal-alloc: cluster.gpu='H800': the reference's loader (areal cbff54d6) refuses it: "
+        "Key 'gpu' not in 'ClusterSpecConfig'; "
+    )
+    off = _run(
+        app_in_process,
+        folder,
+        wheel,
+        "+cluster.gpu=H800",
+        "hydra.callbacks.areal_alloc.reference_version=off",
+    )
+    assert off.returncode == 0, off.stderr
+    (line,) = [line for line in off.stdout.splitlines() if line.startswith("REFUSED ")]
     assert json.loads(line[8:])["error"] == "ConfigKeyError: Key 'gpu' not in 'ClusterSpecConfig'"
 
 

@@ -10,6 +10,12 @@ import pytest
 from areal_alloc import AllocationValidationError, ModelAllocation, validate
 from areal_alloc.model_shape import ModelShape, check_shape, shape_problems
 
+#: these experiments name the GPU or the model with areal-alloc's own keys (cluster.gpu,
+#: model_shape), which the reference's loader refuses: the strict-key check is off here
+#: (tests/cli/test_reference_keys.py tests it)
+pytestmark = pytest.mark.usefixtures("reference_off")
+
+
 QWEN = ModelShape(num_layers=28, num_attention_heads=16, num_key_value_heads=8)
 MOE = ModelShape(num_layers=48, num_attention_heads=32, num_key_value_heads=4, num_experts=128)
 

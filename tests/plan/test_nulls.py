@@ -25,6 +25,12 @@ from areal_alloc.experiment.nulls import NOT_NULL
 from tests.apps.reference.reference import REQUIRE_ENV, check_wheel, load_cli_args, wheel_path
 from tests.reader_keys import asked_keys, engine_configs, read
 
+#: these experiments name the GPU or the model with areal-alloc's own keys (cluster.gpu,
+#: model_shape), which the reference's loader refuses: the strict-key check is off here
+#: (tests/cli/test_reference_keys.py tests it)
+pytestmark = pytest.mark.usefixtures("reference_off")
+
+
 CLUSTER = {"n_nodes": 1, "n_gpus_per_node": 8}
 
 

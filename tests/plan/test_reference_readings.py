@@ -14,6 +14,12 @@ from areal_alloc import AllocationError, AllocationValidationError, validate
 from areal_alloc.legacy import migration_overrides
 from tests.conftest import AppRun, MainCli
 
+#: these experiments name the GPU or the model with areal-alloc's own keys (cluster.gpu,
+#: model_shape), which the reference's loader refuses: the strict-key check is off here
+#: (tests/cli/test_reference_keys.py tests it)
+pytestmark = pytest.mark.usefixtures("reference_off")
+
+
 # --- the teacher, as the reference reads it ------------------------------------------
 
 ACTOR = {"actor": {"backend": "fsdp:d4"}, "cluster": {"n_nodes": 1, "n_gpus_per_node": 8}}

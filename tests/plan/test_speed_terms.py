@@ -18,6 +18,12 @@ from areal_alloc.estimate.system import Hardware
 from areal_alloc.model import ModelAllocation
 from areal_alloc.strategy import ParallelStrategy
 
+#: these experiments name the GPU or the model with areal-alloc's own keys (cluster.gpu,
+#: model_shape), which the reference's loader refuses: the strict-key check is off here
+#: (tests/cli/test_reference_keys.py tests it)
+pytestmark = pytest.mark.usefixtures("reference_off")
+
+
 H100 = Hardware.from_gpu(find_gpu("H100-80GB"), 8)  # 989 TFLOP/s, 3.35 TB/s, NVLink 900 GB/s
 A100 = Hardware.from_gpu(find_gpu("A100-80GB"), 8)  # 312 TFLOP/s, 2.039 TB/s
 LLAMA = find_model("meta-llama/Llama-3.1-8B")  # 8,030,261,248 params, h = q = 4096, 32 layers

@@ -21,6 +21,7 @@ import os
 import sys
 import types
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -79,19 +80,25 @@ def _string_constants(source: str, prefix: str) -> dict[str, str]:
     return found
 
 
-@functools.cache
-def load_cli_args(path: Path) -> types.ModuleType:
-    """``areal.api.cli_args`` from the wheel at ``path``, run against stand-ins; once per
-    process (the tests run the app in process, each run asks for it again)."""
-    with zipfile.ZipFile(path) as wheel:
+#: The reference's snapshot (areal-project/AReaL), read with ``git show`` from a bare
+#: mirror; ``AREAL_ALLOC_REFERENCE_MIRROR`` names another git directory.
+SNAPSHOT_COMMIT = "cbff54d645d2cd8ee1f1c358a82f3f473588433d"
+MIRROR_ENV = "AREAL_ALLOC_REFERENCE_MIRROR"
+MIRROR = Path("/work/.mirror/areal-project+AReaL/repo")
 
-        def read(member: str) -> str:
-            return wheel.read(member).decode("utf-8")
+#: the reference's files the stand-ins run as they are, and ``seqpack.py``, read for its names
+_FILES = (
+    "areal/api/cli_args.py",
+    "areal/utils/constants.py",
+    "areal/engine/fsdp_utils/attn_impl.py",
+    "areal/utils/seqpack.py",
+)
 
-        cli_args = read("areal/api/cli_args.py")
-        constants = read("areal/utils/constants.py")
-        attn_impl = read("areal/engine/fsdp_utils/attn_impl.py")
-        seqpack = read("areal/utils/seqpack.py")
+
+def _load(read: Callable[[str], str], origin: str) -> types.ModuleType:
+    """``areal.api.cli_args`` from the files ``read`` returns, run against stand-ins; the
+    imports of the wheel's and of the snapshot's cli_args.py are the same (l.3-33)."""
+    cli_args, constants, attn_impl, seqpack = (read(name) for name in _FILES)
     _module("uvloop", install=lambda: None)
     _module("transformers")
     _module("transformers.integrations")
@@ -108,13 +115,49 @@ def load_cli_args(path: Path) -> types.ModuleType:
     )
     names = _string_constants(seqpack, "PACKING_ALGORITHM_")
     _module("areal.utils.seqpack", PACKING_ALGORITHMS=set(names.values()), **names)
-    _run("areal.utils.constants", constants, f"{path}/areal/utils/constants.py")
+    _run("areal.utils.constants", constants, f"{origin}/areal/utils/constants.py")
     _run(
         "areal.engine.fsdp_utils.attn_impl",
         attn_impl,
-        f"{path}/areal/engine/fsdp_utils/attn_impl.py",
+        f"{origin}/areal/engine/fsdp_utils/attn_impl.py",
     )
-    return _run("areal.api.cli_args", cli_args, f"{path}/areal/api/cli_args.py")
+    return _run("areal.api.cli_args", cli_args, f"{origin}/areal/api/cli_args.py")
+
+
+@functools.cache
+def load_cli_args(path: Path) -> types.ModuleType:
+    """``areal.api.cli_args`` from the wheel at ``path``, run against stand-ins; once per
+    process (the tests run the app in process, each run asks for it again)."""
+    with zipfile.ZipFile(path) as wheel:
+        files = {name: wheel.read(name).decode("utf-8") for name in _FILES}
+    return _load(files.__getitem__, str(path))
+
+
+def mirror_path() -> Path:
+    given = os.environ.get(MIRROR_ENV)
+    return Path(given) if given else MIRROR
+
+
+def snapshot_source(name: str, commit: str = SNAPSHOT_COMMIT) -> str:
+    """One file of the snapshot, ``git show COMMIT:NAME`` in the mirror."""
+    import subprocess
+
+    done = subprocess.run(
+        ["git", "-C", str(mirror_path()), "show", f"{commit}:{name}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout
+
+
+@functools.cache
+def load_snapshot_cli_args(commit: str = SNAPSHOT_COMMIT) -> types.ModuleType:
+    """``areal.api.cli_args`` of the snapshot ``commit``, run against the same stand-ins.
+
+    The module replaces the wheel's in ``sys.modules``; the classes already loaded keep
+    their own (evaluated) annotations, so both can be described in one process."""
+    return _load(lambda name: snapshot_source(name, commit), f"AReaL@{commit[:8]}")
 
 
 @functools.cache

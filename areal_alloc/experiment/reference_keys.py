@@ -1,0 +1,495 @@
+"""Every key of the experiment, as the reference's loader reads it.
+
+``load_expr_config`` merges the composed experiment into the root dataclass of its run
+(``OmegaConf.merge(OmegaConf.structured(config_cls), cfg)``, then ``OmegaConf.to_object``;
+areal/api/cli_args.py l.3534-3547 at areal-project/AReaL@cbff54d6): a key its dataclasses
+lack stops the start with ``ConfigKeyError: Key 'tp_size' not in 'SGLangConfig'``, a value
+OmegaConf cannot convert to the field's type with a ``ValidationError``. This module walks
+the experiment in the merge's order against a schema of those dataclasses kept as package
+data (``data/reference-<version>.json``, written by tests/apps/reference/generate_schema.py
+from the published wheel areal 1.0.4 and from the snapshot cbff54d6) and raises one line
+for the first key the merge would refuse, naming the version. When the real ``areal`` is
+importable, its own loader step is run instead (:func:`_with_areal`).
+
+The conversions are OmegaConf 2.3's (omegaconf/nodes.py, the version the reference runs):
+an int field takes an int or a string ``int()`` reads, not a bool; a float field an int, a
+float or a string ``float()`` reads, not a bool; a bool field what
+:func:`areal_alloc._config.read_bool` takes; a str field any scalar, not a list or mapping;
+an enum field a member's name or value; a union of primitives (``float | str``) only a
+value of one of its types, unconverted (omegaconf/base.py ``UnionNode``, ``convert: False``);
+a null only an Optional field. A mandatory field left unset (``???``) is not checked here:
+the built-in experiments leave the run's names to the user.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from areal_alloc._config import child, is_mapping, keys, read_bool, strict_schema
+from areal_alloc.errors import AllocationError, AllocationValidationError, clipped, shown
+from areal_alloc.vocab import ENGINE_ORDER
+
+__all__ = [
+    "CHOICES",
+    "DEFAULT",
+    "ENV",
+    "OFF",
+    "VERSIONS",
+    "check_reference_keys",
+    "choose_version",
+    "root_of",
+    "schema",
+]
+
+#: The supported reference versions, oldest first; the newest is the default.
+VERSIONS = ("1.0.4", "cbff54d6")
+DEFAULT = VERSIONS[-1]
+#: ``off``: no strict-key check (an app whose config is not the reference's)
+OFF = "off"
+CHOICES = (*VERSIONS, OFF)
+ENV = "AREAL_ALLOC_REFERENCE_VERSION"
+_DATA = Path(__file__).parent / "data"
+_CLI = "areal/api/cli_args.py"
+
+#: Server flags written as keys of the reference's server sections, with where the value
+#: really comes from (areal/api/cli_args.py at cbff54d6). ``vLLMConfig.build_args`` passes
+#: ``tensor_parallel_size``/``pipeline_parallel_size`` from the allocation and then only
+#: vLLMConfig's own fields (``conf_as_dict``, l.2081-2100); ``SGLangConfig.build_args``
+#: takes ``tp_size`` and ``pp_size`` from the allocation (l.2258-2310).
+_T = "t of rollout.backend sets it (rollout.backend=sglang:d2t4 gives each server tp_size 4"
+_TV = "t of rollout.backend sets it (rollout.backend=vllm:d2t4 gives each server "
+_P = "p of rollout.backend sets it (rollout.backend="
+_VLLM = "vLLMConfig.build_args passes only vLLMConfig's own fields, cli_args.py l.2081-2100"
+_SGLANG = "SGLangConfig.build_args passes only SGLangConfig's own fields, cli_args.py l.2258-2310"
+HINTS: dict[str, str] = {
+    "sglang.tp_size": f"{_T}; SGLangConfig.build_args, cli_args.py l.2258-2300)",
+    "sglang.tensor_parallel_size": f"{_T}; SGLangConfig.build_args, cli_args.py l.2258-2300)",
+    "sglang.pp_size": f"{_P}sglang:d2p2 gives each server pp_size 2; cli_args.py l.2267, l.2309)",
+    "sglang.pipeline_parallel_size": (
+        f"{_P}sglang:d2p2 gives each server pp_size 2; cli_args.py l.2267, l.2309)"
+    ),
+    "vllm.tensor_parallel_size": f"{_TV}tensor_parallel_size 4; cli_args.py l.2083-2097)",
+    "vllm.tp_size": f"{_TV}tensor_parallel_size 4; cli_args.py l.2083-2097)",
+    "vllm.pipeline_parallel_size": (
+        f"{_P}vllm:d2p2 gives each server pipeline_parallel_size 2; cli_args.py l.2084-2098)"
+    ),
+    "vllm.pp_size": (
+        f"{_P}vllm:d2p2 gives each server pipeline_parallel_size 2; cli_args.py l.2084-2098)"
+    ),
+    "vllm.data_parallel_size": (
+        f"d of rollout.backend sets how many servers the reference starts, and the reference "
+        f"cannot pass it to vLLM ({_VLLM})"
+    ),
+    "vllm.dp_size": (
+        f"d of rollout.backend sets how many servers the reference starts, and the reference "
+        f"cannot pass it to vLLM ({_VLLM})"
+    ),
+    "vllm.max_num_batched_tokens": f"the reference cannot pass it to vLLM ({_VLLM})",
+}
+#: areal-alloc's own old keys, which the reference's loader refuses: what to use instead
+_OURS_SETTING = (
+    "areal-alloc's own setting, not the experiment's: give it as --{flag} (any command), "
+    "hydra.callbacks.areal_alloc.{name} (the hook) or AREAL_ALLOC_{env}"
+)
+_SETTINGS = (
+    "gpu",
+    "gpu_memory_gib",
+    "peak_tflops",
+    "hbm_tbps",
+    "nvlink_gbps",
+    "inter_node_gbps",
+    "disk_gbps",
+    "compute_efficiency",
+    "comm_efficiency",
+    "memory_reserve_gib",
+)
+_MODEL_SHAPE = (
+    "areal-alloc's own model section: name the model in actor.path (a local folder with "
+    "config.json, a hub id or a catalogue name) instead; a config only areal-alloc reads "
+    "is checked with --reference-version off"
+)
+
+
+@functools.cache
+def schema(version: str) -> dict[str, Any]:
+    """The reference's config classes of ``version``, read once per process."""
+    with open(_DATA / f"reference-{version}.json", encoding="utf-8") as file:
+        loaded: dict[str, Any] = json.load(file)
+    return loaded
+
+
+def choose_version(value: object, source: str) -> str:
+    """``value`` (from ``source``: ``--reference-version``, the hook's parameter or the
+    environment) as a supported version or ``off``; one line otherwise."""
+    text = value.strip() if isinstance(value, str) else value
+    if text in CHOICES:
+        return str(text)
+    allowed = ", ".join(repr(v) for v in VERSIONS)
+    raise AllocationValidationError(
+        f"{source}={shown(value)}: must be one of the reference versions areal-alloc knows "
+        f"({allowed}; default {DEFAULT!r}, the newest) or 'off' (no check of the "
+        f"experiment's keys against the reference's loader)"
+    )
+
+
+def _version(version: str | None) -> str:
+    if version is not None:
+        return choose_version(version, "reference_version")
+    given = os.environ.get(ENV, "")
+    return choose_version(given, ENV) if given.strip() else DEFAULT
+
+
+def root_of(cfg: object, version: str = DEFAULT, skip: Iterable[str] = ()) -> str:
+    """The root class the reference loads ``cfg`` with, by the run's kind: an RL run (a key
+    only PPOConfig has: rollout, gconfig, critic, teacher …) GRPOConfig; else a ``ref``
+    beside the actor DPOConfig; else ``actor.is_critic`` RWConfig; else SFTConfig."""
+    roots = schema(version)["roots"]
+    classes = schema(version)["classes"]
+    top = {k for k in keys(cfg) if k not in skip}
+    rl_only = set(classes[roots["rl"]]["fields"]) - set(classes[roots["dpo"]]["fields"])
+    if top & rl_only:
+        return str(roots["rl"])
+    if "ref" in top:
+        return str(roots["dpo"])
+    actor = child(cfg, "actor") if "actor" in top else None
+    critic = child(actor, "is_critic") if is_mapping(actor) else None
+    try:
+        is_critic = critic is not None and read_bool(critic, "actor.is_critic")
+    except AllocationError:
+        is_critic = False  # the walk names the value
+    return str(roots["rw"] if is_critic else roots["sft"])
+
+
+def check_reference_keys(cfg: object, version: str | None = None, skip: Iterable[str] = ()) -> None:
+    """Raise one line for the first key or value of ``cfg`` the reference's loader refuses.
+
+    ``version``: a supported version, ``off`` (nothing checked) or None (the environment's
+    ``AREAL_ALLOC_REFERENCE_VERSION``, else the newest). ``skip``: top-level keys that are
+    not the reference's (an app's own, such as the ``areal-alloc`` app's ``output``);
+    Hydra's ``hydra`` node is always skipped. A dataclass object is what the reference's
+    own loader returned: it took it, nothing is checked.
+    """
+    chosen = _version(version)
+    if chosen == OFF or not is_mapping(cfg) or dataclasses.is_dataclass(cfg):
+        return
+    if not set(keys(cfg)) & set(ENGINE_ORDER):
+        return  # not an experiment: the reading says "no engine found" (check skips it)
+    skipped = {"hydra", *skip}
+    if _areal_installed():
+        _with_areal(cfg, chosen, skipped)
+        return
+    root = root_of(cfg, chosen, skipped)
+    late: list[AllocationValidationError] = []
+    _walk(cfg, root, (), _Walk(schema(chosen), chosen, skipped, late))
+    if late:
+        raise late[0]
+
+
+class _Walk:
+    """What one walk carries: the schema, the version, the skipped top-level keys and the
+    first refusal of an interpolated value (OmegaConf checks it after the merge, when
+    ``to_object`` resolves it)."""
+
+    def __init__(self, data: dict[str, Any], version: str, skip: set[str], late: list[Any]) -> None:
+        self.classes: dict[str, Any] = data["classes"]
+        self.version = version
+        self.skip = skip
+        self.late = late
+
+    @property
+    def where(self) -> str:
+        return f"the reference's loader (areal {self.version})"
+
+    def cite(self, line: int) -> str:
+        at = f"at {self.version}" if self.version != "1.0.4" else "of areal 1.0.4"
+        return f"{_CLI} l.{line} {at}"
+
+
+def _raw(node: object, key: str) -> tuple[bool, bool]:
+    """(written as null, an interpolation) for ``node[key]``, read without resolving it."""
+    from omegaconf import DictConfig
+
+    if isinstance(node, DictConfig):
+        found = node._get_node(key)
+        if found is not None:
+            if found._is_interpolation():
+                return False, True
+            return bool(found._is_none()), False
+    return child(node, key) is None, False
+
+
+def _walk(node: object, cls: str, path: tuple[str, ...], walk: _Walk) -> None:
+    fields: dict[str, Any] = walk.classes[cls]["fields"]
+    unset_nulls = strict_schema(node)  # areal-alloc's strict schema: a null is an unset key
+    for key in keys(node):
+        if not path and key in walk.skip:
+            continue
+        dotted = ".".join((*path, key))
+        null, interpolated = _raw(node, key)
+        field = fields.get(key)
+        if field is None:
+            if null and unset_nulls:
+                continue
+            raise _unknown(node, key, dotted, cls, fields, walk)
+        if null:
+            if not field["optional"] and not unset_nulls:
+                raise _null(dotted, key, field, walk)
+            continue
+        value = child(node, key)
+        if value is None:  # an interpolation to null
+            if not field["optional"]:
+                walk.late.append(_null(dotted, key, field, walk))
+            continue
+        try:
+            _value(value, field["type"], dotted, walk)
+        except AllocationValidationError as error:
+            if not interpolated:
+                raise
+            walk.late.append(error)
+
+
+def _value(value: object, kind: Any, dotted: str, walk: _Walk) -> None:
+    """Raise when OmegaConf cannot take ``value`` for a field of type ``kind``."""
+    if kind == "any":
+        return
+    if isinstance(kind, dict) and "class" in kind:
+        if is_mapping(value):
+            _walk(value, kind["class"], tuple(dotted.split(".")), walk)
+            return
+        words = f"Merge error: {type(value).__name__} is not a subclass of {kind['class']}"
+        raise _wrong(dotted, value, kind, words, walk, "a section (a mapping of its keys)")
+    if isinstance(kind, dict) and "list" in kind:
+        if is_mapping(value):
+            raise _wrong(dotted, value, kind, "Cannot merge DictConfig with ListConfig", walk)
+        if isinstance(value, str) or not _is_list(value):
+            words = (
+                f"Invalid value assigned: {type(value).__name__} is not a ListConfig, list or tuple"
+            )
+            raise _wrong(dotted, value, kind, words, walk, "a list")
+        items: Iterable[Any] = value  # type: ignore[assignment]  # a list, a tuple, a ListConfig
+        for index, item in enumerate(items):
+            where = f"{dotted}[{index}]"
+            if item is None:
+                words = (
+                    f"Invalid type assigned: NoneType is not a subclass of {_name(kind['list'])}"
+                )
+                raise _wrong(where, item, kind["list"], words, walk)
+            _value(item, kind["list"], where, walk)
+        return
+    if isinstance(kind, dict) and "dict" in kind:
+        if not is_mapping(value):
+            words = f"Cannot assign {type(value).__name__} to a dict field"
+            raise _wrong(dotted, value, kind, words, walk, "a mapping")
+        for key in keys(value):
+            item = child(value, key)
+            if item is not None:
+                _value(item, kind["dict"], f"{dotted}.{key}", walk)
+        return
+    if is_mapping(value) or _is_list(value):
+        if isinstance(kind, dict) and "union" in kind:
+            words = f"Cannot assign container of type '{type(value).__name__}' to {_name(kind)}"
+        elif kind == "str":
+            words = f"Cannot convert '{type(value).__name__}' to string"
+        else:
+            target = _NODE.get(str(kind), _name(kind))
+            words = f"Value of type '{type(value).__name__}' could not be converted to {target}"
+        raise _wrong(dotted, value, kind, words, walk)
+    refused = _scalar(value, kind)
+    if refused is not None:
+        raise _wrong(dotted, value, kind, refused, walk)
+
+
+_NODE = {"int": "Integer", "float": "Float", "bool": "bool", "str": "string"}
+
+
+def _scalar(value: object, kind: Any) -> str | None:
+    """OmegaConf's words refusing the scalar ``value`` for ``kind``; None when it takes it."""
+    shown_value, named = str(value), type(value).__name__
+    if kind == "str":
+        return None if not isinstance(value, bytes) else f"Cannot convert '{named}' to string"
+    if kind in ("int", "float"):
+        allowed = (str, int) if kind == "int" else (float, str, int)
+        try:
+            if type(value) in allowed:
+                number: Any = value  # a str, an int or a float: type() said so
+                int(number) if kind == "int" else float(number)
+                return None
+        except (ValueError, OverflowError):
+            pass
+        return (
+            f"Value '{clipped(shown_value, 60)}' of type '{named}' could not be converted to "
+            f"{_NODE[kind]}"
+        )
+    if kind == "bool":
+        try:
+            read_bool(value, "")
+            return None
+        except AllocationError:
+            return f"Value '{clipped(shown_value, 60)}' is not a valid bool (type {named})"
+    if isinstance(kind, dict) and "enum" in kind:
+        if isinstance(value, str) and not isinstance(value, bool):
+            name = value.removeprefix(f"{kind['enum']}.")
+            if name in kind["names"]:
+                return None
+        elif isinstance(value, int) and not isinstance(value, bool) and value in kind["values"]:
+            return None
+        return (
+            f"Invalid value '{clipped(shown_value, 60)}', expected one of "
+            f"[{', '.join(kind['names'])}]"
+        )
+    if isinstance(kind, dict) and "union" in kind:
+        if any(named == option for option in kind["union"] if isinstance(option, str)):
+            return None
+        return (
+            f"Value '{clipped(shown_value, 60)}' of type '{named}' is incompatible with type "
+            f"hint '{_name(kind)}'"
+        )
+    return None  # pragma: no cover - every primitive is named above
+
+
+def _is_list(value: object) -> bool:
+    from omegaconf import ListConfig
+
+    return isinstance(value, (list, tuple, ListConfig))
+
+
+def _name(kind: Any) -> str:
+    """A schema type as messages write it: ``bool``, ``list[str]``, ``Union[float, str]``."""
+    if isinstance(kind, str):
+        return kind if kind != "any" else "Any"
+    if "class" in kind:
+        return str(kind["class"])
+    if "enum" in kind:
+        return str(kind["enum"])
+    if "list" in kind:
+        return f"list[{_name(kind['list'])}]"
+    if "dict" in kind:
+        return f"dict[str, {_name(kind['dict'])}]"
+    return f"Union[{', '.join(_name(option) for option in kind['union'])}]"
+
+
+def _said(dotted: str, value: object) -> str:
+    return dotted if is_mapping(value) else f"{dotted}={shown(value)}"
+
+
+def _wrong(
+    dotted: str, value: object, kind: Any, words: str, walk: _Walk, wanted: str = ""
+) -> AllocationValidationError:
+    give = wanted or {"int": "an integer", "float": "a number", "bool": "true or false"}.get(
+        str(kind), f"a value of type {_name(kind)}"
+    )
+    if isinstance(kind, dict) and "enum" in kind:
+        give = f"one of {', '.join(kind['names'])}"
+    return AllocationValidationError(
+        f"{_said(dotted, value)}: {walk.where} refuses it: {words} (the field is "
+        f"{_name(kind)}); give {give}"
+    )
+
+
+def _null(dotted: str, key: str, field: dict[str, Any], walk: _Walk) -> AllocationValidationError:
+    """The null refusal in :mod:`areal_alloc.experiment.nulls`' words."""
+    from areal_alloc.experiment.nulls import null_refusal
+
+    return null_refusal(dotted, _name(field["type"]), walk.cite(int(field["line"])))
+
+
+def _unknown(
+    node: object, key: str, dotted: str, cls: str, fields: dict[str, Any], walk: _Walk
+) -> AllocationValidationError:
+    value = child(node, key)
+    words = f"Key '{key}' not in '{cls}'"
+    parent = dotted.rpartition(".")[0]
+    hint = HINTS.get(dotted)
+    if hint is None and key == "model_shape":
+        hint = _MODEL_SHAPE
+    if hint is None and dotted.startswith("cluster.") and key in _SETTINGS:
+        name = "gpu" if key == "gpu_memory_gib" else key
+        hint = _OURS_SETTING.format(flag=name.replace("_", "-"), name=name, env=name.upper())
+    if hint is None:
+        near = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.75)
+        if near:
+            hint = f"did you mean {'.'.join(filter(None, (parent, near[0])))}?"
+    if hint is None and parent in ("sglang", "vllm"):
+        hint = (
+            f"the reference cannot pass it to the server ({_VLLM if parent == 'vllm' else _SGLANG})"
+        )
+    if hint is None:
+        hint = f"remove it, or check its spelling against {cls}'s fields ({_CLI})"
+    return AllocationValidationError(
+        f"{_said(dotted, value)}: {walk.where} refuses it: {words}; {hint}"
+    )
+
+
+# --- the real loader, when areal is installed -------------------------------------------
+
+
+def _with_areal(cfg: object, version: str, skip: set[str]) -> None:
+    """The installed reference's own loader step (``to_structured_cfg`` then
+    ``OmegaConf.to_object``, as ``load_expr_config`` runs them), its refusal in one line."""
+    import importlib
+
+    from omegaconf import DictConfig, OmegaConf
+
+    module = importlib.import_module("areal.api.cli_args")
+    installed = _installed_version()
+    container: Any = (
+        OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg
+    )
+    given = {k: v for k, v in dict(container).items() if k not in skip}
+    root = root_of(given, version)
+    cls = getattr(module, root)
+    try:
+        OmegaConf.to_object(module.to_structured_cfg(OmegaConf.create(given), config_cls=cls))
+    except Exception as error:
+        text = str(error).splitlines()[0] if str(error) else type(error).__name__
+        full_key = str(getattr(error, "full_key", "") or "")
+        where = f"the reference's loader (areal {installed}, installed here)"
+        if type(error).__name__ == "MissingMandatoryValue":
+            return  # the run's names: the user's own (see the module's docstring)
+        hint = ""
+        owner = getattr(error, "object_type", None)
+        key = str(getattr(error, "key", "") or "")
+        if type(error).__name__ == "ConfigKeyError" and dataclasses.is_dataclass(owner):
+            names = [f.name for f in dataclasses.fields(owner)]
+            near = difflib.get_close_matches(key, names, n=1, cutoff=0.75)
+            hint = HINTS.get(full_key, "")
+            if not hint and near:
+                parent = full_key.rpartition(".")[0]
+                hint = f"did you mean {'.'.join(filter(None, (parent, near[0])))}?"
+        said = full_key or "the experiment"
+        if full_key:
+            try:
+                value = OmegaConf.select(OmegaConf.create(given), full_key)
+                said = _said(full_key, value) if value is not None else full_key
+            except Exception:
+                said = full_key
+        raise AllocationValidationError(
+            f"{said}: {where} refuses it: {clipped(text, 300)}" + (f"; {hint}" if hint else "")
+        ) from None
+
+
+def _areal_installed() -> bool:
+    """Whether the real ``areal`` is importable (a module without a spec, such as a test's
+    stand-in in ``sys.modules``, is not it)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("areal") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _installed_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("areal")
+    except metadata.PackageNotFoundError:
+        return "unknown version"
