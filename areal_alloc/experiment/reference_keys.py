@@ -379,10 +379,14 @@ def _said(dotted: str, value: object) -> str:
     return dotted if is_mapping(value) else f"{dotted}={shown(value)}"
 
 
+#: what OmegaConf's bool field takes (BooleanNode; areal_alloc._config.read_bool)
+_BOOL = "true or false (or yes/no, y/n, on/off in any case, or an integer: 0 is false)"
+
+
 def _wrong(
     dotted: str, value: object, kind: Any, words: str, walk: _Walk, wanted: str = ""
 ) -> AllocationValidationError:
-    give = wanted or {"int": "an integer", "float": "a number", "bool": "true or false"}.get(
+    give = wanted or {"int": "an integer", "float": "a number", "bool": _BOOL}.get(
         str(kind), f"a value of type {_name(kind)}"
     )
     if isinstance(kind, dict) and "enum" in kind:
