@@ -46,6 +46,34 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def app_key_names(value: object) -> tuple[str, ...] | None:
+    """The hook's ``app_keys`` (an app's own top-level keys, which the strict-key check
+    skips): a comma-separated string (``output,round``: one value node, cheaper for Hydra to
+    carry through its start-up than a list) or a list of names; ``()`` when not given, None
+    when it is neither."""
+    if value is None or value == "":
+        return ()
+    if isinstance(value, str):
+        names = [name.strip() for name in value.split(",")]
+    elif isinstance(value, (list, tuple)) or type(value).__name__ == "ListConfig":
+        names = [str(name).strip() for name in value]  # type: ignore[attr-defined]
+    else:
+        return None
+    return tuple(name for name in names if name)
+
+
+def _app_keys(value: object) -> list[str] | None:
+    """The hook's ``app_keys`` as a plain list (its repr goes into the verdict key)."""
+    names = app_key_names(value)
+    if names is None:
+        raise SystemExit(
+            f"{PREFIX}hydra.callbacks.areal_alloc.app_keys={shown(value)}: must be a "
+            f"comma-separated string of the app's own top-level keys (output,round) or a "
+            f"list of them"
+        )
+    return list(names) or None
+
+
 def _interrupted() -> SystemExit:
     """Ctrl-C while checking: one line and exit 130, as the areal-alloc command ends.
 
@@ -122,7 +150,7 @@ class ValidateAllocations(Callback):
         host_memory_gib: float | str | None = None,
         host_cpus: int | str | None = None,
         reference_version: str | None = None,
-        app_keys: list[str] | None = None,
+        app_keys: str | list[str] | None = None,
         report: bool | str = False,
     ) -> None:
         if on_invalid not in ("fail", "skip"):
@@ -160,7 +188,7 @@ class ValidateAllocations(Callback):
             "reference_version": reference_version,
             # the app's own top-level keys, skipped by the strict-key check (a list, not
             # Hydra's ListConfig: the verdict key takes its repr)
-            "app_keys": [str(k) for k in app_keys] if app_keys else None,
+            "app_keys": _app_keys(app_keys),
         }
 
     @functools.cached_property

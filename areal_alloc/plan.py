@@ -21,7 +21,7 @@ from areal_alloc.experiment.read import read_experiment
 from areal_alloc.experiment.records import Experiment
 from areal_alloc.model import ModelAllocation
 from areal_alloc.placement import Placement, place
-from areal_alloc.settings import ON_MEMORY, Resolved, Settings, Sourced
+from areal_alloc.settings import DETECTED_HOST, ON_MEMORY, Resolved, Settings, Sourced
 from areal_alloc.vocab import ENGINE_ORDER
 
 if TYPE_CHECKING:
@@ -340,12 +340,13 @@ def _host(
 ) -> HostEstimate | None:
     """The host estimate (``areal_alloc.estimate.host``), loaded only where it can say
     something: a scheduler that is asked for CPUs and memory, something the run keeps in
-    host memory, or host figures given or detected."""
+    host memory, or host figures given (this machine's figures alone, detected, have
+    nothing to judge without one of the others)."""
     memory, cpus = settings.host()
     startup = experiment.startup
+    given = [f for f in (memory, cpus) if f is not None and f.source not in DETECTED_HOST]
     if (
-        memory is None
-        and cpus is None
+        not given  # this machine's figures alone judge only what something asks of a host
         and startup.scheduler_type not in ("ray", "slurm")
         and not startup.enable_offload
         and not any(

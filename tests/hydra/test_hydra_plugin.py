@@ -332,3 +332,33 @@ def test_hook_with_another_sweeper_checks_the_fixed_config(
     with pytest.raises(SystemExit) as info:
         hook.on_multirun_start(config("fsdp:d4p2"))
     assert str(info.value).startswith("areal-alloc: actor.backend='fsdp:d4p2': FSDP backend")
+
+
+@pytest.mark.parametrize(
+    ("given", "names"),
+    [
+        (None, ()),
+        ("", ()),
+        ("output", ("output",)),
+        ("output, round", ("output", "round")),
+        (["marker_dir", "total_gpus"], ("marker_dir", "total_gpus")),
+        (OmegaConf.create(["a", "b"]), ("a", "b")),
+        (5, None),
+        ({"output": 1}, None),
+    ],
+)
+def test_the_hooks_app_keys_are_a_string_or_a_list(given: object, names: object) -> None:
+    from areal_alloc.hydra_hook import app_key_names
+
+    assert app_key_names(given) == names
+
+
+def test_an_app_keys_of_another_type_stops_the_hook_in_one_line() -> None:
+    from areal_alloc.hydra_hook import ValidateAllocations
+
+    with pytest.raises(SystemExit) as info:
+        ValidateAllocations(app_keys=5)  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "areal-alloc: hydra.callbacks.areal_alloc.app_keys=5: must be a comma-separated "
+        "string of the app's own top-level keys (output,round) or a list of them"
+    )
