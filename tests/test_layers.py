@@ -188,7 +188,6 @@ LAYERS = [
     # reference's loader refuses
     "areal_alloc.experiment.models",
     "areal_alloc.experiment.nulls",
-    "areal_alloc.experiment.reference_keys",
     "areal_alloc.experiment.loader",
     "areal_alloc.files",
     # string → syntax
@@ -202,6 +201,8 @@ LAYERS = [
     "areal_alloc._build",
     "areal_alloc.model",
     "areal_alloc.legacy",
+    # the experiment's every key against the reference's schema (names the rollout's layout)
+    "areal_alloc.experiment.reference_keys",
     "areal_alloc.model_shape",
     # model → memory: the model's architecture, the catalogues, the estimate
     "areal_alloc.architecture",

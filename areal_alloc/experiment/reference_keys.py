@@ -63,26 +63,9 @@ _CLI = "areal/api/cli_args.py"
 #: ``tensor_parallel_size``/``pipeline_parallel_size`` from the allocation and then only
 #: vLLMConfig's own fields (``conf_as_dict``, l.2081-2100); ``SGLangConfig.build_args``
 #: takes ``tp_size`` and ``pp_size`` from the allocation (l.2258-2310).
-_T = "t of rollout.backend sets it (rollout.backend=sglang:d2t4 gives each server tp_size 4"
-_TV = "t of rollout.backend sets it (rollout.backend=vllm:d2t4 gives each server "
-_P = "p of rollout.backend sets it (rollout.backend="
 _VLLM = "vLLMConfig.build_args passes only vLLMConfig's own fields, cli_args.py l.2081-2100"
 _SGLANG = "SGLangConfig.build_args passes only SGLangConfig's own fields, cli_args.py l.2258-2310"
 HINTS: dict[str, str] = {
-    "sglang.tp_size": f"{_T}; SGLangConfig.build_args, cli_args.py l.2258-2300)",
-    "sglang.tensor_parallel_size": f"{_T}; SGLangConfig.build_args, cli_args.py l.2258-2300)",
-    "sglang.pp_size": f"{_P}sglang:d2p2 gives each server pp_size 2; cli_args.py l.2267, l.2309)",
-    "sglang.pipeline_parallel_size": (
-        f"{_P}sglang:d2p2 gives each server pp_size 2; cli_args.py l.2267, l.2309)"
-    ),
-    "vllm.tensor_parallel_size": f"{_TV}tensor_parallel_size 4; cli_args.py l.2083-2097)",
-    "vllm.tp_size": f"{_TV}tensor_parallel_size 4; cli_args.py l.2083-2097)",
-    "vllm.pipeline_parallel_size": (
-        f"{_P}vllm:d2p2 gives each server pipeline_parallel_size 2; cli_args.py l.2084-2098)"
-    ),
-    "vllm.pp_size": (
-        f"{_P}vllm:d2p2 gives each server pipeline_parallel_size 2; cli_args.py l.2084-2098)"
-    ),
     "vllm.data_parallel_size": (
         f"d of rollout.backend sets how many servers the reference starts, and the reference "
         f"cannot pass it to vLLM ({_VLLM})"
@@ -187,7 +170,7 @@ def check_reference_keys(cfg: object, version: str | None = None, skip: Iterable
         return
     root = root_of(cfg, chosen, skipped)
     late: list[AllocationValidationError] = []
-    _walk(cfg, root, (), _Walk(schema(chosen), chosen, skipped, late))
+    _walk(cfg, root, (), _Walk(schema(chosen), chosen, skipped, late, cfg))
     if late:
         raise late[0]
 
@@ -197,8 +180,11 @@ class _Walk:
     first refusal of an interpolated value (OmegaConf checks it after the merge, when
     ``to_object`` resolves it)."""
 
-    def __init__(self, data: dict[str, Any], version: str, skip: set[str], late: list[Any]) -> None:
+    def __init__(
+        self, data: dict[str, Any], version: str, skip: set[str], late: list[Any], root: object
+    ) -> None:
         self.classes: dict[str, Any] = data["classes"]
+        self.root = root  # the whole experiment (a hint may name its rollout.backend)
         self.version = version
         self.skip = skip
         self.late = late
@@ -404,13 +390,74 @@ def _null(dotted: str, key: str, field: dict[str, Any], walk: _Walk) -> Allocati
     return null_refusal(dotted, _name(field["type"]), walk.cite(int(field["line"])))
 
 
+#: The server flags the backend string sets: (dimension, the flag the reference passes, where)
+_LAYOUT_FLAGS: dict[str, tuple[str, str, str]] = {
+    "sglang.tp_size": ("t", "tp_size", "SGLangConfig.build_args, cli_args.py l.2258-2300"),
+    "sglang.tensor_parallel_size": (
+        "t",
+        "tp_size",
+        "SGLangConfig.build_args, cli_args.py l.2258-2300",
+    ),
+    "sglang.pp_size": ("p", "pp_size", "SGLangConfig.build_args, cli_args.py l.2267, l.2309"),
+    "sglang.pipeline_parallel_size": (
+        "p",
+        "pp_size",
+        "SGLangConfig.build_args, cli_args.py l.2267, l.2309",
+    ),
+    "vllm.tensor_parallel_size": (
+        "t",
+        "tensor_parallel_size",
+        "vLLMConfig.build_args, cli_args.py l.2083-2097",
+    ),
+    "vllm.tp_size": ("t", "tensor_parallel_size", "vLLMConfig.build_args, cli_args.py l.2083-2097"),
+    "vllm.pipeline_parallel_size": (
+        "p",
+        "pipeline_parallel_size",
+        "vLLMConfig.build_args, cli_args.py l.2084-2098",
+    ),
+    "vllm.pp_size": (
+        "p",
+        "pipeline_parallel_size",
+        "vLLMConfig.build_args, cli_args.py l.2084-2098",
+    ),
+}
+
+
+def _layout_hint(dotted: str, root: object) -> str | None:
+    """For a tensor/pipeline flag under ``sglang``/``vllm``: which letter of rollout.backend
+    sets it, and the size the run's own backend already passes (None: not such a flag)."""
+    flag = _LAYOUT_FLAGS.get(dotted)
+    if flag is None:
+        return None
+    from areal_alloc.model import ModelAllocation
+
+    rollout = child(root, "rollout") if is_mapping(root) else None
+    spec = child(rollout, "backend") if is_mapping(rollout) else None
+    allocation: ModelAllocation | None = None
+    if isinstance(spec, str):
+        try:
+            allocation = ModelAllocation.from_str(spec)
+        except AllocationError:
+            allocation = None
+    if allocation is not None and allocation.backend != dotted.partition(".")[0]:
+        allocation = None  # the rollout runs the other server
+    dim, passed, where = flag
+    if allocation is None:
+        return f"{dim} of rollout.backend sets it: the reference passes it as {passed} ({where})"
+    size = allocation.parallel.tp_size if dim == "t" else allocation.parallel.pp_size
+    return (
+        f"{dim} of rollout.backend={spec!r} sets it: the reference passes {passed}={size} to "
+        f"each server ({where}); change {dim} there for another size"
+    )
+
+
 def _unknown(
     node: object, key: str, dotted: str, cls: str, fields: dict[str, Any], walk: _Walk
 ) -> AllocationValidationError:
     value = child(node, key)
     words = f"Key '{key}' not in '{cls}'"
     parent = dotted.rpartition(".")[0]
-    hint = HINTS.get(dotted)
+    hint = _layout_hint(dotted, walk.root) or HINTS.get(dotted)
     if hint is None and key == "model_shape":
         hint = _MODEL_SHAPE
     if hint is None and dotted.startswith("cluster.") and key in _SETTINGS:
@@ -463,7 +510,7 @@ def _with_areal(cfg: object, version: str, skip: set[str]) -> None:
         if type(error).__name__ == "ConfigKeyError" and dataclasses.is_dataclass(owner):
             names = [f.name for f in dataclasses.fields(owner)]
             near = difflib.get_close_matches(key, names, n=1, cutoff=0.75)
-            hint = HINTS.get(full_key, "")
+            hint = _layout_hint(full_key, given) or HINTS.get(full_key, "")
             if not hint and near:
                 parent = full_key.rpartition(".")[0]
                 hint = f"did you mean {'.'.join(filter(None, (parent, near[0])))}?"

@@ -48,15 +48,27 @@ TABLE = [
     (
         _with(sglang__tp_size=2),
         "sglang.tp_size=2: the reference's loader (areal cbff54d6) refuses it: Key 'tp_size' "
-        "not in 'SGLangConfig'; t of rollout.backend sets it (rollout.backend=sglang:d2t4 gives "
-        "each server tp_size 4; SGLangConfig.build_args, cli_args.py l.2258-2300)",
+        "not in 'SGLangConfig'; t of rollout.backend='sglang:d4' sets it: the reference passes "
+        "tp_size=1 to each server (SGLangConfig.build_args, cli_args.py l.2258-2300); change t "
+        "there for another size",
     ),
     (
         _with(vllm__tensor_parallel_size=2),
         "vllm.tensor_parallel_size=2: the reference's loader (areal cbff54d6) refuses it: Key "
-        "'tensor_parallel_size' not in 'vLLMConfig'; t of rollout.backend sets it "
-        "(rollout.backend=vllm:d2t4 gives each server tensor_parallel_size 4; cli_args.py "
+        "'tensor_parallel_size' not in 'vLLMConfig'; t of rollout.backend sets it: the "
+        "reference passes it as tensor_parallel_size (vLLMConfig.build_args, cli_args.py "
         "l.2083-2097)",
+    ),
+    (
+        {
+            "rollout": {"backend": "vllm:d2p2t2"},
+            "actor": {"backend": "fsdp:d8"},
+            "vllm": {"pipeline_parallel_size": 4},
+        },
+        "vllm.pipeline_parallel_size=4: the reference's loader (areal cbff54d6) refuses it: Key "
+        "'pipeline_parallel_size' not in 'vLLMConfig'; p of rollout.backend='vllm:d2p2t2' sets "
+        "it: the reference passes pipeline_parallel_size=2 to each server (vLLMConfig.build_args, "
+        "cli_args.py l.2084-2098); change p there for another size",
     ),
     (
         _with(vllm__max_num_batched_tokens=8192),
