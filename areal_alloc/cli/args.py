@@ -84,3 +84,17 @@ def real(minimum: float, maximum: float, *, above: bool = True) -> Callable[[str
 speed = real(0, MAX_SPEED)
 #: An argparse type for fractions (efficiencies, memory fractions): in (0, 1].
 fraction = real(0, 1)
+
+
+def reference_flag(parser: argparse.ArgumentParser) -> None:
+    """--reference-version: the reference whose loader checks the experiment's keys
+    (``areal_alloc.experiment.reference_keys``; also AREAL_ALLOC_REFERENCE_VERSION)."""
+    from areal_alloc.experiment.reference_keys import CHOICES, DEFAULT, ENV
+
+    parser.add_argument(
+        "--reference-version",
+        choices=CHOICES,
+        default=None,
+        help=f"the reference whose loader checks the experiment's keys: "
+        f"{', '.join(CHOICES[:-1])} (default {DEFAULT}, the newest) or off; default {ENV}",
+    )

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import Any
 
-from areal_alloc.cli.args import command_parser, positive
+from areal_alloc.cli.args import command_parser, positive, reference_flag
 from areal_alloc.cli.estimates import (
     calibrate,
     calibration_flag,
@@ -48,9 +48,6 @@ from areal_alloc.cli.render import (
 )
 from areal_alloc.compose import compose_file, read_launch_args, script_args
 from areal_alloc.errors import AllocationError, AllocationValidationError, shown
-from areal_alloc.experiment.reference_keys import CHOICES as REFERENCE_CHOICES
-from areal_alloc.experiment.reference_keys import DEFAULT as REFERENCE_DEFAULT
-from areal_alloc.experiment.reference_keys import ENV as REFERENCE_ENV
 from areal_alloc.experiment.sections.engines import has_engines
 from areal_alloc.format import layout_parts
 from areal_alloc.layouts import (
@@ -343,14 +340,7 @@ def _setting_flags(parser: argparse.ArgumentParser) -> None:
         help="an engine predicted over its GPU memory: fail (default), warn, or off (no "
         "estimate); default AREAL_ALLOC_ON_MEMORY",
     )
-    parser.add_argument(
-        "--reference-version",
-        choices=REFERENCE_CHOICES,
-        default=None,
-        help=f"the reference whose loader checks the experiment's keys: "
-        f"{', '.join(REFERENCE_CHOICES[:-1])} (default {REFERENCE_DEFAULT}, the newest) or off; "
-        f"default {REFERENCE_ENV}",
-    )
+    reference_flag(parser)
     gpu_flags(parser)
     hardware_flags(parser)
     mean_gen_len_flag(parser)

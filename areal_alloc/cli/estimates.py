@@ -12,7 +12,15 @@ from pathlib import Path
 
 from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import find_model, reported_bytes
-from areal_alloc.cli.args import command_parser, count, fraction, positive, real, speed
+from areal_alloc.cli.args import (
+    command_parser,
+    count,
+    fraction,
+    positive,
+    real,
+    reference_flag,
+    speed,
+)
 from areal_alloc.cli.render import table
 from areal_alloc.compose import compose_file
 from areal_alloc.defaults import (
@@ -764,7 +772,9 @@ def _stored_calibrations(ns: argparse.Namespace) -> int:
 def _suggest_from_config(ns: argparse.Namespace) -> tuple[bool, bool]:
     """Fill what the flags left unset from an experiment config, composed as the
     reference composes it; returns whether it has a ref and a critic."""
-    experiment = read_experiment(compose_file(ns.config, list(ns.overrides)))
+    experiment = read_experiment(
+        compose_file(ns.config, list(ns.overrides)), reference=ns.reference_version
+    )
     plan = plan_config(experiment, on_memory="off")
     run = experiment.run
 
@@ -960,6 +970,7 @@ def suggest_command(args: list[str]) -> int:
         "flags override",
     )
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="overrides for --config")
+    reference_flag(parser)  # --config's keys, checked as check checks them
     parser.add_argument("--model", metavar="M", help="path, hub id or name")
     parser.add_argument("--gpus", type=positive, metavar="N", help="GPUs in all")
     gpu_flags(parser)  # --gpu and --memory-reserve-gib, as check, layouts and explain take them

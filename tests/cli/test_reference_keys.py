@@ -168,6 +168,21 @@ def test_check_refuses_it_with_exit_code_1(tmp_path: Path, main_cli: MainCli) ->
     assert off.returncode == 0, off.stderr
 
 
+def test_suggest_config_checks_the_keys_and_takes_the_flag(
+    tmp_path: Path, main_cli: MainCli
+) -> None:
+    cfg = _with(sglang__tp_size=2)
+    cfg["actor"].update(path="Qwen/Qwen3-0.6B", mb_spec={"max_tokens_per_mb": 8192})
+    cfg["cluster"] = {"n_nodes": 1, "n_gpus_per_node": 8}
+    (tmp_path / "run.yaml").write_text(OmegaConf.to_yaml(cfg))
+    done = main_cli("suggest", "--config", "run.yaml", "--gpu", "H100-80GB")
+    assert (done.returncode, done.stderr) == (1, f"areal-alloc suggest: {TABLE[0][1]}\n")
+    off = main_cli(
+        "suggest", "--config", "run.yaml", "--gpu", "H100-80GB", "--reference-version", "off"
+    )
+    assert off.returncode == 0, off.stderr
+
+
 def test_the_version_from_each_source(monkeypatch: pytest.MonkeyPatch) -> None:
     given = Settings.from_sources(flags={"reference_version": "1.0.4"}, environ={}, detect=False)
     assert given.reference_version() == "1.0.4"
