@@ -252,11 +252,19 @@ def test_the_installed_areal_runs_its_own_loader(
     (package / "api" / "__init__.py").write_text("")
     (package / "api" / "cli_args.py").write_text(_FAKE)
     monkeypatch.syspath_prepend(str(tmp_path))
-    for name in [m for m in sys.modules if m == "areal" or m.startswith("areal.")]:
+
+    def loaded() -> list[str]:
+        return [m for m in sys.modules if m == "areal" or m.startswith("areal.")]
+
+    for name in loaded():  # the wheel's stand-ins, put back when the test ends
         monkeypatch.delitem(sys.modules, name)
-    check_reference_keys(OmegaConf.create(GRPO))
-    with pytest.raises(AllocationValidationError) as caught:
-        check_reference_keys(OmegaConf.create({**GRPO, "sglang": {"context_lenght": 4096}}))
+    try:
+        check_reference_keys(OmegaConf.create(GRPO))
+        with pytest.raises(AllocationValidationError) as caught:
+            check_reference_keys(OmegaConf.create({**GRPO, "sglang": {"context_lenght": 4096}}))
+    finally:  # the fake package must not stay "installed" for the tests after this one
+        for name in loaded():
+            del sys.modules[name]
     assert caught.value.message == (
         "sglang.context_lenght=4096: the reference's loader (areal unknown version, installed "
         "here) refuses it: Key 'context_lenght' not in 'SGLangConfig'; did you mean "
