@@ -425,7 +425,9 @@ class Settings:
         if detect is None:
             switch = env.get(DETECT_ENV, "").strip().lower()
             detect = switch not in ("0", "off", "false", "no")
-        own = hook.get("app_keys") if hook is not None else None
+        own = flags.get("app_keys") if flags is not None else None
+        if not own and hook is not None:
+            own = hook.get("app_keys")
         app_keys = tuple(str(k) for k in own) if isinstance(own, (list, tuple)) else ()
         return cls(tuple(given), detect, app_keys=app_keys)
 

@@ -86,10 +86,27 @@ speed = real(0, MAX_SPEED)
 fraction = real(0, 1)
 
 
+def _app_keys(text: str) -> tuple[str, ...]:
+    from areal_alloc.hydra_hook import app_key_names
+
+    return app_key_names(text) or ()
+
+
 def reference_flag(parser: argparse.ArgumentParser) -> None:
     """--reference-version: the reference whose loader checks the experiment's keys
-    (``areal_alloc.experiment.reference_keys``; also AREAL_ALLOC_REFERENCE_VERSION)."""
+    (``areal_alloc.experiment.reference_keys``; also AREAL_ALLOC_REFERENCE_VERSION), and
+    --app-keys: the keys an app's own config class adds (the hook's ``app_keys``)."""
     from areal_alloc.experiment.reference_keys import CHOICES, DEFAULT, ENV
+
+    parser.add_argument(
+        "--app-keys",
+        type=_app_keys,
+        default=None,
+        metavar="KEYS",
+        help="comma-separated keys, top-level or dotted (econfig,rollout.agent), that the "
+        "entry script's own config class adds to the reference's: not checked against its "
+        "schema (the hook's app_keys)",
+    )
 
     parser.add_argument(
         "--reference-version",

@@ -147,7 +147,9 @@ def settings_of(ns: argparse.Namespace) -> Settings:
     """The settings the flags give (``--gpu``, ``--on-memory`` …), then the environment's,
     then nvidia-smi's GPU: what ``plan_config`` takes for ``check`` and ``preflight``;
     ``--no-calibration`` leaves a stored calibration out of the plan too."""
-    found = Settings.from_sources(flags={name: getattr(ns, name, None) for name in NAMES})
+    flags: dict[str, object] = {name: getattr(ns, name, None) for name in NAMES}
+    flags["app_keys"] = getattr(ns, "app_keys", None)
+    found = Settings.from_sources(flags=flags)
     if getattr(ns, "no_calibration", False):
         found = replace(found, use_calibration=False)
     return found
@@ -773,7 +775,9 @@ def _suggest_from_config(ns: argparse.Namespace) -> tuple[bool, bool]:
     """Fill what the flags left unset from an experiment config, composed as the
     reference composes it; returns whether it has a ref and a critic."""
     experiment = read_experiment(
-        compose_file(ns.config, list(ns.overrides)), reference=ns.reference_version
+        compose_file(ns.config, list(ns.overrides)),
+        reference=ns.reference_version,
+        app_keys=ns.app_keys or (),
     )
     plan = plan_config(experiment, on_memory="off")
     run = experiment.run

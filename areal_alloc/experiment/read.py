@@ -70,11 +70,12 @@ def read_experiment(
             f"got {type(cfg).__name__}"
         )
     legacy_check(cfg)
-    check_reference_keys(cfg, reference, app_keys)
+    key_warnings = check_reference_keys(cfg, reference, app_keys)
     refuse_nulls(cfg)
     refuse_at_load(cfg)
     cluster = read_cluster(cfg)
     read, warnings = read_engines(cfg)
+    warnings = key_warnings + warnings
     warnings += not_inference_keys(cfg)
     engines = apply_run_rules(cfg, read)
     engines = [_with_details(cfg, e) for e in engines]

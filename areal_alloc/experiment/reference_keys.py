@@ -150,29 +150,56 @@ def root_of(cfg: object, version: str = DEFAULT, skip: Iterable[str] = ()) -> st
     return str(roots["rw"] if is_critic else roots["sft"])
 
 
-def check_reference_keys(cfg: object, version: str | None = None, skip: Iterable[str] = ()) -> None:
-    """Raise one line for the first key or value of ``cfg`` the reference's loader refuses.
+def check_reference_keys(
+    cfg: object, version: str | None = None, skip: Iterable[str] = ()
+) -> list[str]:
+    """Raise one line for the first key or value of ``cfg`` the reference's loader refuses;
+    return the warnings (a top-level key its config classes lack: see :func:`_app_key`).
 
     ``version``: a supported version, ``off`` (nothing checked) or None (the environment's
-    ``AREAL_ALLOC_REFERENCE_VERSION``, else the newest). ``skip``: top-level keys that are
-    not the reference's (an app's own, such as the ``areal-alloc`` app's ``output``);
-    Hydra's ``hydra`` node is always skipped. A dataclass object is what the reference's
-    own loader returned: it took it, nothing is checked.
+    ``AREAL_ALLOC_REFERENCE_VERSION``, else the newest). ``skip``: keys, top-level or
+    dotted, that are not the reference's (an app's own, such as the ``areal-alloc`` app's
+    ``output``, or a field an app's own config class adds, ``rollout.agent``); Hydra's
+    ``hydra`` node is always skipped. A dataclass object is what the reference's own loader
+    returned: it took it, nothing is checked.
     """
     chosen = _version(version)
     if chosen == OFF or not is_mapping(cfg) or dataclasses.is_dataclass(cfg):
-        return
+        return []
     if not set(keys(cfg)) & set(ENGINE_ORDER):
-        return  # not an experiment: the reading says "no engine found" (check skips it)
+        return []  # not an experiment: the reading says "no engine found" (check skips it)
     skipped = {"hydra", *skip}
     if _areal_installed():
-        _with_areal(cfg, chosen, skipped)
-        return
+        return _with_areal(cfg, chosen, skipped)
     root = root_of(cfg, chosen, skipped)
     late: list[AllocationValidationError] = []
-    _walk(cfg, root, (), _Walk(schema(chosen), chosen, skipped, late, cfg))
+    walk = _Walk(schema(chosen), chosen, skipped, late, cfg)
+    _walk(cfg, root, (), walk)
     if late:
         raise late[0]
+    return walk.warnings
+
+
+#: areal-alloc's own old top-level keys: refused, whatever the app's config class
+_OURS_AT_THE_TOP = ("model_shape",)
+#: The reference's own apps that load a config class of their own, adding keys (AReaL
+#: cbff54d6: examples/tau2/utils.py l.58 ``class Tau2PPOConfig(PPOConfig)``, loaded by
+#: examples/tau2/train.py l.70 ``load_expr_config(args, Tau2PPOConfig)``)
+_SUBCLASSED = "as examples/tau2/train.py l.70 loads Tau2PPOConfig(PPOConfig)"
+
+
+def _app_key(key: str, cls: str, fields: dict[str, Any], version: str) -> str:
+    """The warning for a top-level key ``cls`` lacks: the reference's loader refuses it
+    unless the entry script loads a config class of its own that declares it, which no
+    config can tell; a near name is named."""
+    near = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.75)
+    typo = f"; or did you mean {near[0]}?" if near else ""
+    return (
+        f"{key}: not a key of {cls} (areal {version}): the reference's loader refuses it "
+        f"unless the entry script loads a config class of its own that declares it "
+        f"({_SUBCLASSED}); if yours does, name it in --app-keys or the hook's app_keys"
+        f"{typo}"
+    )
 
 
 class _Walk:
@@ -188,6 +215,7 @@ class _Walk:
         self.version = version
         self.skip = skip
         self.late = late
+        self.warnings: list[str] = []
 
     @property
     def where(self) -> str:
@@ -215,13 +243,16 @@ def _walk(node: object, cls: str, path: tuple[str, ...], walk: _Walk) -> None:
     fields: dict[str, Any] = walk.classes[cls]["fields"]
     unset_nulls = strict_schema(node)  # areal-alloc's strict schema: a null is an unset key
     for key in keys(node):
-        if not path and key in walk.skip:
-            continue
         dotted = ".".join((*path, key))
+        if dotted in walk.skip:
+            continue
         null, interpolated = _raw(node, key)
         field = fields.get(key)
         if field is None:
             if null and unset_nulls:
+                continue
+            if not path and key not in _OURS_AT_THE_TOP:
+                walk.warnings.append(_app_key(key, cls, fields, walk.version))
                 continue
             raise _unknown(node, key, dotted, cls, fields, walk)
         if null:
@@ -481,9 +512,10 @@ def _unknown(
 # --- the real loader, when areal is installed -------------------------------------------
 
 
-def _with_areal(cfg: object, version: str, skip: set[str]) -> None:
+def _with_areal(cfg: object, version: str, skip: set[str]) -> list[str]:
     """The installed reference's own loader step (``to_structured_cfg`` then
-    ``OmegaConf.to_object``, as ``load_expr_config`` runs them), its refusal in one line."""
+    ``OmegaConf.to_object``, as ``load_expr_config`` runs them), its refusal in one line;
+    a top-level key its root class lacks is a warning (:func:`_app_key`), as in the walk."""
     import importlib
 
     from omegaconf import DictConfig, OmegaConf
@@ -494,22 +526,35 @@ def _with_areal(cfg: object, version: str, skip: set[str]) -> None:
         OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg
     )
     given = {k: v for k, v in dict(container).items() if k not in skip}
+    for dotted in skip:  # an app's own nested keys (rollout.agent)
+        *parents, last = dotted.split(".")
+        node: Any = given
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if parents and isinstance(node, dict):
+            node.pop(last, None)
     root = root_of(given, version)
     cls = getattr(module, root)
+    names = {f.name: None for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+    warnings: list[str] = []
+    for key in [k for k in given if names and k not in names and k not in _OURS_AT_THE_TOP]:
+        warnings.append(_app_key(key, root, names, f"{installed}, installed here"))
+        given.pop(key)
     try:
         OmegaConf.to_object(module.to_structured_cfg(OmegaConf.create(given), config_cls=cls))
+        return warnings
     except Exception as error:
         text = str(error).splitlines()[0] if str(error) else type(error).__name__
         full_key = str(getattr(error, "full_key", "") or "")
         where = f"the reference's loader (areal {installed}, installed here)"
         if type(error).__name__ == "MissingMandatoryValue":
-            return  # the run's names: the user's own (see the module's docstring)
+            return warnings  # the run's names: the user's own (see the module's docstring)
         hint = ""
         owner = getattr(error, "object_type", None)
         key = str(getattr(error, "key", "") or "")
         if type(error).__name__ == "ConfigKeyError" and dataclasses.is_dataclass(owner):
-            names = [f.name for f in dataclasses.fields(owner)]
-            near = difflib.get_close_matches(key, names, n=1, cutoff=0.75)
+            owned = [f.name for f in dataclasses.fields(owner)]
+            near = difflib.get_close_matches(key, owned, n=1, cutoff=0.75)
             hint = _layout_hint(full_key, given) or HINTS.get(full_key, "")
             if not hint and near:
                 parent = full_key.rpartition(".")[0]

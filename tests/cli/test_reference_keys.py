@@ -183,6 +183,36 @@ def test_suggest_config_checks_the_keys_and_takes_the_flag(
     assert off.returncode == 0, off.stderr
 
 
+_APP_KEY = (
+    "warning: econfig: not a key of GRPOConfig (areal cbff54d6): the reference's loader refuses "
+    "it unless the entry script loads a config class of its own that declares it (as "
+    "examples/tau2/train.py l.70 loads Tau2PPOConfig(PPOConfig)); if yours does, name it in "
+    "--app-keys or the hook's app_keys; or did you mean gconfig?"
+)
+
+
+def test_a_top_level_key_of_an_apps_own_config_class_warns(
+    tmp_path: Path, main_cli: MainCli
+) -> None:
+    """The reference's own tau2 app loads Tau2PPOConfig(PPOConfig), which adds ``econfig``:
+    a check cannot know the entry script's class, so a top-level key warns (and a near name
+    is named); --app-keys names it; areal-alloc's own model_shape stays refused."""
+    cfg = {**GRPO, "econfig": {"domain": "airline"}}
+    (tmp_path / "run.yaml").write_text(OmegaConf.to_yaml(cfg))
+    done = main_cli("check", "--on-memory", "off", "run.yaml")
+    assert done.returncode == 0, done.stderr
+    assert _APP_KEY in done.stdout.splitlines()
+    named = main_cli("check", "--on-memory", "off", "--app-keys", "econfig", "run.yaml")
+    assert (named.returncode, "econfig" in named.stdout) == (0, False)
+    assert check_reference_keys(OmegaConf.create(cfg), skip=("econfig",)) == []
+    nested = _with(rollout__agent_plan={"turns": 3})
+    with pytest.raises(AllocationValidationError):
+        check_reference_keys(OmegaConf.create(nested))
+    assert check_reference_keys(OmegaConf.create(nested), skip=("rollout.agent_plan",)) == []
+    (tmp_path / "shape.yaml").write_text(OmegaConf.to_yaml({**GRPO, "model_shape": {"x": 1}}))
+    assert main_cli("check", "--on-memory", "off", "shape.yaml").returncode == 1
+
+
 def test_the_version_from_each_source(monkeypatch: pytest.MonkeyPatch) -> None:
     given = Settings.from_sources(flags={"reference_version": "1.0.4"}, environ={}, detect=False)
     assert given.reference_version() == "1.0.4"
