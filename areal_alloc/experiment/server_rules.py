@@ -128,7 +128,8 @@ def _context(engine: Engine, server: InferenceConfig, experiment: Experiment) ->
     if arch is None or limit is None:
         return None
     run = experiment.run
-    longest = run.max_length + run.new_tokens if run.max_length is not None else None
+    # the run's longest sequence, with its gconfig.max_tokens cap (RunConfig.longest)
+    longest = run.longest if run.max_length is not None else None
     derived = f"max_position_embeddings={arch.max_position_embeddings:,}"
     where = arch.positions_source or arch.source
     if arch.rope_type and limit != arch.max_position_embeddings:
@@ -147,12 +148,18 @@ def _context(engine: Engine, server: InferenceConfig, experiment: Experiment) ->
             f"the servers' environment: set {server.length_key}={limit:,} or less"
         )
     if longest is not None and run.max_length is not None and longest > limit:
+        capped = (
+            f" (capped at gconfig.max_tokens {run.tokens_cap:,})"
+            if longest < run.max_length + run.new_tokens
+            else ""
+        )
         return (
             f"train_dataset.max_length {run.max_length:,} + gconfig.max_new_tokens "
-            f"{run.new_tokens:,} = {longest:,} tokens is above the model's {derived} "
+            f"{run.new_tokens:,}{capped} = {longest:,} tokens is above the model's {derived} "
             f"({where}), the longest sequence {backend} serves (past it a request is "
             f"refused, or with {variable}=1 its positions go out of range): lower "
-            f"gconfig.max_new_tokens to {max(limit - run.max_length, 0):,} or less"
+            f"gconfig.max_new_tokens to {max(limit - run.max_length, 0):,} or less, or "
+            f"gconfig.max_tokens to {limit:,} or less"
         )
     return None
 

@@ -86,13 +86,14 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
             "Qwen/Qwen3-8B",
             "vllm:d2t4",
             train_dataset={"max_length": 8192},
-            gconfig={"max_new_tokens": 36864},
+            gconfig={"max_new_tokens": 36864, "max_tokens": 43008},
         ),
-        "train_dataset.max_length 8,192 + gconfig.max_new_tokens 36,864 = 45,056 tokens is "
-        "above the model's max_position_embeddings=40,960 (Qwen/Qwen3-8B's config.json), the "
-        "longest sequence vllm serves (past it a request is refused, or with "
-        "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 its positions go out of range): lower "
-        "gconfig.max_new_tokens to 32,768 or less",
+        "train_dataset.max_length 8,192 + gconfig.max_new_tokens 36,864 (capped at "
+        "gconfig.max_tokens 43,008) = 43,008 tokens is above the model's "
+        "max_position_embeddings=40,960 (Qwen/Qwen3-8B's config.json), the longest sequence "
+        "vllm serves (past it a request is refused, or with VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 its "
+        "positions go out of range): lower gconfig.max_new_tokens to 32,768 or less, or "
+        "gconfig.max_tokens to 40,960 or less",
     ),
     (
         cfg("meta-llama/Llama-3.1-8B", "vllm:d2t4", vllm={"max_model_len": 262144}),
@@ -123,6 +124,14 @@ def test_a_context_above_a_catalogue_models_positions_is_refused(
         # the base model's own 131,072 positions
         cfg("Qwen/Qwen2.5-7B", "sglang:d2t4", sglang={"context_length": 65536}),
         cfg("meta-llama/Llama-3.1-8B", "sglang:d2t4", sglang={"context_length": 131072}),
+        # 8,192 + 36,864 would pass the 40,960 positions, but the reference caps each
+        # request at gconfig.max_tokens (32,768 by default; remote_inf_engine.py l.942-944)
+        cfg(
+            "Qwen/Qwen3-8B",
+            "vllm:d2t4",
+            train_dataset={"max_length": 8192},
+            gconfig={"max_new_tokens": 36864},
+        ),
         # no cited positions: the rule cannot judge, so it says nothing
         cfg("Qwen/Qwen2.5-1.5B-Instruct", "sglang:d2t4", sglang={"context_length": 1 << 20}),
     ],
