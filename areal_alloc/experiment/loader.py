@@ -117,6 +117,8 @@ _EXPERIMENT_WHERE = f"PPOConfig.__post_init__, {_CLI}"
 #: l.3353) and the training engines (those and PPOCriticConfig, l.3412)
 _POLICIES = ("actor", "ref", "teacher.train")
 _TRAINERS = ("actor", "ref", "critic", "teacher.train")
+#: the sections the reference types InferenceEngineConfig (PPOConfig's rollout, TeacherConfig's)
+_ROLLOUTS = ("rollout", "teacher.rollout")
 #: DPOConfig's DPOEngineConfig sections (l.3329-3331)
 _DPO_ENGINES = ("actor", "ref")
 _DPO_LOSSES = ("sigmoid", "ipo")  # DPOEngineConfig.__post_init__'s (l.3315-3322)
@@ -139,6 +141,12 @@ def refuse_at_load(cfg: object) -> None:
         _refuse_removed(child(cfg, name), name)
     for path, allowed, said, where in MODES:
         _refuse_mode(_at(cfg, path, own=True), path, allowed, said, where)
+    for path in _ROLLOUTS:  # InferenceEngineConfig.__post_init__ (l.2666-2671)
+        node = _at(cfg, path)
+        if node is not None:
+            _refuse_spec_count(
+                node, path, f"InferenceEngineConfig.__post_init__, {_CLI} l.2668-2671"
+            )
     for path in _TRAINERS:
         node = _at(cfg, path)
         if node is None:
@@ -494,6 +502,25 @@ def _refuse_rejection(node: object, path: str) -> None:
         )
 
 
+def _refuse_spec_count(node: object, path: str, where: str) -> None:
+    """``scheduling_spec`` holds one or two SchedulingSpec (TrainEngineConfig l.1464-1467,
+    InferenceEngineConfig l.2668-2671): the worker's, and optionally the engine's."""
+    specs = child(node, "scheduling_spec")
+    if specs is None or is_mapping(specs) or isinstance(specs, (str, bytes)):
+        return  # the key check and the reading name a value of another kind
+    try:
+        count = len(specs)
+    except TypeError:
+        return
+    if count not in (1, 2):
+        raise _refused(
+            f"{path}.scheduling_spec (a list of {count})",
+            "must hold 1 or 2 SchedulingSpec sections (the worker's, then optionally the engine's)",
+            f"scheduling_spec must contain 1 or 2 SchedulingSpec, got {count}",
+            where,
+        )
+
+
 def _refuse_train(node: object, path: str) -> None:
     """TrainEngineConfig.__post_init__'s chunk size and attention (l.1460-1470)."""
     chunk = _integer(node, "logprobs_chunk_size", path, 1024)
@@ -504,6 +531,7 @@ def _refuse_train(node: object, path: str) -> None:
             f"logprobs_chunk_size must be positive, got {chunk}",
             f"{_TRAIN_WHERE} l.1460-1463",
         )
+    _refuse_spec_count(node, path, f"{_TRAIN_WHERE} l.1464-1467")
     attention = _text(node, "attn_impl", path)
     if attention is not None and attention not in ATTN_IMPLS and "/" not in attention:
         subject, hint = _as_written(node, "attn_impl", path, attention)

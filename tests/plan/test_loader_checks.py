@@ -56,6 +56,9 @@ def _config(**settings: Any) -> Any:
     return OmegaConf.create(config)  # as Hydra hands it over
 
 
+_SPECS = "must hold 1 or 2 SchedulingSpec sections (the worker's, then optionally the engine's)"
+
+
 def _said(subject: str, allowed: str, said: str, where: str) -> str:
     return f'{subject}: {allowed} (the reference\'s loader raises "{said}": {where} at cbff54d6)'
 
@@ -806,7 +809,34 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
             REJECTION,
         ),
     ),
-    # 9. the training engines' chunk size and attention; the shared seed
+    # 9. the training engines' chunk size, worker specs and attention; the shared seed
+    (
+        {"actor__scheduling_spec": [{"mem": 32}, {"mem": 32}, {"mem": 32}]},
+        _said(
+            "actor.scheduling_spec (a list of 3)",
+            _SPECS,
+            "scheduling_spec must contain 1 or 2 SchedulingSpec, got 3",
+            f"{TRAIN} l.1464-1467",
+        ),
+    ),
+    (  # an inactive ref too: every section present is built
+        {"ref__scheduling_spec": []},
+        _said(
+            "ref.scheduling_spec (a list of 0)",
+            _SPECS,
+            "scheduling_spec must contain 1 or 2 SchedulingSpec, got 0",
+            f"{TRAIN} l.1464-1467",
+        ),
+    ),
+    (
+        {"rollout__scheduling_spec": []},
+        _said(
+            "rollout.scheduling_spec (a list of 0)",
+            _SPECS,
+            "scheduling_spec must contain 1 or 2 SchedulingSpec, got 0",
+            "InferenceEngineConfig.__post_init__, areal/api/cli_args.py l.2668-2671",
+        ),
+    ),
     (
         {"actor__logprobs_chunk_size": 0},
         _said(
