@@ -74,8 +74,16 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     (
         cfg(rollout={"backend": "vllm:d8"}, vllm={"dtype": "fp8"}),
         "vllm.dtype='fp8': vllm's --dtype takes only auto, half, float16, bfloat16, float, "
+        "float32 (its argparse stops with 'argument --dtype: invalid choice: 'fp8''); the "
+        "reference cannot set vLLM's KV cache dtype (vLLMConfig has no kv_cache_dtype, "
+        "cli_args.py l.2028-2070), quantized weights come from the checkpoint's "
+        "quantization_config",
+    ),
+    (
+        cfg(rollout={"backend": "sglang:d8"}, sglang={"dtype": "fp8"}),
+        "sglang.dtype='fp8': sglang's --dtype takes only auto, half, float16, bfloat16, float, "
         "float32 (its argparse stops with 'argument --dtype: invalid choice: 'fp8''); a "
-        "quantized KV cache is vllm.kv_cache_dtype=fp8_e4m3, quantized weights come from the "
+        "quantized KV cache is sglang.kv_cache_dtype=fp8_e4m3, quantized weights come from the "
         "checkpoint's quantization_config",
     ),
 ]

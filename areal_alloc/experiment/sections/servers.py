@@ -54,9 +54,14 @@ def _dtype(server: Any, backend: str) -> str:
     reference's bfloat16 (the checkpoint's own dtype for the bf16 models it trains)."""
     dtype = _text(server, "dtype", "bfloat16")
     if dtype not in SERVER_DTYPES:
+        kv = (
+            "a quantized KV cache is sglang.kv_cache_dtype=fp8_e4m3"
+            if backend == "sglang"
+            else "the reference cannot set vLLM's KV cache dtype (vLLMConfig has no "
+            "kv_cache_dtype, cli_args.py l.2028-2070)"
+        )
         hint = (
-            f"; a quantized KV cache is {backend}.kv_cache_dtype=fp8_e4m3, quantized weights come "
-            f"from the checkpoint's quantization_config"
+            f"; {kv}, quantized weights come from the checkpoint's quantization_config"
             if "8" in dtype or "4" in dtype
             else ""
         )
@@ -101,7 +106,8 @@ def inference_config(cfg: object, engine: Engine, at: Any) -> InferenceConfig:
     )
     return InferenceConfig(
         dtype=_dtype(server, backend),
-        kv_cache_dtype=_text(server, "kv_cache_dtype", "auto"),
+        # SGLangConfig.kv_cache_dtype (l.2199); vLLMConfig has none (the key check refuses it)
+        kv_cache_dtype=_text(server, "kv_cache_dtype", "auto") if not vllm else "auto",
         memory_fraction=defaults.MEMORY_FRACTION if fraction is None else fraction,
         context_length=length or defaults.CONTEXT_LENGTH,
         max_concurrent_rollouts=concurrency,
