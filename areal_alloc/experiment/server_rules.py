@@ -84,19 +84,16 @@ def _sglang_parallel(engine: Engine, server: InferenceConfig) -> str | None:
             f"1887 at {_SGLANG}): set sglang.ep_size to one of {_sizes(divisors(t))}"
         )
     arch = _architecture(engine)
-    if ep > 1 and arch is not None:
-        if not arch.num_experts:
-            return (
-                f"sglang.ep_size={ep} needs a mixture-of-experts model, but {arch.source} has "
-                f"no experts: set sglang.ep_size=1"
-            )
-        if arch.num_experts % ep:
-            fits = [n for n in divisors(t) if arch.num_experts % n == 0]
-            return (
-                f"sglang.ep_size={ep}: the model's {arch.num_experts} experts do not split over "
-                f"{ep} expert-parallel ranks ({arch.num_experts} % {ep} = "
-                f"{arch.num_experts % ep}): set sglang.ep_size to one of {_sizes(fits)}"
-            )
+    if ep > 1 and arch is not None and arch.num_experts and arch.num_experts % ep:
+        fits = [n for n in divisors(t) if arch.num_experts % n == 0]
+        return (
+            f"sglang.ep_size={ep}: the model's {arch.num_experts} experts do not split over "
+            f"{ep} expert-parallel ranks ({arch.num_experts} % {ep} = "
+            f"{arch.num_experts % ep}): SGLang asserts '(num_experts - "
+            f"num_fused_shared_experts) % self.moe_ep_size == 0' (python/sglang/srt/layers/moe/"
+            f"fused_moe_triton/layer.py l.200 at {_SGLANG}): set sglang.ep_size to one of "
+            f"{_sizes(fits)}"
+        )
     dp = server.dp_size
     if server.enable_dp_attention and dp > 1 and t % dp:
         fits = [n for n in divisors(t) if n > 1]
@@ -223,6 +220,14 @@ def server_warnings(experiment: Experiment) -> list[str]:
             out.append(f"{context} ({ALLOW_LONGER[backend]}=1 is set here: the server warns)")
         if backend != "sglang":
             continue
+        arch = _architecture(engine) if server.ep_size > 1 else None
+        if arch is not None and not arch.num_experts:
+            out.append(
+                f"sglang.ep_size={server.ep_size} on {arch.source}, which has no experts: "
+                f"expert parallelism has nothing to split (SGLang's experts are its MoE "
+                f"layers, python/sglang/srt/layers/moe/fused_moe_triton/layer.py l.196-203 at "
+                f"{_SGLANG}); sglang.ep_size=1 says what runs"
+            )
         if server.enable_dp_attention and server.dp_size == 1:
             out.append(
                 "sglang.enable_dp_attention=true with sglang.dp_size=1: SGLang turns "

@@ -115,6 +115,17 @@ def test_the_nearest_configs_start(config: dict[str, Any]) -> None:
 
 
 WARNED: list[tuple[dict[str, Any], str]] = [
+    (  # a dense model: no MoE layer to split, and SGLang starts
+        cfg(
+            rollout={"backend": "sglang:d2t4"},
+            actor={"backend": "fsdp:d8", "path": "Qwen/Qwen3-8B"},
+            sglang={"ep_size": 2},
+        ),
+        "sglang.ep_size=2 on Qwen/Qwen3-8B, which has no experts: expert parallelism has "
+        "nothing to split (SGLang's experts are its MoE layers, python/sglang/srt/layers/moe/"
+        "fused_moe_triton/layer.py l.196-203 at SGLang 0.5.10.post1); sglang.ep_size=1 says what "
+        "runs",
+    ),
     (
         cfg(rollout={"backend": "sglang:d2t4"}, sglang={"dp_size": 1, "enable_dp_attention": True}),
         "sglang.enable_dp_attention=true with sglang.dp_size=1: SGLang turns dp-attention off "
@@ -293,3 +304,22 @@ def test_the_servers_uneven_pipeline_split(
     backend: str, layers: int, pp: int, stages: list[int]
 ) -> None:
     assert pipeline_stages(backend, layers, pp) == stages
+
+
+def test_experts_that_do_not_split_over_ep_are_refused(tmp_path: Path) -> None:
+    """60 experts (as Qwen1.5-MoE-A2.7B has) over ep 8 inside t8."""
+    moe = {"num_experts": 60, "num_experts_per_tok": 4, "moe_intermediate_size": 1408}
+    path = _model(tmp_path, model_type="qwen2_moe", max_position_embeddings=32768, **moe)
+    config = cfg(
+        rollout={"backend": "sglang:d1t8"},
+        actor={"backend": "fsdp:d8", "path": path},
+        sglang={"ep_size": 8},
+    )
+    with pytest.raises(AllocationValidationError) as caught:
+        validate(config, on_memory="off")
+    assert caught.value.message == (
+        "sglang.ep_size=8: the model's 60 experts do not split over 8 expert-parallel ranks "
+        "(60 % 8 = 4): SGLang asserts '(num_experts - num_fused_shared_experts) % "
+        "self.moe_ep_size == 0' (python/sglang/srt/layers/moe/fused_moe_triton/layer.py l.200 "
+        "at SGLang 0.5.10.post1): set sglang.ep_size to one of 1, 2, 4"
+    )
