@@ -168,14 +168,19 @@ def read_quantization(data: Any, source: str) -> Quantization | None:
             for g in (groups.values() if isinstance(groups, dict) else ())
             if isinstance(g, dict) and isinstance(g.get("weights"), dict)
         ]
-        widths = [w for w in widths if isinstance(w, int) and w > 0]
+        widths = [w for w in widths if isinstance(w, int) and not isinstance(w, bool) and w > 0]
         if widths:
             bits = max(widths)
             return Quantization(method, bits / 8, f"compressed-tensors {bits}-bit weights")
+        raise AllocationValidationError(
+            f"{source}: quantization_config.config_groups: no group gives weights.num_bits as "
+            f"a whole number above 0, so the weights' bytes are unknown; fix the file, or check "
+            f"with --on-memory off (the hook's on_memory: off) to leave memory unestimated"
+        )
     raise AllocationValidationError(
         f"{source}: quantization_config.quant_method={quote(method)} is not read here (read: "
-        f"{', '.join((*_EIGHT_BIT, *_GROUPED, 'compressed-tensors'))}); give the model's "
-        f"sizes without it to cost it unquantized"
+        f"{', '.join((*_EIGHT_BIT, *_GROUPED, 'compressed-tensors'))}); check with "
+        f"--on-memory off (the hook's on_memory: off) to leave memory unestimated"
     )
 
 

@@ -75,6 +75,12 @@ HINTS: dict[str, str] = {
         f"cannot pass it to vLLM ({_VLLM})"
     ),
     "vllm.max_num_batched_tokens": f"the reference cannot pass it to vLLM ({_VLLM})",
+    # TeacherConfig (l.3343-3383): engine_type picks teacher.rollout or teacher.train
+    "teacher.backend": (
+        "a teacher's backend belongs to its engine: teacher.rollout.backend (teacher.engine_type "
+        "rollout, the default) or teacher.train.backend with teacher.engine_type: train "
+        "(TeacherConfig, cli_args.py l.3343-3383)"
+    ),
 }
 #: areal-alloc's own old keys, which the reference's loader refuses: what to use instead
 _OURS_SETTING = (

@@ -71,6 +71,14 @@ TABLE = [
         "cli_args.py l.2084-2098); change p there for another size",
     ),
     (
+        _with(teacher={"backend": "sglang:d1"}),
+        "teacher.backend='sglang:d1': the reference's loader (areal cbff54d6) refuses it: Key "
+        "'backend' not in 'TeacherConfig'; a teacher's backend belongs to its engine: "
+        "teacher.rollout.backend (teacher.engine_type rollout, the default) or "
+        "teacher.train.backend with teacher.engine_type: train (TeacherConfig, cli_args.py "
+        "l.3343-3383)",
+    ),
+    (
         _with(vllm__max_num_batched_tokens=8192),
         "vllm.max_num_batched_tokens=8192: the reference's loader (areal cbff54d6) refuses it: "
         "Key 'max_num_batched_tokens' not in 'vLLMConfig'; the reference cannot pass it to vLLM "

@@ -323,3 +323,14 @@ def test_experts_that_do_not_split_over_ep_are_refused(tmp_path: Path) -> None:
         "self.moe_ep_size == 0' (python/sglang/srt/layers/moe/fused_moe_triton/layer.py l.200 "
         "at SGLang 0.5.10.post1): set sglang.ep_size to one of 1, 2, 4"
     )
+
+
+def test_compressed_tensors_without_a_width_names_what_is_missing() -> None:
+    config = {"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {}}}}
+    with pytest.raises(AllocationValidationError) as caught:
+        Architecture.from_mapping({**SMALL, "quantization_config": config}, source="m")
+    assert caught.value.message == (
+        "m: quantization_config.config_groups: no group gives weights.num_bits as a whole number "
+        "above 0, so the weights' bytes are unknown; fix the file, or check with --on-memory off "
+        "(the hook's on_memory: off) to leave memory unestimated"
+    )
