@@ -51,7 +51,7 @@ def plan_2x8() -> Any:
         {
             "cluster": {"n_nodes": 2, "n_gpus_per_node": 8},
             "rollout": {"backend": "sglang:d3t2"},
-            "teacher": {"backend": "vllm:d1t4"},
+            "teacher": {"rollout": {"backend": "vllm:d1t4"}},
             "actor": {"backend": "fsdp:d4"},
             "ref": {
                 "backend": "",
