@@ -356,3 +356,20 @@ def test_only_the_experiment_reads_the_raw_config() -> None:
 def test_the_consumers_take_the_experiment(module: str) -> None:
     # plan, memory, speed and suggest --config read the record experiment.read fills
     assert "areal_alloc.experiment.records" in _imports(module)
+
+
+def test_every_package_folder_ships_in_the_wheel() -> None:
+    """pyproject.toml lists the packages by name (hydra_plugins stays a namespace): a new
+    folder of modules must be listed, or the installed package cannot import it."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 and newer
+
+    root = Path(__file__).parents[1]
+    listed = set(
+        tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    folders = {
+        ".".join(init.parent.relative_to(root).parts)
+        for init in (root / "areal_alloc").rglob("__init__.py")
+        if "conf" not in init.parent.relative_to(root).parts  # areal_alloc/conf is a link
+    }
+    assert folders - listed == set()
