@@ -101,7 +101,11 @@ def host_term(
     host = per_layer * layers_here * micro_batches + optimizer
     formula = (
         f"({passes}) × {layers_here:g} layers × {micro_batches} micro-batches"
-        + (f" + optimizer step {OPTIMIZER_S * ms:.2f} ms × {layers_here:g} layers" if optimizer else "")
+        + (
+            f" + optimizer step {OPTIMIZER_S * ms:.2f} ms × {layers_here:g} layers"
+            if optimizer
+            else ""
+        )
         + f" = {host:.3g} s on the host, against the GPU's {gpu_seconds:.3g} s: a step takes "
         f"the longer ({SOURCE})"
     )
