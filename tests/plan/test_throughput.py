@@ -316,7 +316,8 @@ def test_the_plan_gains_each_engines_pace_and_the_balance() -> None:
     assert set(seconds) == {"rollout", "actor", "ref"}
     assert pace.generate_seconds == seconds["rollout"]
     assert pace.train_seconds == pytest.approx(seconds["actor"] + seconds["ref"])
-    # the ref runs forward only, over the whole step's data; the actor's ppo_update is 4 such steps over a quarter each (the reference's
+    # the ref runs forward only, over the whole step's data; the actor's ppo_update is 4
+    # steps over a quarter each (the reference's
     # default ppo_n_minibatches), the same GEMMs and micro-batches (512 × 9,216 tokens / 4 /
     # (d2 × 16,384) = 36 a minibatch), its gradient sync 4 times instead of once
     actor = {**_run()["actor"], "ppo_n_minibatches": 1}  # type: ignore[dict-item]
