@@ -233,6 +233,7 @@ LAYERS = [
     "areal_alloc.estimate.memory_inference",
     "areal_alloc.estimate.engines",
     "areal_alloc.estimate.speed",
+    "areal_alloc.estimate.speed_host",
     "areal_alloc.estimate.speed_training",
     "areal_alloc.estimate.speed_inference",
     "areal_alloc.estimate.step_mode",

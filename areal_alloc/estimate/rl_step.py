@@ -9,7 +9,7 @@
   − the mean decode steps past the mean run at the tail's batch of one, on top of the
   throughput (:func:`rollout`), never below the floor of ``max_new_tokens`` steps;
 - the training side (:func:`training_side`): the actor's optimizer step, the ref's and a
-  training teacher's forward (a third of forward + backward), the critic's step, an
+  training teacher's forward (a forward pass, host time included), the critic's step, an
   inference teacher's prefill, and the actor's log-prob recomputation when
   ``actor.recompute_logprob``, one after another as the reference's training loop calls
   them (:func:`training_pace`, engine by engine, on the engine's layout or, as ``suggest``
@@ -596,7 +596,7 @@ def training_pace(
     """A training engine's step on ``parallel``, with its own settings (micro-batch tokens,
     recomputation, optimizer: none is forward only): the actor's and the critic's
     ``ppo_update``, ``shape.minibatches_of(key)`` optimizer steps; the ref's and a training
-    teacher's forward (a third of forward + backward, nothing recomputed); the forward a
+    teacher's forward (a forward pass, nothing recomputed); the forward a
     trainer runs over the whole step first (:func:`_forward_before_update`: the actor's
     log-probs, the critic's values). The plan calls it on each engine's layout,
     ``suggest`` on the actor's for the ref and the critic it places there."""
@@ -604,12 +604,12 @@ def training_pace(
     ts = settings or TrainingSettings()
     args = (backend, model, parallel, hardware)
     # one forward over the step's data (a ref's or a teacher's, the actor's compute_logp, the
-    # critic's compute_values): a third of a step over it, nothing recomputed
+    # critic's compute_values): a forward pass over it (settings_step without an optimizer)
     whole = replace(ts, optimizer=None, tokens_per_micro_batch=ts.forward_tokens)
     forward = settings_step(*args, whole, tokens=tokens, sequence_length=length, key=key)
     if ts.optimizer is None:
-        seconds = forward.seconds / 3
-        what = f"forward pass over {tokens:,} tokens (a third of a training step)"
+        seconds = forward.seconds
+        what = f"forward pass over {tokens:,} tokens"
         return EnginePace(key, seconds, tokens / seconds, what, forward)
     # ppo_update runs train_batch once per minibatch (speed_training.settings_step)
     count = shape.minibatches_of(key)
@@ -641,18 +641,18 @@ def _forward_before_update(
     actor's ``compute_logp`` when the reference's should_compute_prox_logp says so
     (``shape.recompute_logprob``), the critic's ``compute_values`` every step
     (areal/trainer/rl_trainer.py l.723 and l.784-793 at cbff54d6); None otherwise."""
-    third = f"a third of a {forward.seconds:.4g} s step over them, nothing recomputed"
+    third = f"a forward pass of {forward.seconds:.4g} s, host time included"
     if key == "actor" and shape.recompute_logprob:
         return StepTerm(
             "log-prob recomputation",
-            forward.seconds / 3,
+            forward.seconds,
             f"the actor's compute_logp (recompute_logprob, or use_decoupled_loss): one "
             f"forward over the step's {tokens:,} tokens ({third})",
         )
     if key == "critic":
         return StepTerm(
             "value forward",
-            forward.seconds / 3,
+            forward.seconds,
             f"the critic's compute_values: one forward over the step's {tokens:,} tokens ({third})",
         )
     return None

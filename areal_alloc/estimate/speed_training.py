@@ -53,6 +53,7 @@ from areal_alloc.estimate.speed import (
     model_flops,
     within_node,
 )
+from areal_alloc.estimate.speed_host import host_term
 from areal_alloc.estimate.system import DEFAULT_INTER_NODE_GBPS, Hardware
 from areal_alloc.experiment.sections.megatron import recompute_module_names
 from areal_alloc.model_shape import engine_micro_batches, packed_groups
@@ -90,6 +91,7 @@ def training_step(
     packed_count: int | None = None,
     least_count: int = 1,
     pad_to_maximum: bool = False,
+    forward_only: bool = False,
 ) -> StepEstimate:
     """One optimizer step of a training engine over ``tokens_per_step`` tokens;
     ``packed_count``: the micro-batches a rank's share is packed into by count
@@ -105,7 +107,13 @@ def training_step(
     a budget, every micro-batch is padded to it and computed whole (areal/utils/data.py
     ``pad_mb_list`` l.1011-1022 at cbff54d6; by count the reference pads nothing). Each
     term is one function below, written from the step's :class:`_TrainingShape`; the
-    tokens per second and the MFU count the step's own tokens."""
+    tokens per second and the MFU count the step's own tokens. ``forward_only``: one
+    no-grad forward pass (a ref's, a teacher's, ``compute_logp``): the forward's FLOPs and
+    element-wise writes, the forward's half of the collectives (:data:`_FORWARD_SHARE`),
+    nothing recomputed, no optimizer step. Engines running Hugging Face modeling code add
+    their host time (``speed_host.host_term``): the step takes the longer of host and GPU."""
+    if forward_only:
+        recompute = "none"
     if tokens_per_step < 1 or tokens_per_micro_batch < 1 or sequence_length < 1:
         raise AllocationValidationError(
             "tokens per step, per micro-batch and sequence length must be ≥ 1"
@@ -156,6 +164,7 @@ def training_step(
         recompute,
         token_dispatcher,
         tuple(recompute_modules) if recompute == "selective" else (),
+        forward_only,
     )
     flops = model_flops(arch, tokens_per_step, step.seq)  # the model's work: the MFU's
     attn_eff = attention_efficiency(backend, hardware, attention_kernel)
@@ -181,6 +190,20 @@ def training_step(
     ):
         if term is not None:
             terms.append(term)
+    if forward_only:
+        terms = [terms[0], terms[1], *(_forward_share(t) for t in terms[2:])]
+        flops /= 3  # the model's forward FLOPs: the MFU of a forward pass
+    host = host_term(
+        backend,
+        arch,
+        step.layers_here,
+        micro_batches,
+        recompute=recompute == "full",
+        forward_only=forward_only,
+        gpu_seconds=sum(t.seconds for t in terms if not t.hidden),
+    )
+    if host is not None:
+        terms.append(host)
     assumptions = _training_assumptions(backend, hardware, attention_kernel, attn_eff) + padding
     if token_dispatcher == "deepep" and arch.is_moe and parallel.ep_size > 1:
         assumptions += (
@@ -210,7 +233,7 @@ def settings_step(
     runs ``train_batch`` on each (areal/trainer/ppo/actor.py l.454-457, critic.py l.63-66 at
     cbff54d6), each with its own micro-batches (at least the engine's minimum), pipeline
     fill and drain, gradient synchronisation and optimizer step. Without an optimizer (a
-    forward-only engine) nothing is recomputed."""
+    forward-only engine) it is one forward pass, nothing recomputed."""
 
     def over(tokens_here: int) -> StepEstimate:
         return training_step(
@@ -222,6 +245,7 @@ def settings_step(
             tokens_per_micro_batch=settings.tokens_per_micro_batch,
             sequence_length=min(sequence_length, settings.tokens_per_micro_batch),
             recompute="none" if settings.optimizer is None else settings.recompute,
+            forward_only=settings.optimizer is None,
             virtual_pipeline=settings.virtual_pipeline,
             layer_split=settings.layer_split,
             token_dispatcher=settings.token_dispatcher,
@@ -261,6 +285,7 @@ class _TrainingShape:
     #: what selective recomputation recomputes (megatron-core's recompute_modules); ()
     #: unless ``recompute`` is "selective"
     modules: tuple[str, ...]
+    forward_only: bool = False  # one no-grad forward pass, no backward
 
     def recomputes(self, module: str) -> bool:
         """Selective recomputation runs ``module``'s forward again in the backward."""
@@ -298,6 +323,8 @@ def _compute_term(step: _TrainingShape, flops: float, attn_eff: float) -> StepTe
     # torchtitan/distributed/activation_checkpoint.py; the attention kernel's output is
     # saved) half the GEMMs'
     model_attention = attention_flops(arch, step.tokens, step.seq)
+    if step.forward_only:  # the forward alone: a third of the GEMMs, one attention forward
+        return _forward_compute_term(step, flops, model_attention, attn_eff)
     gemm_again = {"full": 1.0, "op": 0.5}.get(recompute, 0.0)
     attn_again = 1.0 if recompute == "full" or step.recomputes("core_attn") else 0.0
     again, named = _recomputed_gemms(step)
@@ -326,6 +353,53 @@ def _compute_term(step: _TrainingShape, flops: float, attn_eff: float) -> StepTe
             "selective": selective,
             "op": " (per-op recomputation: every second matmul's forward again)",
         }.get(recompute, ""),
+    )
+
+
+def _forward_compute_term(
+    step: _TrainingShape, flops: float, model_attention: float, attn_eff: float
+) -> StepTerm:
+    """A no-grad forward pass: the forward third of the model's FLOPs (``model_flops``
+    counts forward + backward, 3 forwards), the attention's forward once."""
+    hardware, world = step.hardware, step.world
+    gemms = (flops - model_attention) / 3
+    attention = model_attention / 3
+    peak = hardware.peak_tflops * 1e12
+    return StepTerm(
+        "compute",
+        gemms / (world * peak * hardware.compute_efficiency)
+        + attention / (world * peak * attn_eff),
+        f"(forward GEMMs {gemms:.3g} FLOPs at {hardware.compute_efficiency:g} + causal "
+        f"attention forward {attention:.3g} FLOPs (s {step.seq:,}) at {attn_eff:g} "
+        f"efficiency) / ({world} GPUs × {hardware.peak_tflops:g} TFLOP/s) (a forward pass)",
+    )
+
+
+#: A forward pass's share of a training step's communication terms: the forward's
+#: collectives of forward + backward (tensor parallel 4 of 8 per layer, expert dispatch
+#: and combine 2 of 4, pipeline the activation of the activation and the gradient, the KV
+#: ring 1 of 3 passes); FSDP's one parameter all-gather per micro-batch and no gradient
+#: reduce-scatter (a third, taken per term); the imbalance and the bubble follow the
+#: forward's own compute already.
+_FORWARD_SHARE = {
+    "tensor parallel": 1 / 2,
+    "context parallel": 1 / 3,
+    "expert all-to-all": 1 / 2,
+    "expert all-gather": 1 / 2,
+    "pipeline p2p": 1 / 2,
+    "data parallel": 1 / 3,
+}
+
+
+def _forward_share(term: StepTerm) -> StepTerm:
+    share = _FORWARD_SHARE.get(term.name)
+    if share is None:
+        return term
+    return StepTerm(
+        term.name,
+        term.seconds * share,
+        f"{share:.2g} × ({term.formula}) (a forward pass: its collectives only)",
+        term.hidden,
     )
 
 
@@ -379,7 +453,7 @@ def _elementwise_term(step: _TrainingShape) -> StepTerm:
     every MoE layer) their share (:data:`_ELEMENTWISE_SHARE`). Their time grows with h
     while the GEMMs' grows with h²: why small models reach less of peak."""
     arch, hardware, full = step.arch, step.hardware, step.recompute == "full"
-    passes = 3 if full else 2
+    passes = 1 if step.forward_only else 3 if full else 2
     h, layers = arch.hidden_size, arch.num_layers
     moved = passes * 34 * h * layers * step.tokens
     again = []
@@ -396,9 +470,14 @@ def _elementwise_term(step: _TrainingShape) -> StepTerm:
     return StepTerm(
         "element-wise",
         moved / (step.world * hbm),
-        f"({passes} passes (forward writes, backward reads"
-        + (", recomputation writes again" if full else "")
-        + f") × 34h × {layers} layers{recomputed}) × h {h} × "
+        (
+            "(1 pass (a forward pass writes)"
+            if step.forward_only
+            else f"({passes} passes (forward writes, backward reads"
+            + (", recomputation writes again" if full else "")
+            + ")"
+        )
+        + f" × 34h × {layers} layers{recomputed}) × h {h} × "
         f"{step.tokens:,} tokens × 1 B / ({step.world} GPUs × {hardware.hbm_tbps:g} TB/s × "
         f"{hardware.hbm_efficiency:g})",
     )
