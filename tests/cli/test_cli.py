@@ -41,7 +41,7 @@ every term: areal-alloc explain SPEC --model M):
 
 pace per RL step (estimate; 512 sequences):
   rollout   87.7 s generating
-  training  109 s (actor 87.2 s + ref 22.1 s)
+  training  110 s (actor 87.2 s + ref 22.4 s)
   weight update (xccl)  0.87 s (NCCL broadcast of 14.19 GiB over network 200 Gb/s)
   step      198 s synchronous
   rollout produces 1.2× what training consumes; a synchronous step is their sum, and a GPU \
