@@ -67,7 +67,17 @@ __all__ = [
 
 DATA = Path(__file__).resolve().parent / "measurements.json"
 GIB = 1 << 30
-KINDS = ("train_memory", "kv_tokens", "kv_memory", "decode_tps", "train_tps", "rl_step")
+KINDS = (
+    "train_memory",
+    "kv_tokens",
+    "kv_memory",
+    "decode_tps",
+    "train_tps",
+    "rl_step",
+    "reference_fsdp_memory",
+    "reference_fsdp_step",
+    "reference_fsdp_forward",
+)
 
 #: vLLM's default ``gpu_memory_utilization`` where a row gives none
 #: (vllm-project/vllm vllm/engine/arg_utils.py, ``EngineArgs.gpu_memory_utilization: float = 0.9``).
@@ -102,6 +112,10 @@ GOALS: dict[str, Goal] = {
     "decode_tps": Goal(0.10, 0.30),
     "train_tps": Goal(0.20, 0.40),
     "rl_step": Goal(0.25, 0.50),
+    # issue 28 item 6: measured steps of the reference's own engine
+    "reference_fsdp_memory": Goal(0.05, 0.10),
+    "reference_fsdp_step": Goal(0.15, 0.30),
+    "reference_fsdp_forward": Goal(0.15, 0.30),
 }
 
 
@@ -943,6 +957,75 @@ RL_STEP_RULE = (
     + COLOCATED_REFIT
 )
 
+# --- the reference's own engine, measured by this project -------------------------------
+
+
+def explain_args(inputs: Mapping[str, Any], forward_only: bool = False) -> list[str]:
+    """The ``areal-alloc explain`` command of a measured step of the reference's engine:
+    ``explain fsdp:d1 --model M --gpu G --tokens N --recompute R --tokens-per-step N
+    --seq-len N --json`` (``forward_only``: with ``--optimizer none``, a ref's pass)."""
+    tokens = str(int(inputs["seq_len"]) * int(inputs.get("micro_batch") or 1))
+    args = [
+        backend_string(_engine(str(inputs["backend"])), inputs.get("layout") or {}),
+        "--model",
+        str(inputs["model"]),
+        "--gpu",
+        str(inputs["gpu"]),
+        "--tokens",
+        tokens,
+        "--recompute",
+        _recompute(inputs),
+        "--tokens-per-step",
+        tokens,
+        "--seq-len",
+        str(inputs["seq_len"]),
+        "--json",
+    ]
+    return [*args, "--optimizer", "none"] if forward_only else args
+
+
+def _explained(inputs: Mapping[str, Any], forward_only: bool = False) -> dict[str, Any]:
+    """What ``areal-alloc explain … --json`` prints for the row, run in process."""
+    import contextlib
+    import io
+
+    from areal_alloc.cli.commands import explain  # the CLI's imports are heavier
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = explain(explain_args(inputs, forward_only))
+    if code != 0:
+        raise NotCompared(f"explain {' '.join(explain_args(inputs, forward_only))} exits {code}")
+    found: dict[str, Any] = json.loads(out.getvalue())
+    return found
+
+
+def _reference_memory(data: Mapping[str, Any], row: Mapping[str, Any]) -> tuple[float, str]:
+    """The estimate's total (the reserve included) against the device memory in use at
+    the step's peak (total − free: the allocator's blocks, the CUDA context and NCCL)."""
+    memory = _explained(row["inputs"])["memory"]
+    verdict = "fits" if memory["fits"] else "DOES NOT FIT"
+    return float(memory["total"]) / GIB, f"{verdict} in {memory['capacity'] / GIB:.1f} GiB"
+
+
+def _speed_terms(found: Mapping[str, Any]) -> tuple[dict[str, object], ...]:
+    return tuple(
+        {k: t[k] for k in ("name", "seconds", "formula", "hidden") if k in t}
+        for t in found["terms"]
+    )
+
+
+def _reference_step(data: Mapping[str, Any], row: Mapping[str, Any]) -> Answer:
+    found = _explained(row["inputs"])["training"]
+    return float(found["step_seconds"]), "", _speed_terms(found)
+
+
+def _reference_forward(data: Mapping[str, Any], row: Mapping[str, Any]) -> Answer:
+    """The no-grad forward pass as a forward-only engine's step (``--optimizer none``)."""
+    found = _explained(row["inputs"], forward_only=True)["training"]
+    return float(found["step_seconds"]), "explain --optimizer none", _speed_terms(found)
+
+
 _ADAPTERS: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], Answer]] = {
     "train_memory": _train_memory,
     "kv_tokens": _kv_tokens,
@@ -950,6 +1033,9 @@ _ADAPTERS: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], Answer]] =
     "decode_tps": _decode_tps,
     "train_tps": _train_tps,
     "rl_step": _rl_step,
+    "reference_fsdp_memory": _reference_memory,
+    "reference_fsdp_step": _reference_step,
+    "reference_fsdp_forward": _reference_forward,
 }
 
 
