@@ -269,8 +269,9 @@ class Engine:
     def _logits(self) -> Any:
         # forward_backward_batch (fsdp_engine.py:760-761): one packed micro-batch, with the
         # keys _prepare_mb_list adds (fsdp_engine.py:1966-1991): the packed lengths, no KV
-        # cache, and no mask (a dict of None; None for Qwen3-MoE)
-        moe = self.config.model_type == "qwen3_moe"
+        # cache, and no mask (a dict of None; None for Qwen3-MoE, and here for a model
+        # without layer_types, whose transformers 5 code refuses the dict, e.g. Llama)
+        plain = self.config.model_type == "qwen3_moe" or not hasattr(self.config, "layer_types")
         outputs = self.model(
             input_ids=self.input_ids,
             position_ids=self.position_ids,
@@ -279,7 +280,7 @@ class Engine:
             max_length_q=self.max_length,
             max_length_k=self.max_length,
             use_cache=False,
-            attention_mask=None if moe else {"full_attention": None, "sliding_attention": None},
+            attention_mask=None if plain else {"full_attention": None, "sliding_attention": None},
         )
         return outputs.logits.squeeze(0)
 
