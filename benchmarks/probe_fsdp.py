@@ -56,7 +56,9 @@ AREAL = "cbff54d645d2cd8ee1f1c358a82f3f473588433d"
 # --- the reference's defaults (areal/api/cli_args.py at AREAL) ------------------------------
 COMPUTE_DTYPE = "bfloat16"  # TrainEngineConfig.dtype (cli_args.py:1305-1308)
 REDUCE_DTYPE = "float32"  # TrainEngineConfig.grad_reduce_dtype (cli_args.py:1309-1311)
-OPTIMIZER_DTYPE = "float32"  # TrainEngineConfig.optimizer_dtype: weights and Adam (cli_args.py:1312)
+OPTIMIZER_DTYPE = (
+    "float32"  # TrainEngineConfig.optimizer_dtype: weights and Adam (cli_args.py:1312)
+)
 ATTN_IMPL = "flash_attention_2"  # TrainEngineConfig.attn_impl (cli_args.py:1254-1256)
 TEMPERATURE = 1.0  # TrainEngineConfig.temperature (cli_args.py:1276-1278)
 LOGPROBS_CHUNK = 1024  # TrainEngineConfig.logprobs_chunk_size (cli_args.py:1279-1285)
@@ -222,7 +224,9 @@ class Engine:
                 self.config, dtype=getattr(torch, OPTIMIZER_DTYPE), attn_implementation=attn
             )
         if case.recompute:  # fsdp_engine.py:1105-1108
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
         # parallelize_model (fsdp_utils/parallel.py:384-395) then apply_fsdp2
         # (fsdp_utils/__init__.py:62-106): each class of _no_split_modules (the decoder
         # layer), and the embedding when untied, then the root.
@@ -564,7 +568,9 @@ def rows(found: dict[str, Any], source_id: str, gpu: str, gpu_note: str) -> list
     ]
 
 
-def write(data_path: Path, source_id: str, entry: dict[str, Any], new: list[dict[str, Any]]) -> None:
+def write(
+    data_path: Path, source_id: str, entry: dict[str, Any], new: list[dict[str, Any]]
+) -> None:
     """Add the source and the rows to the data file (a row of the same id is replaced)."""
     data = json.loads(data_path.read_text(encoding="utf-8"))
     data["sources"][source_id] = entry
