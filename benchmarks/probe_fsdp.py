@@ -70,7 +70,7 @@ EPS_CLIP = 0.2  # PPOActorConfig.eps_clip (cli_args.py:1683-1685)
 TOKENS_PER_PAGE = 256
 
 #: A tiny Qwen3 for CPU runs (not a real model: small enough to run in seconds).
-TINY = {
+TINY: dict[str, Any] = {
     "model_type": "qwen3",
     "hidden_size": 64,
     "intermediate_size": 128,
@@ -377,7 +377,7 @@ def clip_grad_norm(torch: Any, dist: Any, params: Sequence[Any], max_norm: float
     l2 = torch.norm(torch.tensor([[torch.norm(g) for g in grads]]))  # multi_tensor_apply.py:15-23
     total = torch.tensor([float(l2)], dtype=torch.float, device=device) ** 2.0
     dist.all_reduce(total, op=dist.ReduceOp.SUM)  # the dp_sp group (grad.py:162-167)
-    norm = float(total.item()) ** 0.5
+    norm: float = float(total.item()) ** 0.5
     coeff = max_norm / (norm + 1.0e-6)  # clip_grad_by_total_norm_fp32 (grad.py:180-236)
     if coeff < 1.0:
         for g in grads:

@@ -76,8 +76,8 @@ def test_the_rows_carry_the_settings_and_every_phase(
     probe = memory["probe"]
     assert (probe["tokens"], probe["padded_tokens"], probe["recompute"]) == (TOKENS, 1280, True)
     # untied: the embedding and the output layer are two matrices of vocab × hidden
-    tiny = probe_fsdp.TINY
-    assert probe["parameters"] > 2 * tiny["vocab_size"] * tiny["hidden_size"]
+    vocab, hidden = int(probe_fsdp.TINY["vocab_size"]), int(probe_fsdp.TINY["hidden_size"])
+    assert probe["parameters"] > 2 * vocab * hidden
     assert list(probe["phases"]) == ["load", "first_step", "steps", "forward"]
     for phase in probe["phases"].values():
         assert phase["process_peak_rss_gib"] > 0
