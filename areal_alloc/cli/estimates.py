@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from areal_alloc.architecture import Architecture
-from areal_alloc.catalogue import find_model, reported_bytes
+from areal_alloc.catalogue import find_model
 from areal_alloc.cli.args import (
     command_parser,
     count,
@@ -884,7 +884,7 @@ def _config_execution(ns: argparse.Namespace, experiment: Experiment) -> None:
     rollout = engines.get("rollout")
     if rollout is not None and rollout.allocation.is_inference:
         chosen = resolved.gpu  # a server sizes its claim from the memory the device reports
-        device = reported_bytes(chosen.catalogue) if chosen and chosen.catalogue else None
+        device = chosen.capacity if chosen else None
         ns.config_inference = inference_settings(rollout, reserve, device, experiment.run)
 
 
