@@ -20,7 +20,19 @@ from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationValidationError, shown
 from areal_alloc.model_shape import local_config, local_path
 
-__all__ = ["GPU", "GPUS", "MODELS", "POSITIONS", "CatalogueModel", "find_gpu", "find_model"]
+__all__ = [
+    "GPU",
+    "GPUS",
+    "MODELS",
+    "POSITIONS",
+    "REPORTED_GIB",
+    "CatalogueModel",
+    "DeviceTotal",
+    "device_total",
+    "find_gpu",
+    "find_model",
+    "reported_bytes",
+]
 
 GIB = 1 << 30
 
@@ -706,46 +718,101 @@ def _close(name: str, choices: list[str]) -> str:
     return f"did you mean {', '.join(lowered[c] for c in close)}? " if close else ""
 
 
-#: The total memory a GPU reports to an inference server (``torch.cuda.mem_get_info``'s
-#: total, the ``total_gpu_memory`` vLLM and SGLang size their claim from), in GiB, by
-#: catalogue name, with where it was printed. The nameplate (``memory_gib``) is larger:
-#: an "80 GB" H100 reports 79.18 GiB. A GPU not listed counts by its nameplate.
-REPORTED_GIB: dict[str, tuple[float, str]] = {
-    "h100-80gb": (
-        79.18,
-        "llm-d/llm-d-benchmark config_explorer/empirical-vllm-memory-results.md"
-        '@0fa12aa9788aae02df8307a0305c223949b58cd4 ("Test environment: H100 GPU (79.18 GiB)")',
+@dataclass(frozen=True, slots=True)
+class DeviceTotal:
+    """What a GPU reports as its total memory, in GiB, and where that figure was read.
+
+    ``reported`` is False where no citable figure of what the device reports was found:
+    ``gib`` is then the nameplate (or another published total), flagged as such."""
+
+    gib: float
+    source: str
+    reported: bool = True
+
+
+#: The one home for the memory every estimate compares against: what each catalogue GPU
+#: reports to torch (``torch.cuda.get_device_properties(0).total_memory``, the
+#: ``cudaDeviceProp.totalGlobalMem`` CUDA's deviceQuery prints, and the total of
+#: ``torch.cuda.mem_get_info``/``cudaMemGetInfo`` that vLLM and SGLang size their claim
+#: from), in GiB, by catalogue name. The nameplate (``GPU.memory_gib``) is larger: an
+#: "80 GB" H100 reports 79.18 GiB; nvidia-smi's MiB total is larger than torch's too (the
+#: driver keeps some: an H200 shows 143,771 MiB to nvidia-smi and 139.80 GiB to torch).
+#: Training and inference estimates both read it (:func:`reported_bytes`).
+REPORTED_GIB: dict[str, DeviceTotal] = {
+    "a100-40gb": DeviceTotal(
+        39.5,
+        'vllm-project/vllm issue #12330 ("the current vLLM instance can use total_gpu_memory '
+        '(39.50GiB) x gpu_memory_utilization (0.90) = 35.55GiB")',
     ),
-    "a100-80gb": (
+    "a100-80gb": DeviceTotal(
         85198045184 / GIB,
         "https://gist.github.com/gengwg/3520df2ebf8872e5ee4818367e3a4122 (deviceQuery: "
         "'Device 0: \"NVIDIA A100-SXM4-80GB\"', 'Total amount of global memory: 81251 MBytes "
         "(85198045184 bytes)'; the total cudaMemGetInfo reports)",
     ),
-    "a100-40gb": (
-        39.5,
-        'vllm-project/vllm issue #12330 ("the current vLLM instance can use total_gpu_memory '
-        '(39.50GiB) x gpu_memory_utilization (0.90) = 35.55GiB")',
+    "a800": DeviceTotal(
+        80.0,
+        "the nameplate (80 GB): no figure of what an A800 reports to torch could be cited; "
+        "it reports less (an A100 80GB reports 79.35 GiB)",
+        reported=False,
     ),
-    "b200": (
-        180.0,
-        "ai-dynamo/aiconfigurator@095f58a51c4ca8e61b66ec108d86f223f8d559ce "
-        'aic-core/src/aiconfigurator_core/systems/b200_sxm.yaml ("mem_capacity: 193273528320 # '
-        '180GiB")',
+    "h100-80gb": DeviceTotal(
+        79.18,
+        "llm-d/llm-d-benchmark config_explorer/empirical-vllm-memory-results.md"
+        '@0fa12aa9788aae02df8307a0305c223949b58cd4 ("Test environment: H100 GPU (79.18 GiB)")',
     ),
-    "l40s": (
+    "h200": DeviceTotal(
+        139.801,
+        "measured by this project on an NVIDIA H200, 2026-12-04, shared/gpu/fsdp_probe.py: "
+        "torch.cuda.get_device_properties(0).total_memory 139.801 GiB (nvidia-smi: 143,771 "
+        "MiB, driver 580.159.04)",
+    ),
+    "h20": DeviceTotal(
+        96.0,
+        "the nameplate (96 GB): no figure of what an H20 reports to torch could be cited; "
+        "it reports less",
+        reported=False,
+    ),
+    "l40s": DeviceTotal(
         48305799168 / GIB,
         "ai-dynamo/aiconfigurator@095f58a51c4ca8e61b66ec108d86f223f8d559ce "
         'aic-core/src/aiconfigurator_core/systems/l40s.yaml ("mem_capacity: 48305799168 # '
-        '46068 MiB")',
+        '46068 MiB"): nvidia-smi\'s total (modal-labs/modal-client#2797: "L40S: 46068MiB"), '
+        "not torch's, which is a little less; no torch figure could be cited",
+        reported=False,
+    ),
+    "b200": DeviceTotal(
+        178.35,
+        'pytorch/ao pull request #4002 (a cudaDeviceProp query of "Device 0: NVIDIA B200": '
+        '"Total Global Memory: 178.35 GB", in GiB: nvidia-smi shows 183,359 MiB = 179.06 GiB '
+        "for a B200, NVIDIA/TensorRT-LLM issue #10278)",
+    ),
+    "h800": DeviceTotal(
+        80.0,
+        "the nameplate (80 GB): no figure of what an H800 reports to torch could be cited; "
+        "it reports less (an H100 80GB reports 79.18 GiB)",
+        reported=False,
+    ),
+    "rtx-4090": DeviceTotal(
+        23.64,
+        'ali-vilab/VGen issue #104 (an RTX 4090: "GPU 0 has a total capacity of 23.64 GiB", '
+        "torch's out-of-memory message, the cudaMemGetInfo total)",
     ),
 }
 
 
+def device_total(gpu: GPU) -> DeviceTotal:
+    """What ``gpu`` reports as its total memory, with its source (:data:`REPORTED_GIB`)."""
+    found = REPORTED_GIB.get(gpu.name.lower())
+    if found is None:  # a GPU added to GPUS without its row here: its nameplate, flagged
+        return DeviceTotal(gpu.memory_gib, f"the nameplate ({gpu.source})", reported=False)
+    return found
+
+
 def reported_bytes(gpu: GPU) -> int:
-    """What ``gpu`` reports as its total memory (:data:`REPORTED_GIB`), else its nameplate."""
-    reported = REPORTED_GIB.get(gpu.name.lower())
-    return gpu.memory_bytes if reported is None else int(reported[0] * GIB)
+    """What ``gpu`` reports as its total memory (:data:`REPORTED_GIB`): the capacity every
+    memory estimate compares against."""
+    return int(device_total(gpu).gib * GIB)
 
 
 def find_gpu(name: str) -> GPU:

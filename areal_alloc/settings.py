@@ -178,7 +178,7 @@ def gpu_from_text(text: str, source: str = "") -> ChosenGPU:
     given by ``source`` (``--gpu``, ``AREAL_ALLOC_GPU`` …; named in an error)."""
     raw = text.strip()
     digits = raw.lower().removesuffix("gib").removesuffix("gb").strip()
-    from areal_alloc.catalogue import find_gpu  # loaded only when a GPU is named
+    from areal_alloc.catalogue import find_gpu, reported_bytes  # only when a GPU is named
 
     where = f" ({source})" if source else ""
     if is_number_text(digits):  # a size, not a name: the one reader of numbers decides
@@ -205,7 +205,7 @@ def gpu_from_text(text: str, source: str = "") -> ChosenGPU:
         raise AllocationValidationError(
             f"{where}{known}; or give its memory in GiB, with its speeds: {other}"
         ) from None
-    return ChosenGPU(gpu.name, gpu.memory_bytes, source, gpu)
+    return ChosenGPU(gpu.name, reported_bytes(gpu), source, gpu)
 
 
 # --- detection -----------------------------------------------------------------------
@@ -243,14 +243,14 @@ def gpu_from_smi(output: str) -> ChosenGPU | None:
         found.append((int(number[:12]) / 1024, name.strip()))
     if not found:
         return None
-    from areal_alloc.catalogue import find_gpu
+    from areal_alloc.catalogue import find_gpu, reported_bytes
 
     gib, name = min(found)
     short = name.lower().removeprefix("nvidia").strip()
     known = _SMI_NAMES.get(short) or (short if short in _SMI_SHORT else None)
     if known is not None:
         gpu = find_gpu(known)
-        return ChosenGPU(gpu.name, gpu.memory_bytes, "nvidia-smi", gpu)
+        return ChosenGPU(gpu.name, reported_bytes(gpu), "nvidia-smi", gpu)
     if not 0 < gib <= MAX_GPU_MEMORY_GIB:
         return None
     label = f"{name[:60]} ({gib:.1f} GiB)"
@@ -575,10 +575,10 @@ def _config_gpu(cluster: object) -> ChosenGPU | None:
         raise AllocationValidationError(
             f"cluster.gpu={shown(name)}: must be a GPU name such as 'H100-80GB'"
         )
-    from areal_alloc.catalogue import find_gpu
+    from areal_alloc.catalogue import find_gpu, reported_bytes
 
     try:
         gpu = find_gpu(name)
     except AllocationError as error:
         raise AllocationValidationError(f"cluster.gpu={name!r}: {error.message}") from None
-    return ChosenGPU(gpu.name, gpu.memory_bytes, "cluster.gpu", gpu)
+    return ChosenGPU(gpu.name, reported_bytes(gpu), "cluster.gpu", gpu)

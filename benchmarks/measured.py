@@ -249,7 +249,7 @@ def _hardware(
     # assumed efficiencies, never a stored calibration (the rows measure the estimate)
     network = inputs.get("inter_node_gbps_per_gpu")
     given = Resolved(
-        gpu=ChosenGPU(gpu.name, gpu.memory_bytes, "the row's gpu", catalogue=gpu),
+        gpu=ChosenGPU(gpu.name, reported_bytes(gpu), "the row's gpu", catalogue=gpu),
         inter_node_gbps=None if network is None else Sourced(network, "inter_node_gbps_per_gpu"),
         use_calibration=False,
     )

@@ -226,6 +226,7 @@ LAYERS = [
     "areal_alloc.estimate.system",
     "areal_alloc.estimate.execution",
     "areal_alloc.estimate.pipeline_split",
+    "areal_alloc.estimate.margin",
     "areal_alloc.estimate.memory",
     "areal_alloc.estimate.activations",
     "areal_alloc.estimate.memory_sharding",

@@ -40,6 +40,7 @@ from areal_alloc.cli.estimates import (
     suggest_command,
 )
 from areal_alloc.cli.render import (
+    capacity_line,
     not_estimated_lines,
     pipeline_lines,
     render_memory,
@@ -221,6 +222,13 @@ def explain(args: list[str]) -> int:
     if memory is not None:
         print()
         print(render_memory(memory, f"memory per GPU ({ns.model}{gpu_named(ns)}; an estimate):"))
+        if memory.verdict in ("at the edge", "does not fit") and memory.kv_cache is None:
+            from areal_alloc.estimate.engines import room_fix
+
+            print(f"  to make room: {room_fix(memory, 'actor')}")
+        chosen = chosen_gpu(ns)
+        if chosen is not None and chosen.catalogue is not None:
+            print(capacity_line(chosen.catalogue))
     if speed:
         print()
         print("\n".join(explain_speed_lines(speed)))

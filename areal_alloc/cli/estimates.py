@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from areal_alloc.architecture import Architecture
-from areal_alloc.catalogue import find_model, reported_bytes
+from areal_alloc.catalogue import find_model
 from areal_alloc.cli.args import (
     command_parser,
     count,
@@ -51,6 +51,7 @@ from areal_alloc.estimate.execution import (
     server_limit,
     training_settings,
 )
+from areal_alloc.estimate.margin import EDGE
 from areal_alloc.estimate.memory import KVCache, MemoryEstimate, readable_bytes
 from areal_alloc.estimate.pipeline_split import PipelineSplit, engine_split
 from areal_alloc.estimate.rl_step import Pace
@@ -562,7 +563,8 @@ def fitting(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
         )
         return 0
     inference_rows = fitting[0][1].kv_cache is not None
-    rows = [["layout", "per GPU", "largest term", "KV tokens" if inference_rows else ""]]
+    edge = [spec for spec, m in fitting if m.verdict == EDGE]
+    rows = [["layout", "per GPU", "largest term", "KV tokens" if inference_rows else "", ""]]
     for spec, m in fitting:
         kv = m.kv_cache
         rows.append(
@@ -571,12 +573,19 @@ def fitting(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
                 readable_bytes(m.total),
                 f"{m.largest.name} {readable_bytes(m.largest.bytes)}",
                 f"{kv.tokens:,}" if kv is not None and kv.tokens is not None else "",
+                "AT THE EDGE" if spec in edge else "",
             ]
         )
     print("\n".join(table(rows)))
     where = gpu_named(ns).strip() if gpu else "(no --gpu given: none left out)"
+    near = (
+        f" ({len(edge)} at the edge: within the estimate's measured error of the GPU's "
+        f"memory, they may not fit; explain LAYOUT --model M says what makes room)"
+        if edge
+        else ""
+    )
     print(
-        f"# {len(fitting)} of {len(found)} layouts fit {ns.model} {where}; "
+        f"# {len(fitting)} of {len(found)} layouts fit {ns.model} {where}{near}; "
         f"{len(found) - len(fitting)} left out"
     )
     return 0
@@ -888,7 +897,7 @@ def _config_execution(ns: argparse.Namespace, experiment: Experiment) -> None:
     rollout = engines.get("rollout")
     if rollout is not None and rollout.allocation.is_inference:
         chosen = resolved.gpu  # a server sizes its claim from the memory the device reports
-        device = reported_bytes(chosen.catalogue) if chosen and chosen.catalogue else None
+        device = chosen.capacity if chosen else None
         ns.config_inference = inference_settings(rollout, reserve, device, experiment.run)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from areal_alloc.catalogue import GPU, device_total
+from areal_alloc.estimate.margin import TRAIN_MEMORY_ERROR
 from areal_alloc.estimate.memory import MemoryEstimate, readable_bytes
 from areal_alloc.estimate.pipeline_split import LISTED_RANK_STAGES, PipelineSplit
 from areal_alloc.format import describe_dims
@@ -115,7 +117,7 @@ def _memory_table(plan: Plan) -> list[str]:
                     [e.key, "not estimated", "-", "-", "(model not found: see warning)", ""]
                 )
             continue
-        fits = {True: "yes", False: "NO", None: "-"}[m.fits]
+        fits = {"fits": "yes", "at the edge": "EDGE", "does not fit": "NO", None: "-"}[m.verdict]
         kv = ""
         if m.kv_cache is not None:  # its bytes per token: explain, and the plan's JSON
             kv = (
@@ -247,13 +249,45 @@ def render_memory(estimate: MemoryEstimate, title: str) -> str:
     lines.extend(_phase_lines(estimate))
     total = f"  total {readable_bytes(estimate.total)} per GPU"
     if estimate.capacity is not None:
-        headroom = estimate.headroom or 0
-        total += f" of {readable_bytes(estimate.capacity)}: " + (
-            f"{readable_bytes(headroom)} free" if estimate.fits else "DOES NOT FIT"
-        )
+        total += f" of {readable_bytes(estimate.capacity)}: {verdict_text(estimate)}"
     lines.append(total)
     lines.extend(f"  assumed: {a}" for a in estimate.assumptions)
     return "\n".join(lines)
+
+
+def verdict_text(estimate: MemoryEstimate) -> str:
+    """``37.4 GiB free``, ``AT THE EDGE (…)`` or ``DOES NOT FIT`` (estimate.margin)."""
+    verdict = estimate.verdict
+    headroom = estimate.headroom or 0
+    if verdict == "fits":
+        return f"{readable_bytes(headroom)} free"
+    if verdict == "does not fit":
+        return "DOES NOT FIT"
+    error = estimate.error
+    if estimate.kv_cache is not None and not estimate.term("colocated"):
+        return (
+            f"AT THE EDGE: the KV cache holds {estimate.kv_cache.tokens or 0:,} tokens, within "
+            f"the KV estimate's measured error (±{error.percent}) of one "
+            f"{estimate.kv_cache.sequence_length:,}-token sequence"
+        )
+    side = (
+        f"{readable_bytes(headroom)} free"
+        if headroom >= 0
+        else f"over by {readable_bytes(-headroom)}"
+    )
+    return (
+        f"AT THE EDGE ({side}, within the estimate's measured error ±"
+        f"{TRAIN_MEMORY_ERROR.percent} = {readable_bytes(estimate.margin)}: it may not fit)"
+    )
+
+
+def capacity_line(gpu: GPU) -> str:
+    """Where a catalogue GPU's capacity comes from: what it reports to torch, or (flagged)
+    its nameplate where no reported figure could be cited (catalogue.REPORTED_GIB)."""
+    total = device_total(gpu)
+    what = "what it reports to torch" if total.reported else "its nameplate, not what it reports"
+    size = readable_bytes(total.gib * (1 << 30))
+    return f"  capacity: {size} per {gpu.name}, {what} ({total.source})"
 
 
 def _phase_lines(estimate: MemoryEstimate) -> list[str]:

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from areal_alloc.architecture import Architecture
-from areal_alloc.catalogue import reported_bytes
 from areal_alloc.errors import reading
 from areal_alloc.estimate.execution import (
     InferenceSettings,
@@ -33,6 +32,14 @@ from areal_alloc.estimate.execution import (
     forced_minibatches_note,
     inference_settings,
     training_settings,
+)
+from areal_alloc.estimate.margin import (
+    EDGE,
+    FITS,
+    KV_MEMORY_ERROR,
+    NO_FIT,
+    TRAIN_MEMORY_ERROR,
+    judge,
 )
 from areal_alloc.estimate.memory import KVCache, MemoryEstimate, Phase, Term, readable_bytes
 from areal_alloc.estimate.memory_inference import inference_memory
@@ -57,6 +64,7 @@ __all__ = [
     "memory_problems",
     "offloaded_while",
     "resolve_gpu",
+    "room_fix",
 ]
 
 
@@ -128,13 +136,10 @@ def estimate_memory(experiment: Experiment, settings: Resolved | None = None) ->
     chosen = settings.gpu
     gpu = GPUSpec(chosen.name, chosen.capacity) if chosen is not None else None
     reserve = settings.memory_reserve.value if settings.memory_reserve is not None else None
+    # what the device reports (catalogue.REPORTED_GIB): what a training engine fits in and
+    # what an inference server sizes its claim from
     capacity = gpu.capacity if gpu else None
-    # what an inference server sizes its claim from: the total the device reports
-    device = (
-        reported_bytes(chosen.catalogue)
-        if chosen is not None and chosen.catalogue is not None
-        else capacity
-    )
+    device = capacity
     forced = forced_minibatches_note(experiment.startup)
     notes: list[str] = [forced] if forced else []
     estimates: list[MemoryEstimate | None] = []
@@ -429,6 +434,26 @@ def _length(kv: KVCache, longest: int | None) -> int:
     return kv.sequence_length if longest is None else max(1, min(kv.sequence_length, longest))
 
 
+def room_fix(estimate: MemoryEstimate, path: str) -> str:
+    """What would make room for a training engine's estimate, by its largest term
+    (``path``: the engine's key, ``actor``)."""
+    largest = estimate.largest
+    fix = _FIXES.get(largest.name, "raise t or p")
+    if estimate.backend == "fsdp":  # no pipeline; every state sharded over d·c
+        fixes = _FSDP_WHOLE_MLP_FIXES if estimate.whole_mlp else _FSDP_FIXES
+        fix = fixes.get(largest.name, fix).format(term=largest.name)
+    if largest.name == "load":
+        # more GPUs do not help: every rank loads the whole model
+        return (
+            f"set {path}.fsdp.memory_efficient_load=true (rank 0 then loads on the CPU "
+            f"and broadcasts after sharding)"
+        )
+    if largest.name == "colocated" and estimate.phase == "load":
+        # offloading starts only after every training engine has loaded (_loaded_before)
+        return "separate the colocated engine or raise t/p (engines load before any offload)"
+    return fix
+
+
 def memory_problems(
     engines: Sequence[EngineLike], fit: Fit, longest: int | None = None
 ) -> tuple[list[str], list[str]]:
@@ -451,7 +476,9 @@ def memory_problems(
             length_key = (
                 "vllm.max_model_len" if estimate.backend == "vllm" else "sglang.context_length"
             )
-            if estimate.term("colocated") and estimate.total > gpu.capacity:
+            shared = judge(estimate.total, gpu.capacity, estimate.margin)
+            held = judge(kv.sequence_length, max(tokens, 0), int(KV_MEMORY_ERROR.share * tokens))
+            if estimate.term("colocated") and shared == NO_FIT:
                 errors.append(
                     f"{where}: {estimate.backend} claims {estimate.claimed_fraction:g} of each "
                     f"GPU while {readable_bytes(estimate.term('colocated'))} stay resident "
@@ -459,11 +486,30 @@ def memory_problems(
                     f"{readable_bytes(gpu.capacity)} of a {gpu.name} "
                     f"({_colocated_text(estimate)})"
                 )
-            elif tokens < kv.sequence_length:
+            elif held == NO_FIT:
                 errors.append(
                     f"{where}: the KV cache holds {tokens:,} tokens per instance on {gpu.name}, "
                     f"fewer than one {kv.sequence_length:,}-token sequence ({length_key}): "
                     f"weights take {readable_bytes(estimate.term('weights'))} per GPU; raise t, "
+                    f"the memory fraction, or lower {length_key}"
+                )
+            if estimate.term("colocated") and shared == EDGE:
+                warnings.append(
+                    f"{where}: at the edge: {estimate.backend} claims "
+                    f"{estimate.claimed_fraction:g} of each GPU while "
+                    f"{readable_bytes(estimate.term('colocated'))} stay resident beside it: "
+                    f"{readable_bytes(estimate.total)} per GPU of the "
+                    f"{readable_bytes(gpu.capacity)} of a {gpu.name}, within the colocated "
+                    f"estimate's measured error (±{TRAIN_MEMORY_ERROR.percent} = "
+                    f"{readable_bytes(estimate.margin)}): it may not fit; to make room: "
+                    f"{_colocated_text(estimate)}"
+                )
+            if held == EDGE and not (estimate.term("colocated") and shared == NO_FIT):
+                warnings.append(
+                    f"{where}: at the edge: the KV cache holds {tokens:,} tokens per instance "
+                    f"on {gpu.name}, within the KV estimate's measured error "
+                    f"(±{KV_MEMORY_ERROR.percent}) of one {kv.sequence_length:,}-token sequence "
+                    f"({length_key}): the server may refuse to start; to make room: raise t, "
                     f"the memory fraction, or lower {length_key}"
                 )
             elif kv.concurrency is not None and tokens // _length(kv, longest) < kv.concurrency:
@@ -477,25 +523,23 @@ def memory_problems(
                     f"instances); the server will queue the rest"
                 )
             continue
-        if estimate.total > gpu.capacity:
-            largest = estimate.largest
-            path = engine.backend_key.rsplit(".", 1)[0]
-            fix = _FIXES.get(largest.name, "raise t or p")
-            if estimate.backend == "fsdp":  # no pipeline; every state sharded over d·c
-                fixes = _FSDP_WHOLE_MLP_FIXES if estimate.whole_mlp else _FSDP_FIXES
-                fix = fixes.get(largest.name, fix).format(term=largest.name)
-            if largest.name == "load":
-                # more GPUs do not help: every rank loads the whole model
-                fix = (
-                    f"set {path}.fsdp.memory_efficient_load=true (rank 0 then loads on the CPU "
-                    f"and broadcasts after sharding)"
-                )
-            elif largest.name == "colocated" and estimate.phase == "load":
-                # offloading starts only after every training engine has loaded (_loaded_before)
-                fix = "separate the colocated engine or raise t/p (engines load before any offload)"
+        verdict = judge(estimate.total, gpu.capacity, estimate.margin)
+        if verdict == FITS:
+            continue
+        largest = estimate.largest
+        fix = room_fix(estimate, engine.backend_key.rsplit(".", 1)[0])
+        if verdict == NO_FIT:
             errors.append(
                 f"{where}: needs about {readable_bytes(estimate.total)} per GPU, over the "
                 f"{readable_bytes(gpu.capacity)} of a {gpu.name}; largest term {largest.name} "
                 f"{readable_bytes(largest.bytes)} ({largest.formula}); {fix}"
+            )
+        else:
+            warnings.append(
+                f"{where}: at the edge: needs about {readable_bytes(estimate.total)} per GPU of "
+                f"the {readable_bytes(gpu.capacity)} of a {gpu.name}, within the estimate's "
+                f"measured error (±{estimate.error.percent} = "
+                f"{readable_bytes(estimate.margin)}): it may not fit; largest term "
+                f"{largest.name} {readable_bytes(largest.bytes)}; to make room: {fix}"
             )
     return errors, warnings

@@ -13,6 +13,15 @@ from dataclasses import dataclass, replace
 
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.estimate.execution import GIB
+from areal_alloc.estimate.margin import (
+    KV_MEMORY_ERROR,
+    NO_FIT,
+    TRAIN_MEMORY_ERROR,
+    VERDICTS,
+    MeasuredError,
+    Verdict,
+    judge,
+)
 
 __all__ = [
     "DTYPE_BYTES",
@@ -221,13 +230,40 @@ class MemoryEstimate:
         return None if self.capacity is None else self.capacity - self.total
 
     @property
-    def fits(self) -> bool | None:
+    def error(self) -> MeasuredError:
+        """The measured error of what is judged against the GPU: a server's KV pool, else a
+        training engine's memory (estimate.margin)."""
+        return KV_MEMORY_ERROR if self.kv_cache is not None else TRAIN_MEMORY_ERROR
+
+    @property
+    def margin(self) -> int:
+        """Bytes of the estimate's own measured error: a training engine's whole total; a
+        server's claim is exact (a fraction of what the device reports), so only what a
+        colocated engine keeps beside it, at the training error."""
+        if self.kv_cache is not None:
+            return int(TRAIN_MEMORY_ERROR.share * self.term("colocated"))
+        return int(TRAIN_MEMORY_ERROR.share * self.total)
+
+    @property
+    def verdict(self) -> Verdict | None:
+        """Fits, at the edge or does not fit (estimate.margin.judge); None: no GPU named.
+        A server's KV cache must hold one sequence, its tokens within the KV pool's error."""
         if self.capacity is None:
             return None
-        if self.kv_cache is not None:
-            holds = (self.kv_cache.tokens or 0) >= self.kv_cache.sequence_length
-            return holds and self.total <= self.capacity
-        return self.total <= self.capacity
+        total = judge(self.total, self.capacity, self.margin)
+        kv = self.kv_cache
+        if kv is None:
+            return total
+        tokens = max(kv.tokens or 0, 0)
+        held = judge(kv.sequence_length, tokens, int(KV_MEMORY_ERROR.share * tokens))
+        return max(total, held, key=VERDICTS.index)
+
+    @property
+    def fits(self) -> bool | None:
+        """Whether the estimate is not refused: False only for "does not fit" (at the edge
+        warns); None: no GPU named."""
+        verdict = self.verdict
+        return None if verdict is None else verdict != NO_FIT
 
     def with_term(self, term: Term) -> MemoryEstimate:
         """``term`` beside every phase but loading (what a colocated engine keeps)."""
@@ -251,6 +287,9 @@ class MemoryEstimate:
         out["capacity"] = self.capacity
         out["headroom"] = self.headroom
         out["fits"] = self.fits
+        out["verdict"] = self.verdict
+        out["margin"] = self.margin if self.capacity is not None else None
+        out["error"] = {"share": self.error.share, "kind": self.error.kind}
         out["terms"] = [
             {"name": t.name, "bytes": t.bytes, "formula": t.formula} for t in self.terms
         ]

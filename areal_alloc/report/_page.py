@@ -59,7 +59,7 @@ svg.cluster,svg.ranks,svg.timeline{max-width:100%;height:auto}
 rect.gpu,rect.rank{stroke:#fff;stroke-width:1}rect.inst{fill:none;stroke:#111;stroke-width:1.6}
 rect.rank{fill:#eee}rect.rank.hl{stroke:#000;stroke-width:2.5}
 fieldset{border:0;padding:0;margin:.3em 0}fieldset label{margin-right:1em;white-space:nowrap}
-.note{color:#555}.bad{color:#b00;font-weight:600}
+.note{color:#555}.bad{color:#b00;font-weight:600}.edge{color:#a60;font-weight:600}
 table.split{margin:.4em 0}table.split caption{text-align:left;color:#555;padding-bottom:2px}
 pre{overflow:auto;max-height:30em;background:#f6f6f6}
 """
@@ -513,6 +513,10 @@ def _memory_section(plan: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
+#: the CSS class of each verdict (estimate.margin)
+_VERDICT_CLASS = {"at the edge": "edge", "does not fit": "bad"}
+
+
 def _memory_bar(engine: Mapping[str, Any], memory: Mapping[str, Any]) -> str:
     terms = [t for t in memory["terms"] if t["bytes"] > 0]
     total, capacity = memory["total"], memory.get("capacity")
@@ -528,8 +532,12 @@ def _memory_bar(engine: Mapping[str, Any], memory: Mapping[str, Any]) -> str:
             )
         )
     scale_to = max(capacity or 0, total, itemised, 1)
-    fits = memory.get("fits")
-    verdict = {True: "fits", False: "DOES NOT FIT", None: "no GPU named"}[fits]
+    judged = memory.get("verdict")  # estimate.margin: fits, at the edge, does not fit
+    verdict = {
+        "fits": "fits",
+        "at the edge": "AT THE EDGE (within the estimate's measured error)",
+        "does not fit": "DOES NOT FIT",
+    }.get(str(judged), "no GPU named")
     head = f"total {gib(total)}" + (f" of {gib(capacity)}" if capacity else "")
     phase = memory.get("phase")
     peak = f"; its peak is the {h(phase)} phase" if isinstance(phase, str) and phase else ""
@@ -538,7 +546,7 @@ def _memory_bar(engine: Mapping[str, Any], memory: Mapping[str, Any]) -> str:
         f'<div class="memory" data-engine="{h(engine["key"])}" data-total="{total}" '
         f'data-capacity="{capacity if capacity is not None else ""}">'
         f'<h3><span class="mono">{h(engine["key"])} {h(engine["backend"])}</span>: {h(head)}, '
-        f'<span class="{"bad" if fits is False else ""}">{verdict}</span>{peak}</h3>'
+        f'<span class="{_VERDICT_CLASS.get(str(judged), "")}">{verdict}</span>{peak}</h3>'
         f'<svg width="{_BAR_WIDTH + 130}" height="34">'
     ]
     x = 0.0

@@ -32,10 +32,10 @@ node map (one column per GPU, · free):
   R/r = rollout sglang:d2t4, 2 instances of 4 GPUs  (node 0)
   A = actor fsdp:d4t2 + ref (colocated)  (node 1)
 
-memory per GPU (estimate; H100-80GB, 80.0 GiB, from hydra.callbacks.areal_alloc.gpu; \
+memory per GPU (estimate; H100-80GB, 79.2 GiB, from hydra.callbacks.areal_alloc.gpu; \
 every term: areal-alloc explain SPEC --model M):
   engine   per GPU   fits  peak phase  largest term       KV cache per instance
-  rollout  72.0 GiB  yes   generation  kv_cache 67.0 GiB  5,015,640 tokens = 153 × 32,768
+  rollout  71.3 GiB  yes   generation  kv_cache 67.0 GiB  5,015,640 tokens = 153 × 32,768
   actor    39.1 GiB  yes   backward    logits 11.6 GiB
   ref      37.4 GiB  yes   load        load 28.4 GiB
 

@@ -23,7 +23,7 @@ def test_explain_prints_every_term_with_its_inputs(main_cli: MainCli) -> None:
     assert "× 12 B (float32 main params + 2 float32 Adam states) / dp2" in text
     for term in ("weights", "gradients", "optimizer", "activations", "logits", "reserve"):
         assert f"\n  {term} " in text
-    assert "per GPU of 80.0 GiB:" in text
+    assert "per GPU of 79.2 GiB:" in text
 
 
 def test_explain_json_has_memory_and_kv_cache(main_cli: MainCli) -> None:
@@ -104,7 +104,7 @@ def test_check_and_the_hook_refuse_what_does_not_fit(tmp_path: Path, main_cli: M
     done = main_cli("check", str(experiment))
     assert done.returncode == 1
     assert done.stderr.startswith("areal-alloc check: actor.backend='fsdp:d8': needs about ")
-    assert "over the 40.0 GiB of a A100-40GB; largest term" in done.stderr
+    assert "over the 39.5 GiB of a A100-40GB; largest term" in done.stderr
     warned = main_cli("check", str(experiment), "--on-memory", "warn", "--json")
     assert warned.returncode == 0, warned.stderr
     plan = json.loads(warned.stdout)

@@ -166,15 +166,16 @@ def test_settings_given_nowhere_read_only_the_config(monkeypatch: pytest.MonkeyP
 
 SMI = [
     ("NVIDIA H800, 81559 MiB", ("H800", 80 * GIB)),
-    ("NVIDIA A100-SXM4-80GB, 81920 MiB\n" * 8, ("A100-80GB", 80 * GIB)),
-    ("NVIDIA A100-SXM4-40GB, 40960 MiB", ("A100-40GB", 40 * GIB)),
-    ("NVIDIA A100-PCIE-40GB, 40960 MiB", ("A100-40GB", 40 * GIB)),
+    ("NVIDIA A100-SXM4-80GB, 81920 MiB\n" * 8, ("A100-80GB", 85198045184)),
+    ("NVIDIA A100-SXM4-40GB, 40960 MiB", ("A100-40GB", int(39.5 * GIB))),
+    ("NVIDIA A100-PCIE-40GB, 40960 MiB", ("A100-40GB", int(39.5 * GIB))),
     ("NVIDIA A800-SXM4-80GB, 81920 MiB", ("A800", 80 * GIB)),
-    ("NVIDIA H100 80GB HBM3, 81559 MiB", ("H100-80GB", 80 * GIB)),
-    ("NVIDIA H200, 143771 MiB", ("H200", 141 * GIB)),
+    ("NVIDIA H100 80GB HBM3, 81559 MiB", ("H100-80GB", int(79.18 * GIB))),
+    # what the catalogue GPU reports to torch (catalogue.REPORTED_GIB), not nvidia-smi's MiB
+    ("NVIDIA H200, 143771 MiB", ("H200", int(139.801 * GIB))),
     ("NVIDIA H20, 97871 MiB", ("H20", 96 * GIB)),
-    ("NVIDIA L40S, 46068 MiB", ("L40S", 48 * GIB)),
-    ("NVIDIA GeForce RTX 4090, 24564 MiB", ("RTX-4090", 24 * GIB)),
+    ("NVIDIA L40S, 46068 MiB", ("L40S", 46068 << 20)),
+    ("NVIDIA GeForce RTX 4090, 24564 MiB", ("RTX-4090", int(23.64 * GIB))),
     # not the catalogue's SXM H100 (slower): its memory only, as reported
     ("NVIDIA H100 PCIe, 81559 MiB", ("NVIDIA H100 PCIe (79.6 GiB)", 81559 << 20)),
     # mixed GPUs: the smallest

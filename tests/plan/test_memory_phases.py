@@ -145,7 +145,7 @@ def _sglang(m: dict[str, MemoryEstimate]) -> None:
     rollout = m["rollout"]
     assert rollout.phase_bytes["load"] == _sum(rollout, "generation", "weights", "reserve")
     # SGLang claims mem_fraction_static (0.9) of each GPU for generation
-    assert rollout.phase_bytes["generation"] == int(0.9 * 80 * GIB)
+    assert rollout.phase_bytes["generation"] == int(0.9 * int(79.18 * GIB))
     assert rollout.kv_cache is not None
     assert rollout.kv_cache.tokens
 
@@ -203,7 +203,7 @@ def _critic_beside_rollout(m: dict[str, MemoryEstimate]) -> None:
     assert _sum(rollout, "load", "colocated") == critic.at_load > 0
     assert _sum(rollout, "generation", "colocated") == critic.resident
     # the critic's values are a forward pass beside the server's claim
-    assert _sum(critic, "forward", "colocated") == int(0.4 * 80 * GIB)
+    assert _sum(critic, "forward", "colocated") == int(0.4 * int(79.18 * GIB))
     assert _sum(critic, "forward", "logits") == 0  # a value head, no vocabulary
 
 
