@@ -38,6 +38,7 @@ from areal_alloc._config import child, is_mapping, shown
 from areal_alloc.errors import AllocationError, AllocationValidationError
 from areal_alloc.limits import MAX_COUNT
 from areal_alloc.numbers import MAX_SPEED, is_number_text, quote, read_float, read_int
+from areal_alloc.vocab import SETTING_NAMES
 
 __all__ = [
     "DETECTED_HOST",
@@ -69,24 +70,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 GIB = 1 << 30  # the catalogue's unit (its memory figures are taken as GiB)
 
-#: Every setting, by the name the hook takes (``--`` + the name with dashes is the
-#: flag, :data:`ENV_PREFIX` + the name in capitals the environment variable).
-NAMES = (
-    "gpu",
-    "peak_tflops",
-    "hbm_tbps",
-    "nvlink_gbps",
-    "inter_node_gbps",
-    "disk_gbps",
-    "compute_efficiency",
-    "comm_efficiency",
-    "memory_reserve_gib",
-    "on_memory",
-    "mean_gen_len",
-    "host_memory_gib",
-    "host_cpus",
-    "reference_version",
-)
+#: Every setting, by the name the hook takes (one home: ``vocab.SETTING_NAMES``).
+NAMES = SETTING_NAMES
 ENV_PREFIX = "AREAL_ALLOC_"
 HOOK_PREFIX = "hydra.callbacks.areal_alloc."
 DETECT_ENV = "AREAL_ALLOC_DETECT"

@@ -29,6 +29,7 @@ __all__ = [
     "PART_DIMS",
     "SCHEDULING_KEYS",
     "SCHEDULING_TYPES",
+    "SETTING_NAMES",
     "TRAINING_BACKENDS",
     "colocation_size_problem",
     "describe_backends",
@@ -185,3 +186,26 @@ def role_problem(where: str, role: str, backend: str) -> str | None:
             f"({', '.join(TRAINING_BACKENDS[:-1])} and {TRAINING_BACKENDS[-1]} train)"
         )
     return None
+
+
+#: areal-alloc's own settings, by the name the Hydra hook takes (``--`` + the name with
+#: dashes is the flag, ``AREAL_ALLOC_`` + the name in capitals the environment variable):
+#: never keys of the experiment, which the reference's loader refuses (``areal_alloc.settings``
+#: resolves them; ``experiment.reference_keys`` names them when one is written under
+#: ``cluster``).
+SETTING_NAMES = (
+    "gpu",
+    "peak_tflops",
+    "hbm_tbps",
+    "nvlink_gbps",
+    "inter_node_gbps",
+    "disk_gbps",
+    "compute_efficiency",
+    "comm_efficiency",
+    "memory_reserve_gib",
+    "on_memory",
+    "mean_gen_len",
+    "host_memory_gib",
+    "host_cpus",
+    "reference_version",
+)

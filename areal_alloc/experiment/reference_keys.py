@@ -34,7 +34,7 @@ from typing import Any
 
 from areal_alloc._config import child, is_mapping, keys, read_bool, strict_schema
 from areal_alloc.errors import AllocationError, AllocationValidationError, clipped, shown
-from areal_alloc.vocab import ENGINE_ORDER
+from areal_alloc.vocab import ENGINE_ORDER, SETTING_NAMES
 
 __all__ = [
     "CHOICES",
@@ -87,18 +87,8 @@ _OURS_SETTING = (
     "areal-alloc's own setting, not the experiment's: give it as --{flag} (any command), "
     "hydra.callbacks.areal_alloc.{name} (the hook) or AREAL_ALLOC_{env}"
 )
-_SETTINGS = (
-    "gpu",
-    "gpu_memory_gib",
-    "peak_tflops",
-    "hbm_tbps",
-    "nvlink_gbps",
-    "inter_node_gbps",
-    "disk_gbps",
-    "compute_efficiency",
-    "comm_efficiency",
-    "memory_reserve_gib",
-)
+#: areal-alloc's own settings, and the old cluster key of a GPU's memory (settings.py reads it)
+_SETTINGS = (*SETTING_NAMES, "gpu_memory_gib")
 _MODEL_SHAPE = (
     "areal-alloc's own model section: name the model in actor.path (a local folder with "
     "config.json, a hub id or a catalogue name) instead; a config only areal-alloc reads "
