@@ -181,10 +181,12 @@ class MemoryEstimate:
             and any(t.name == "kv_cache" for t in terms)
         ):
             # what the server claims, and what a colocated engine keeps beside it; when
-            # the weights and reserve alone overflow the claim, they are the total (a
-            # 6e27 GiB weight term is never left out of "total 72.0 GiB of 80.0 GiB")
+            # its terms overflow the claim, they are the total (the weights and reserve
+            # alone: a 6e27 GiB weight term is never left out of "total 72.0 GiB of 80.0
+            # GiB"; or SGLang's pool, a fraction of the memory after its reserve, which
+            # with the reserve is (1 − fraction) × reserve above fraction × the device)
             claim = int(self.claimed_fraction * self.capacity)
-            needed = sum(t.bytes for t in terms if t.name not in ("kv_cache", "colocated"))
+            needed = sum(t.bytes for t in terms if t.name != "colocated")
             return max(claim, needed) + sum(t.bytes for t in terms if t.name == "colocated")
         return sum(t.bytes for t in terms)
 

@@ -144,8 +144,13 @@ def _ref_loads(m: dict[str, MemoryEstimate]) -> None:
 def _sglang(m: dict[str, MemoryEstimate]) -> None:
     rollout = m["rollout"]
     assert rollout.phase_bytes["load"] == _sum(rollout, "generation", "weights", "reserve")
-    # SGLang claims mem_fraction_static (0.9) of each GPU for generation
-    assert rollout.phase_bytes["generation"] == int(0.9 * int(79.18 * GIB))
+    # SGLang's pool is mem_fraction_static (0.9) of the memory its reserve leaves, so in
+    # generation it holds 0.9 × (79.18 GiB − reserve) with the reserve beside it
+    device, reserve = int(79.18 * GIB), _sum(rollout, "generation", "reserve")
+    weights = _sum(rollout, "generation", "weights")
+    pool = int(0.9 * (device - reserve) - weights)
+    assert _sum(rollout, "generation", "kv_cache") == pool
+    assert rollout.phase_bytes["generation"] == weights + pool + reserve > int(0.9 * device)
     assert rollout.kv_cache is not None
     assert rollout.kv_cache.tokens
 
