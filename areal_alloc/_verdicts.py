@@ -60,7 +60,16 @@ MAX_FILE_BYTES = 2_000_000
 SWITCH = "AREAL_ALLOC_NO_VERDICT_CACHE"
 _FILE = f"verdicts-py{sys.version_info[0]}{sys.version_info[1]}.json"
 #: Environment variables besides ``AREAL_ALLOC_*`` that change what a model name finds.
-_ENV = ("HF_HOME", "HF_HUB_CACHE", "HOME", "XDG_CACHE_HOME")
+_ENV = (
+    "HF_HOME",
+    "HF_HUB_CACHE",
+    "HOME",
+    "XDG_CACHE_HOME",
+    # the servers' own escape hatches, which turn the context rule into a warning (their
+    # home: experiment.server_rules.ALLOW_LONGER; named here so the fast path imports nothing)
+    "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN",
+    "VLLM_ALLOW_LONG_MAX_MODEL_LEN",
+)
 _PACKAGE = Path(__file__).parent
 _MAX_TEXT = 4096  # a longer string names no file the check would read
 

@@ -512,7 +512,12 @@ def memory_problems(
                     f"({length_key}): the server may refuse to start; to make room: raise t, "
                     f"the memory fraction, or lower {length_key}"
                 )
-            elif kv.concurrency is not None and tokens // _length(kv, longest) < kv.concurrency:
+            elif (
+                held == FITS  # no KV refusal or edge warning above: queueing is the news
+                and not (estimate.term("colocated") and shared == NO_FIT)
+                and kv.concurrency is not None
+                and tokens // _length(kv, longest) < kv.concurrency
+            ):
                 length = _length(kv, longest)
                 what = "full-length" if length == kv.sequence_length else f"{length:,}-token"
                 warnings.append(

@@ -596,8 +596,10 @@ def _memory_fix(terms: Sequence[HostTerm]) -> str:
         fixes.append("offload fewer engines or spread them over more nodes")
     if "B5" in rules:
         fixes.append("set fsdp.offload_params=false")
-    if "B8" in rules:
+    if any(t.rule == "B8" and t.name.endswith("cpu_offload_gb") for t in terms):
         fixes.append("lower cpu_offload_gb")
+    if any(t.rule == "B8" and t.name.endswith("sleep level 1") for t in terms):
+        fixes.append("give the sleeping vLLM's weights a host with more memory, or separate it")
     if "B7" in rules:
         fixes.append("use weight_update_mode xccl")
     return "; ".join(fixes) or "use nodes with more memory"

@@ -112,6 +112,8 @@ CHANGES: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, str]]] = [
     ("a hook parameter", GOOD, {"on_memory": "warn"}, {}),
     ("a setting in the environment", GOOD, {}, {"AREAL_ALLOC_GPU": "H800"}),
     ("any AREAL_ALLOC_ variable", GOOD, {}, {"AREAL_ALLOC_SOMETHING_NEW": "1"}),
+    # a server's escape hatch turns the context rule into a warning (server_rules)
+    ("a server's escape hatch", GOOD, {}, {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}),
 ]
 
 

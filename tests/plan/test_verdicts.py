@@ -241,3 +241,24 @@ def test_check_refuses_only_what_does_not_fit(
         ]
     plan = json.loads(main_cli(*args, "--json").stdout)
     assert plan["engines"][0]["memory"]["verdict"] == verdict
+
+
+def test_a_kv_cache_under_one_sequence_is_one_line_not_also_a_queue() -> None:
+    """Under on_memory=warn, a KV cache that holds less than one sequence is said once: the
+    server refuses to start, so "the server will queue the rest" would contradict it."""
+    from areal_alloc import validate
+    from areal_alloc.settings import Settings
+
+    cfg = {
+        "cluster": {"n_nodes": 2, "n_gpus_per_node": 8},
+        "rollout": {"backend": "sglang:d8", "max_concurrent_rollouts": 256},
+        "sglang": {"mem_fraction_static": 0.66},
+        "actor": {"backend": "fsdp:d8", "path": "Qwen/Qwen2.5-7B-Instruct"},
+        "train_dataset": {"batch_size": 64, "max_length": 1024},
+        "gconfig": {"n_samples": 8, "max_new_tokens": 8192},
+    }
+    settings = Settings.from_sources(flags={"gpu": "RTX-4090"}, environ={}, detect=False)
+    plan = validate(cfg, on_memory="warn", settings=settings)
+    said = [w for w in plan.warnings if w.startswith("rollout.backend=")]
+    assert len(said) == 1
+    assert "fewer than one 32,768-token sequence" in said[0]
