@@ -16,6 +16,7 @@ __all__ = [
     "ARCHON_PP_SCHEDULES",
     "ARCHON_STAGES_PER_RANK",
     "BRIDGE_TYPE",
+    "CHUNKED_PREFILL_SIZE",
     "CONTEXT_LENGTH",
     "DTYPE",
     "ENABLE_OFFLOAD",
@@ -23,6 +24,7 @@ __all__ = [
     "ENGINE_VERSION",
     "LORA_ALPHA",
     "LORA_RANK",
+    "MAX_PREFILL_TOKENS",
     "MAX_TOKENS",
     "MEMORY_FRACTION",
     "MICRO_BATCHES",
@@ -68,6 +70,10 @@ class ReferenceDefault:
 CONTEXT_LENGTH = 32768
 #: sglang.mem_fraction_static / vllm.gpu_memory_utilization (areal/api/cli_args.py)
 MEMORY_FRACTION = 0.9
+#: SGLangConfig.chunked_prefill_size (-1: chunked prefill off, "to avoid precision issues")
+#: and max_prefill_tokens (areal/api/cli_args.py l.2193-2194 at cbff54d6)
+CHUNKED_PREFILL_SIZE = -1
+MAX_PREFILL_TOKENS = 32768
 #: TrainEngineConfig.dtype (areal/api/cli_args.py)
 DTYPE = "bfloat16"
 #: TrainEngineConfig.optimizer_dtype: FSDP's parameter storage (areal/api/cli_args.py)

@@ -26,6 +26,7 @@ from areal_alloc.errors import (
     reading_of,
     shown,
 )
+from areal_alloc.numbers import read_names
 
 if TYPE_CHECKING:
     from areal_alloc.settings import Settings
@@ -46,25 +47,9 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def app_key_names(value: object) -> tuple[str, ...] | None:
-    """The hook's ``app_keys`` (an app's own top-level keys, which the strict-key check
-    skips): a comma-separated string (``output,round``: one value node, cheaper for Hydra to
-    carry through its start-up than a list) or a list of names; ``()`` when not given, None
-    when it is neither."""
-    if value is None or value == "":
-        return ()
-    if isinstance(value, str):
-        names = [name.strip() for name in value.split(",")]
-    elif isinstance(value, (list, tuple)) or type(value).__name__ == "ListConfig":
-        names = [str(name).strip() for name in value]  # type: ignore[attr-defined]
-    else:
-        return None
-    return tuple(name for name in names if name)
-
-
 def _app_keys(value: object) -> list[str] | None:
     """The hook's ``app_keys`` as a plain list (its repr goes into the verdict key)."""
-    names = app_key_names(value)
+    names = read_names(value)
     if names is None:
         raise SystemExit(
             f"{PREFIX}hydra.callbacks.areal_alloc.app_keys={shown(value)}: must be a "

@@ -38,6 +38,7 @@ __all__ = [
     "quote",
     "read_float",
     "read_int",
+    "read_names",
 ]
 
 #: Characters of a number written as a string; longer ones are refused unread.
@@ -219,3 +220,18 @@ def read_float(
     if number < minimum or (above and number == minimum):
         raise _fail(name, value, allowed)
     return number
+
+
+def read_names(value: object) -> tuple[str, ...] | None:
+    """Names given as one comma-separated string (``output,round``: a setting's, a flag's)
+    or a list of them (a Hydra ListConfig too); ``()`` when not given, None when it is
+    neither (the caller's one line names the setting)."""
+    if value is None or value == "":
+        return ()
+    if isinstance(value, str):
+        names = [name.strip() for name in value.split(",")]
+    elif isinstance(value, (list, tuple)) or type(value).__name__ == "ListConfig":
+        names = [str(name).strip() for name in value]  # type: ignore[attr-defined]
+    else:
+        return None
+    return tuple(name for name in names if name)

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 from areal_alloc._config import child, is_mapping, shown
 from areal_alloc.errors import AllocationError, AllocationValidationError
 from areal_alloc.limits import MAX_COUNT
-from areal_alloc.numbers import MAX_SPEED, is_number_text, quote, read_float, read_int
+from areal_alloc.numbers import MAX_SPEED, is_number_text, quote, read_float, read_int, read_names
 from areal_alloc.vocab import SETTING_NAMES
 
 __all__ = [
@@ -413,7 +413,7 @@ class Settings:
         own = flags.get("app_keys") if flags is not None else None
         if not own and hook is not None:
             own = hook.get("app_keys")
-        app_keys = tuple(str(k) for k in own) if isinstance(own, (list, tuple)) else ()
+        app_keys = read_names(own) or ()  # a string or a list (the hook checked it)
         return cls(tuple(given), detect, app_keys=app_keys)
 
     def first(self, name: str) -> tuple[object, str] | None:

@@ -14,7 +14,6 @@ from areal_alloc.cli.args import usage_error
 from areal_alloc.cli.render import render_plan
 from areal_alloc.compose import hydra_error_line
 from areal_alloc.errors import AllocationError, shown
-from areal_alloc.hydra_hook import app_key_names
 from areal_alloc.plan import plan_config
 from areal_alloc.settings import Settings
 
@@ -34,9 +33,7 @@ def _hook_settings() -> Settings | None:
     params = OmegaConf.to_container(hook) if isinstance(hook, DictConfig) else None
     if not isinstance(params, dict):
         return None
-    hook = {str(k): v for k, v in params.items()}
-    hook["app_keys"] = app_key_names(hook.get("app_keys")) or ()
-    return Settings.from_sources(hook=hook)
+    return Settings.from_sources(hook={str(k): v for k, v in params.items()})
 
 
 def show_plan(cfg: DictConfig) -> None:

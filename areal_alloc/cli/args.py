@@ -9,7 +9,7 @@ from typing import Any, NoReturn, TypeVar
 
 from areal_alloc.errors import AllocationValidationError, clipped
 from areal_alloc.limits import MAX_COUNT, MAX_GPUS
-from areal_alloc.numbers import MAX_SPEED, read_float, read_int
+from areal_alloc.numbers import MAX_SPEED, read_float, read_int, read_names
 
 __all__ = ["CommandParser", "command_parser", "count", "fraction", "positive", "real", "speed"]
 
@@ -87,9 +87,7 @@ fraction = real(0, 1)
 
 
 def _app_keys(text: str) -> tuple[str, ...]:
-    from areal_alloc.hydra_hook import app_key_names
-
-    return app_key_names(text) or ()
+    return read_names(text) or ()
 
 
 def reference_flag(parser: argparse.ArgumentParser) -> None:

@@ -34,7 +34,6 @@ term for them (an estimate without it is said so in no figure; see docs/speed.md
 
 from __future__ import annotations
 
-from areal_alloc.architecture import Architecture
 from areal_alloc.estimate.speed import StepTerm
 
 __all__ = [
@@ -70,7 +69,6 @@ OPTIMIZER_S = ((0.4222 / 28 - 4 * FORWARD_S) + (0.3027 / 28 - 3 * FORWARD_S)) / 
 
 def host_term(
     backend: str,
-    arch: Architecture,
     layers_here: float,
     micro_batches: int,
     *,
@@ -84,7 +82,7 @@ def host_term(
     the GPU. None for an engine without measured host time (:data:`HOST_ENGINES`)."""
     if backend not in HOST_ENGINES:
         return None
-    del arch  # the cost is per decoder layer, whatever the layer's size (module docstring)
+    # the cost is per decoder layer, whatever the layer's size (module docstring)
     ms = 1e3
     if forward_only:
         per_layer = FORWARD_S

@@ -195,7 +195,6 @@ def training_step(
         flops /= 3  # the model's forward FLOPs: the MFU of a forward pass
     host = host_term(
         backend,
-        arch,
         step.layers_here,
         micro_batches,
         recompute=recompute == "full",

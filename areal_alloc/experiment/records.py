@@ -206,8 +206,8 @@ class InferenceConfig:
     enable_dp_attention: bool = False
     enable_ep_moe: bool = False
     enable_memory_saver: bool = False
-    chunked_prefill_size: int = -1
-    max_prefill_tokens: int = 32768
+    chunked_prefill_size: int = defaults.CHUNKED_PREFILL_SIZE
+    max_prefill_tokens: int = defaults.MAX_PREFILL_TOKENS
     enable_sleep_mode: bool = False
 
 

@@ -412,3 +412,12 @@ def test_the_schema_loads_in_a_few_milliseconds() -> None:
     reference_keys.schema.cache_clear()
     seconds = timeit.timeit(lambda: reference_keys.schema("cbff54d6"), number=1)
     assert seconds < 0.05  # about 1 ms here (docs/checks.md)
+
+
+def test_app_keys_reach_the_settings_as_a_string_or_a_list() -> None:
+    """validate(settings=Settings.from_sources(hook=…)) takes what the hook takes."""
+    for given in ("output, round", ["output", "round"]):
+        settings = Settings.from_sources(hook={"app_keys": given}, environ={}, detect=False)
+        assert settings.app_keys == ("output", "round")
+    flags = Settings.from_sources(flags={"app_keys": ("econfig",)}, environ={}, detect=False)
+    assert flags.app_keys == ("econfig",)

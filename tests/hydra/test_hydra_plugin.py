@@ -348,9 +348,9 @@ def test_hook_with_another_sweeper_checks_the_fixed_config(
     ],
 )
 def test_the_hooks_app_keys_are_a_string_or_a_list(given: object, names: object) -> None:
-    from areal_alloc.hydra_hook import app_key_names
+    from areal_alloc.numbers import read_names
 
-    assert app_key_names(given) == names
+    assert read_names(given) == names
 
 
 def test_an_app_keys_of_another_type_stops_the_hook_in_one_line() -> None:

@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from areal_alloc import defaults
-from areal_alloc._config import child, read_bool, section, setting_float, whole_number
+from areal_alloc._config import child, section, setting_float, whole_number
 from areal_alloc.errors import AllocationValidationError, shown
 from areal_alloc.experiment.records import InferenceConfig
+from areal_alloc.experiment.sections.values import flag, text
 from areal_alloc.limits import MAX_COUNT
 from areal_alloc.numbers import read_int
 
@@ -31,16 +32,6 @@ __all__ = ["SERVER_DTYPES", "inference_config"]
 SERVER_DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 
 
-def _text(node: object, key: str, default: str) -> str:
-    value = child(node, key) if node is not None else None
-    return str(value) if value not in (None, "") else default
-
-
-def _flag(node: object, key: str, path: str) -> bool:
-    value = child(node, key) if node is not None else None
-    return False if value is None else read_bool(value, path)
-
-
 def _signed(node: object, key: str, path: str, default: int) -> int:
     """An int setting that may be negative (``chunked_prefill_size: -1``)."""
     value = child(node, key) if node is not None else None
@@ -52,7 +43,7 @@ def _signed(node: object, key: str, path: str, default: int) -> int:
 def _dtype(server: Any, backend: str) -> str:
     """``<backend>.dtype`` as the server's ``--dtype`` takes it; ``auto`` is read as the
     reference's bfloat16 (the checkpoint's own dtype for the bf16 models it trains)."""
-    dtype = _text(server, "dtype", "bfloat16")
+    dtype = text(server, "dtype", "bfloat16")
     if dtype not in SERVER_DTYPES:
         kv = (
             "a quantized KV cache is sglang.kv_cache_dtype=fp8_e4m3"
@@ -107,7 +98,7 @@ def inference_config(cfg: object, engine: Engine, at: Any) -> InferenceConfig:
     return InferenceConfig(
         dtype=_dtype(server, backend),
         # SGLangConfig.kv_cache_dtype (l.2199); vLLMConfig has none (the key check refuses it)
-        kv_cache_dtype=_text(server, "kv_cache_dtype", "auto") if not vllm else "auto",
+        kv_cache_dtype=text(server, "kv_cache_dtype", "auto") if not vllm else "auto",
         memory_fraction=defaults.MEMORY_FRACTION if fraction is None else fraction,
         context_length=length or defaults.CONTEXT_LENGTH,
         max_concurrent_rollouts=concurrency,
@@ -120,20 +111,29 @@ def inference_config(cfg: object, engine: Engine, at: Any) -> InferenceConfig:
         dp_size=(whole_number(server, "dp_size", "sglang.dp_size") or 1) if sglang else 1,
         ep_size=(whole_number(server, "ep_size", "sglang.ep_size") or 1) if sglang else 1,
         enable_dp_attention=sglang
-        and _flag(server, "enable_dp_attention", "sglang.enable_dp_attention"),
-        enable_ep_moe=sglang and _flag(server, "enable_ep_moe", "sglang.enable_ep_moe"),
+        and flag(server, "enable_dp_attention", False, "sglang.enable_dp_attention"),
+        enable_ep_moe=sglang and flag(server, "enable_ep_moe", False, "sglang.enable_ep_moe"),
         enable_memory_saver=sglang
-        and _flag(server, "enable_memory_saver", "sglang.enable_memory_saver"),
+        and flag(server, "enable_memory_saver", False, "sglang.enable_memory_saver"),
         chunked_prefill_size=(
-            _signed(server, "chunked_prefill_size", "sglang.chunked_prefill_size", -1)
+            _signed(
+                server,
+                "chunked_prefill_size",
+                "sglang.chunked_prefill_size",
+                defaults.CHUNKED_PREFILL_SIZE,
+            )
             if sglang
-            else -1
+            else defaults.CHUNKED_PREFILL_SIZE
         ),
         max_prefill_tokens=(
-            (whole_number(server, "max_prefill_tokens", "sglang.max_prefill_tokens") or 32768)
+            (
+                whole_number(server, "max_prefill_tokens", "sglang.max_prefill_tokens")
+                or defaults.MAX_PREFILL_TOKENS
+            )
             if sglang
-            else 32768
+            else defaults.MAX_PREFILL_TOKENS
         ),
         # vLLMConfig.enable_sleep_mode (cli_args.py l.2062 at cbff54d6)
-        enable_sleep_mode=vllm and _flag(server, "enable_sleep_mode", "vllm.enable_sleep_mode"),
+        enable_sleep_mode=vllm
+        and flag(server, "enable_sleep_mode", False, "vllm.enable_sleep_mode"),
     )
