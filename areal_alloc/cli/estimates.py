@@ -481,7 +481,7 @@ def ranking(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
         rows.append(
             [
                 r.spec,
-                readable_bytes(r.memory.total),
+                readable_bytes(r.memory.total) + (" (edge)" if r.memory.verdict == EDGE else ""),
                 f"{r.speed.seconds:.3g} s",
                 f"{r.speed.tokens_per_second:,.0f}",
                 f"{r.speed.mfu:.0%}",
@@ -496,6 +496,13 @@ def ranking(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
         f"per micro-batch, sequences of {sequence:,}"
     )
     print(f"# {searched}, fastest first: {what}")
+    edge = next((r.memory for r in shown if r.memory.verdict == EDGE), None)
+    if edge is not None:
+        print(
+            f"# (edge): at the edge of the GPU's memory, within the estimate's "
+            f"±{edge.error.percent} measured error: it may not fit (explain LAYOUT --model M "
+            f"says what makes room)"
+        )
     _footer(ns, shown[0].speed.assumptions)
     return 0
 
@@ -517,6 +524,14 @@ def _memory_fixes(ns: argparse.Namespace) -> str:
     if ns.recompute == "full":
         return "try more GPUs or fewer --tokens (this is already with --recompute full)"
     return "try more GPUs, --recompute full or fewer --tokens"
+
+
+def _at_the_edge(memory: MemoryEstimate) -> str:
+    """A proposal's memory at the edge (estimate.margin): within the estimate's measured
+    error of the GPU's memory, so it may not fit."""
+    if memory.verdict != EDGE:
+        return ""
+    return f" (AT THE EDGE: within the estimate's ±{memory.error.percent} measured error)"
 
 
 def fitting(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
@@ -1170,11 +1185,13 @@ def suggest_command(args: list[str]) -> int:
         print(
             f"   generation {p.generate_seconds:.1f} s: {r.speed.tokens_per_second:,.0f} "
             f"tokens/s, bottleneck {r.speed.bottleneck}, {readable_bytes(r.memory.total)} per GPU"
+            + _at_the_edge(r.memory)
         )
         print(
             f"   training   {p.train_seconds:.1f} s: {a.speed.tokens_per_second:,.0f} tokens/s "
             f"(actor), MFU {a.speed.mfu:.0%}, bottleneck {a.speed.bottleneck}, "
             f"{readable_bytes(a.memory.total)} per GPU"
+            + _at_the_edge(a.memory)
             + (" (+ ref forward)" if shape.ref else "")
             + (" (+ critic)" if shape.critic else "")
         )

@@ -230,3 +230,14 @@ def test_layouts_json_without_rank(main_cli: MainCli) -> None:
         assert row["memory"]["verdict"] in ("fits", "at the edge")  # never "does not fit"
         if row["memory"]["verdict"] == "fits":  # within H100-80GB's 79.18 GiB to torch
             assert row["memory_total"] <= 79.18 * 2**30
+
+
+def test_layouts_rank_marks_a_layout_at_the_edge(main_cli: MainCli) -> None:
+    """Qwen3-4B on fsdp:d4c2 needs 81.1 GiB of an H100-80GB's 79.2 GiB: within the
+    estimate's measured error, so it is listed, marked, and the footer says what that means."""
+    out = main_cli("layouts", "fsdp", "8", "--model", "Qwen3-4B", "--gpu", "H100-80GB", "--rank")
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0
+    assert any(line.startswith("fsdp:d4c2") and "81.1 GiB (edge)" in line for line in lines)
+    assert not any(line.startswith("fsdp:d2c4") and "(edge)" in line for line in lines)
+    assert any(line.startswith("# (edge): at the edge of the GPU's memory") for line in lines)
