@@ -27,7 +27,7 @@ from areal_alloc.errors import AllocationValidationError
 from areal_alloc.experiment.loader import refuse_at_load
 from areal_alloc.experiment.models import model_sources
 from areal_alloc.experiment.nulls import refuse_nulls
-from areal_alloc.experiment.records import Engine, Experiment, InferenceConfig, ModelChoice
+from areal_alloc.experiment.records import Engine, Experiment, ModelChoice
 from areal_alloc.experiment.reference_keys import check_reference_keys
 from areal_alloc.experiment.sections.cluster import read_cluster
 from areal_alloc.experiment.sections.engines import (
@@ -108,14 +108,12 @@ def _with_details(cfg: object, engine: Engine) -> Engine:
         return replace(engine, model=choice, offload=offload)
     if engine.allocation.is_inference:
         return replace(
-            engine, model=choice, offload=offload, inference=_inference_config(cfg, engine)
+            engine,
+            model=choice,
+            offload=offload,
+            inference=inference_config(cfg, engine, _at(cfg, engine.path)),
         )
     training = train_config(
         _at(cfg, engine.path), engine.path, engine.key, engine.allocation.backend
     )
     return replace(engine, model=choice, offload=offload, training=training)
-
-
-def _inference_config(cfg: object, engine: Engine) -> InferenceConfig:
-    """The engine's server section (``sections.servers.inference_config``)."""
-    return inference_config(cfg, engine, _at(cfg, engine.path))

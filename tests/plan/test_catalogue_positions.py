@@ -10,6 +10,7 @@ import pytest
 
 from areal_alloc import AllocationValidationError, validate
 from areal_alloc.catalogue import find_model
+from tests.conftest import MainCli
 
 ALLOW = ("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "VLLM_ALLOW_LONG_MAX_MODEL_LEN")
 
@@ -140,11 +141,7 @@ def test_a_context_within_the_positions_starts(config: dict[str, Any]) -> None:
     assert validate(config, on_memory="off").warnings == ()
 
 
-def test_check_exits_1_on_a_catalogue_models_positions(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from areal_alloc.cli import main
-
+def test_check_exits_1_on_a_catalogue_models_positions(tmp_path: Path, main_cli: MainCli) -> None:
     exp = tmp_path / "exp.yaml"
     exp.write_text(
         "cluster: {n_nodes: 2, n_gpus_per_node: 8}\n"
@@ -152,10 +149,10 @@ def test_check_exits_1_on_a_catalogue_models_positions(
         "actor: {backend: 'fsdp:d8', path: Qwen/Qwen3-8B}\n"
         "vllm: {max_model_len: 65536}\n"
     )
-    assert main(["check", "--quiet", str(exp)]) == 1
+    done = main_cli("check", "--quiet", str(exp))
+    assert done.returncode == 1
     assert (
-        capsys.readouterr()
-        .err.strip()
+        done.stderr.strip()
         .splitlines()[-1]
         .startswith(
             "areal-alloc check: vllm.max_model_len=65,536 is above the model's "
@@ -163,4 +160,4 @@ def test_check_exits_1_on_a_catalogue_models_positions(
         )
     )
     exp.write_text(exp.read_text().replace("65536", "40960"))
-    assert main(["check", "--quiet", str(exp)]) == 0
+    assert main_cli("check", "--quiet", str(exp)).returncode == 0

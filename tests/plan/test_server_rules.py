@@ -12,6 +12,7 @@ import pytest
 from areal_alloc import AllocationValidationError, validate
 from areal_alloc.architecture import Architecture
 from areal_alloc.estimate.memory_inference import inference_weights, pipeline_stages
+from tests.conftest import MainCli
 
 
 def cfg(**sections: Any) -> dict[str, Any]:
@@ -228,9 +229,7 @@ def test_the_positions_each_server_derives(
     assert arch.position_limit(backend) == limit
 
 
-def test_check_exits_1_on_a_server_rule(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from areal_alloc.cli import main
-
+def test_check_exits_1_on_a_server_rule(tmp_path: Path, main_cli: MainCli) -> None:
     exp = tmp_path / "exp.yaml"
     exp.write_text(
         "cluster: {n_nodes: 2, n_gpus_per_node: 8}\n"
@@ -238,10 +237,10 @@ def test_check_exits_1_on_a_server_rule(tmp_path: Path, capsys: pytest.CaptureFi
         "actor: {backend: 'fsdp:d8'}\n"
         "sglang: {ep_size: 3}\n"
     )
-    assert main(["check", "--quiet", str(exp)]) == 1
+    done = main_cli("check", "--quiet", str(exp))
+    assert done.returncode == 1
     assert (
-        capsys.readouterr()
-        .err.strip()
+        done.stderr.strip()
         .splitlines()[-1]
         .startswith(
             "areal-alloc check: sglang.ep_size=3 does not divide t4 of "
@@ -249,7 +248,7 @@ def test_check_exits_1_on_a_server_rule(tmp_path: Path, capsys: pytest.CaptureFi
         )
     )
     exp.write_text(exp.read_text().replace("ep_size: 3", "ep_size: 4"))
-    assert main(["check", "--quiet", str(exp)]) == 0
+    assert main_cli("check", "--quiet", str(exp)).returncode == 0
 
 
 # --- quantized checkpoints and uneven pipelines -----------------------------------------

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from areal_alloc._config import child, is_mapping, keys, read_bool, section, shown
 from areal_alloc.errors import AllocationValidationError
+from areal_alloc.experiment.sections.values import at
 from areal_alloc.limits import MAX_COUNT
 from areal_alloc.numbers import read_int
 
@@ -113,9 +114,7 @@ def read_scheduling(cfg: object, engines: Sequence[tuple[str, str, str]]) -> Sch
     specs: list[tuple[str, WorkerSpec]] = []
     no_grad_backup: list[str] = []
     for key, path, backend in engines:
-        node = cfg
-        for part in path.split("."):
-            node = child(node, part) if node is not None else None
+        node = at(cfg, path)
         node = node if is_mapping(node) else None
         specs.append((key, _first_spec(node, path)))
         if backend == "megatron" and node is not None:
