@@ -518,8 +518,16 @@ def source(
     }
 
 
+#: what a ``reference_fsdp_allocated`` row measures
+ALLOCATED_METRIC = (
+    "the allocator's peak over the timed steps: torch.cuda.max_memory_allocated "
+    "(phases.steps.max_alloc_gib); the CUDA context and the allocator's cached blocks excluded"
+)
+
+
 def rows(found: dict[str, Any], source_id: str, gpu: str, gpu_note: str) -> list[dict[str, Any]]:
-    """Three rows of one case: memory (device in use at the step's peak), step, forward."""
+    """The rows of one case: memory (device in use at the step's peak), on a GPU the
+    allocator's peak, step, forward."""
     steps = found["phases"]["steps"]
     cpu = gpu == "cpu"
     memory = steps["process_peak_rss_gib"] if cpu else steps["device_used_gib"]
@@ -551,6 +559,12 @@ def rows(found: dict[str, Any], source_id: str, gpu: str, gpu_note: str) -> list
     slug = f"probe-{gpu.lower()}-{found['case']}"
     figures = (
         ("memory", "reference_fsdp_memory", memory, "GiB"),
+        # a CPU run keeps no allocator statistics
+        *(
+            ()
+            if cpu
+            else (("allocated", "reference_fsdp_allocated", steps["max_alloc_gib"], "GiB"),)
+        ),
         ("step", "reference_fsdp_step", found["step_s"], "s"),
         ("forward", "reference_fsdp_forward", found["forward_s"], "s"),
     )
@@ -561,7 +575,13 @@ def rows(found: dict[str, Any], source_id: str, gpu: str, gpu_note: str) -> list
             "source": source_id,
             "quote": quote,
             "measured": {"value": value, "unit": unit},
-            "inputs": dict(inputs, memory_metric=metric) if suffix == "memory" else inputs,
+            "inputs": (
+                dict(inputs, memory_metric=metric)
+                if suffix == "memory"
+                else dict(inputs, memory_metric=ALLOCATED_METRIC)
+                if suffix == "allocated"
+                else inputs
+            ),
             "probe": {k: v for k, v in found.items() if k not in ("model",)},
         }
         for suffix, kind, value, unit in figures

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -286,6 +287,15 @@ def memory_estimate(alloc: ModelAllocation, ns: argparse.Namespace) -> MemoryEst
         return None
     gpu = gpu_spec(ns) if chosen_gpu(ns) is not None else None
     training, inference = settings_from_flags(ns, alloc.backend)
+    if ns.tokens_per_step is not None and not alloc.is_inference:
+        # the step's tokens given (explain's speed flags): each data-parallel rank's
+        # share, in sequences of --seq-len, decides its micro-batches (one: no
+        # gradients before its backward, memory_training._backward_phase)
+        training = replace(
+            training,
+            share_tokens=math.ceil(ns.tokens_per_step / alloc.parallel.dp_size),
+            sequence_tokens=ns.seq_len or min(training.tokens_per_micro_batch, CONTEXT_LENGTH),
+        )
     return estimate_allocation(
         alloc, find_model(ns.model), gpu.capacity if gpu else None, training, inference
     )
@@ -500,7 +510,7 @@ def ranking(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
     if edge is not None:
         print(
             f"# (edge): at the edge of the GPU's memory, within the estimate's "
-            f"±{edge.error.percent} measured error: it may not fit (explain LAYOUT --model M "
+            f"{edge.error.sides} measured error: it may not fit (explain LAYOUT --model M "
             f"says what makes room)"
         )
     _footer(ns, shown[0].speed.assumptions)
@@ -531,7 +541,7 @@ def _at_the_edge(memory: MemoryEstimate) -> str:
     error of the GPU's memory, so it may not fit."""
     if memory.verdict != EDGE:
         return ""
-    return f" (AT THE EDGE: within the estimate's ±{memory.error.percent} measured error)"
+    return f" (AT THE EDGE: within the estimate's {memory.error.sides} measured error)"
 
 
 def fitting(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:

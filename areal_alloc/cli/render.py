@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from areal_alloc.catalogue import GPU, device_total
-from areal_alloc.estimate.margin import TRAIN_MEMORY_ERROR
 from areal_alloc.estimate.memory import MemoryEstimate, readable_bytes
 from areal_alloc.estimate.pipeline_split import LISTED_RANK_STAGES, PipelineSplit
 from areal_alloc.format import describe_dims
@@ -276,8 +275,8 @@ def verdict_text(estimate: MemoryEstimate) -> str:
         else f"over by {readable_bytes(-headroom)}"
     )
     return (
-        f"AT THE EDGE ({side}, within the estimate's measured error ±"
-        f"{TRAIN_MEMORY_ERROR.percent} = {readable_bytes(estimate.margin)}: it may not fit)"
+        f"AT THE EDGE ({side}, within the estimate's measured error "
+        f"{estimate.edge_error}: it may not fit)"
     )
 
 

@@ -3,8 +3,9 @@
 - activations from Korthikanti et al. 2022, "Reducing Activation Recomputation
   in Large Transformer Models" (arXiv:2205.05198), Table 2, generalised from
   GPT's MLP to grouped-query attention, SwiGLU and mixture-of-experts layers
-  (:func:`activation_bytes_per_token`; torchtitan's per-op policy:
-  :func:`op_sac_bytes_per_token`);
+  (:func:`activation_bytes_per_token`: Megatron's fused kernels; torchtitan's per-op
+  policy: :func:`op_sac_bytes_per_token`), and as Hugging Face modeling code, which the
+  reference's FSDP engine runs, holds them (:func:`hf_activation_bytes_per_token`);
 - the parameters LoRA adds for its target modules (:func:`lora_parameters`).
 """
 
@@ -17,6 +18,7 @@ from areal_alloc.estimate.execution import DEFAULT_RECOMPUTE_MODULES, LORA_TARGE
 
 __all__ = [
     "activation_bytes_per_token",
+    "hf_activation_bytes_per_token",
     "lora_parameters",
     "op_sac_bytes_per_token",
 ]
@@ -115,22 +117,126 @@ def activation_bytes_per_token(
         return 2 * h / (tp if sequence_parallel else 1), f"2h = {2 * h} (full recomputation)"
     if recompute == "op":
         return op_sac_bytes_per_token(arch, moe=moe, tp=tp, sequence_parallel=sequence_parallel)
-    if gathered_inputs and sequence_parallel and tp > 1:
-        whole = 2 * h + (2 * h if mlp_gathered else 0)  # the attention's and the MLP's
-        per_token = whole + (replicated - whole + split + scores) / tp
-        how = f"{whole} gathered + ({replicated - whole} + {split} + {scores})/t{tp}"
-    elif sequence_parallel or tp == 1:
-        per_token = (replicated + split + scores) / tp
-        how = (
-            f"({replicated} + {split} + {scores})/t{tp}"
-            if tp > 1
-            else f"{replicated + split + scores}"
-        )
-    else:
-        per_token = replicated + (split + scores) / tp
-        how = f"{replicated} + ({split} + {scores})/t{tp}"
+    whole = 2 * h + (2 * h if mlp_gathered else 0)  # the attention's and the MLP's input
+    per_token, how = _split_by_tp(
+        replicated,
+        (split, scores),
+        whole,
+        tp=tp,
+        sequence_parallel=sequence_parallel,
+        gathered_inputs=gathered_inputs,
+    )
     text = f"2·(q{q} + k{k} + v{v} + o{proj}) + {mlp} + norms/inputs {stored}" + (
         f" − {dropped_replicated + dropped_split} recomputed ({dropped})" if dropped else ""
+    )
+    return per_token, f"{text}: {how}"
+
+
+def _split_by_tp(
+    replicated: int,
+    split: tuple[int, ...],
+    whole: int,
+    *,
+    tp: int,
+    sequence_parallel: bool,
+    gathered_inputs: bool,
+) -> tuple[float, str]:
+    """A layer's bytes per token on one GPU of ``t``: ``split`` is divided by t;
+    ``replicated`` too under sequence parallelism, but for the ``whole`` inputs that
+    DTensor's ``PrepareModuleInput`` gathers (``gathered_inputs``, see
+    :func:`activation_bytes_per_token`); without it ``replicated`` stays on every GPU."""
+    parts = " + ".join(str(part) for part in split)
+    if gathered_inputs and sequence_parallel and tp > 1:
+        rest = replicated - whole
+        per_token = whole + (rest + sum(split)) / tp
+        return per_token, f"{whole} gathered + ({rest} + {parts})/t{tp}"
+    if sequence_parallel or tp == 1:
+        per_token = (replicated + sum(split)) / tp
+        how = f"({replicated} + {parts})/t{tp}" if tp > 1 else f"{replicated + sum(split)}"
+        return per_token, how
+    return replicated + sum(split) / tp, f"{replicated} + ({parts})/t{tp}"
+
+
+@functools.lru_cache(maxsize=1024)
+def hf_activation_bytes_per_token(
+    arch: Architecture,
+    *,
+    moe: bool,
+    tp: int,
+    sequence_parallel: bool,
+    recompute: str,
+    mlp_gathered: bool = True,
+) -> tuple[float, str]:
+    """Bytes one token leaves stored in one decoder layer, per GPU, as Hugging Face's
+    modeling code holds them for the backward: the code the reference's FSDP engine runs
+    (``AutoModelForCausalLM``, areal/engine/fsdp_engine.py at cbff54d6).
+
+    Read from transformers 5.17.0's ``models/qwen3/modeling_qwen3.py`` (the version the
+    measured steps ran; Llama's and Qwen2's layers are the same but for the q/k norms),
+    counting what autograd saves (a product saves an operand only where the other one
+    requires a gradient, so ``q * cos`` keeps only ``cos``), 2 bytes a bf16 element:
+
+    - each RMSNorm (``Qwen3RMSNorm.forward``, l.59-64): its float32 copy of the input
+      (4 B, saved by ``pow`` and the product), its rsqrt (4 B a row) and the bf16 cast
+      the weight multiplies (2 B): 6h + 4, twice a layer; with ``qk_norm`` also over q
+      and k per head (6q + 6k + 4 per head);
+    - the attention's input, the norm's output, saved by q/k/v_proj (2h); the rotated
+      q and k and v, saved by the attention kernel (2q + 2k + 2v; ``repeat_kv`` does not
+      copy them under FlashAttention-2 or SDPA's GQA path, integrations/
+      sdpa_attention.py l.97-102), its output (2q) and float32 log-sum-exp (4 B a head),
+      and o_proj's input, the output made contiguous (2q; l.296-297);
+    - the MLP (``Qwen3MLP.forward``, l.82-84): its input (2h), the gate's output saved by
+      SiLU, SiLU's output and up's output saved by their product, the product saved by
+      down_proj: 8f (GeLU's MLP: 4f).
+
+    A mixture-of-experts layer's routed and shared experts are counted as
+    :func:`activation_bytes_per_token` counts them (not measured on Hugging Face's MoE
+    blocks). ``recompute="full"``: ``gradient_checkpointing_enable`` wraps each decoder
+    layer (``GradientCheckpointingLayer``), which keeps only its input (2h). Tensor
+    parallelism as :func:`activation_bytes_per_token` with ``gathered_inputs``.
+    """
+    h = arch.hidden_size
+    if recompute == "full":
+        return 2 * h / (tp if sequence_parallel else 1), f"2h = {2 * h} (full recomputation)"
+    if arch.is_mla:
+        a = arch.num_attention_heads
+        q = k = a * (arch.qk_nope_head_dim + arch.qk_rope_head_dim)
+        v = o = a * arch.v_head_dim
+        kv_heads = a
+    else:
+        q = o = arch.query_width
+        k = v = arch.kv_width
+        kv_heads = arch.num_key_value_heads
+    heads = arch.num_attention_heads
+    norms = 2 * (6 * h + 4)
+    inputs = 2 * h + 2 * h  # the attention's and the MLP's, saved by their linears
+    qk_norms = (6 * q + 6 * k + 4 * (heads + kv_heads)) if arch.qk_norm else 0
+    attention = 2 * (q + k + v) + 2 * o + 4 * heads + 2 * o  # kernel's, lse, o_proj's
+    if moe:
+        per_f = 6 if arch.gated_mlp else 4
+        mlp = arch.experts_per_token * (2 * h + per_f * arch.moe_intermediate_size)
+        mlp += per_f * arch.shared_expert_intermediate_size + 4 * arch.num_experts
+        mlp_text = f"MoE {mlp} (as Megatron's count)"
+    else:
+        per_f = 8 if arch.gated_mlp else 4
+        mlp = per_f * arch.intermediate_size
+        mlp_text = f"{'SwiGLU' if arch.gated_mlp else 'GeLU'} {per_f}·{arch.intermediate_size}"
+    replicated = norms + inputs
+    split = qk_norms + attention + mlp
+    whole = 2 * h + (2 * h if mlp_gathered else 0)
+    per_token, how = _split_by_tp(
+        replicated,
+        (split,),
+        whole,
+        tp=tp,
+        sequence_parallel=sequence_parallel,
+        gathered_inputs=True,
+    )
+    text = (
+        f"Hugging Face layer: norms 2·(6h + 4) + inputs 4h = {replicated}, "
+        + (f"q/k norms {qk_norms} + " if qk_norms else "")
+        + f"attention 2·(q{q} + k{k} + v{v}) + 4·o{o} + lse 4·{heads} = {attention}, "
+        + f"{mlp_text}"
     )
     return per_token, f"{text}: {how}"
 

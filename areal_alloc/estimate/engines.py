@@ -38,7 +38,6 @@ from areal_alloc.estimate.margin import (
     FITS,
     KV_MEMORY_ERROR,
     NO_FIT,
-    TRAIN_MEMORY_ERROR,
     judge,
 )
 from areal_alloc.estimate.memory import KVCache, MemoryEstimate, Phase, Term, readable_bytes
@@ -476,7 +475,7 @@ def memory_problems(
             length_key = (
                 "vllm.max_model_len" if estimate.backend == "vllm" else "sglang.context_length"
             )
-            shared = judge(estimate.total, gpu.capacity, estimate.margin)
+            shared = judge(estimate.total, gpu.capacity, estimate.margin, estimate.over_margin)
             held = judge(kv.sequence_length, max(tokens, 0), int(KV_MEMORY_ERROR.share * tokens))
             if estimate.term("colocated") and shared == NO_FIT:
                 errors.append(
@@ -500,8 +499,8 @@ def memory_problems(
                     f"{readable_bytes(estimate.term('colocated'))} stay resident beside it: "
                     f"{readable_bytes(estimate.total)} per GPU of the "
                     f"{readable_bytes(gpu.capacity)} of a {gpu.name}, within the colocated "
-                    f"estimate's measured error (±{TRAIN_MEMORY_ERROR.percent} = "
-                    f"{readable_bytes(estimate.margin)}): it may not fit; to make room: "
+                    f"estimate's measured error ({estimate.edge_error}): it may not fit; "
+                    f"to make room: "
                     f"{_colocated_text(estimate)}"
                 )
             if held == EDGE and not (estimate.term("colocated") and shared == NO_FIT):
@@ -528,7 +527,7 @@ def memory_problems(
                     f"instances); the server will queue the rest"
                 )
             continue
-        verdict = judge(estimate.total, gpu.capacity, estimate.margin)
+        verdict = judge(estimate.total, gpu.capacity, estimate.margin, estimate.over_margin)
         if verdict == FITS:
             continue
         largest = estimate.largest
@@ -543,8 +542,7 @@ def memory_problems(
             warnings.append(
                 f"{where}: at the edge: needs about {readable_bytes(estimate.total)} per GPU of "
                 f"the {readable_bytes(gpu.capacity)} of a {gpu.name}, within the estimate's "
-                f"measured error (±{estimate.error.percent} = "
-                f"{readable_bytes(estimate.margin)}): it may not fit; largest term "
+                f"measured error ({estimate.edge_error}): it may not fit; largest term "
                 f"{largest.name} {readable_bytes(largest.bytes)}; to make room: {fix}"
             )
     return errors, warnings

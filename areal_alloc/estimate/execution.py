@@ -455,6 +455,16 @@ class TrainingSettings:
     #: ``enable_activation_offloading``: with checkpointing "only the checkpointed tensors
     #: will be offloaded", the same page)
     activation_offload: bool = False
+    #: the model code the engine runs, which decides what a layer keeps for its backward:
+    #: "engine" (the backend's own: Hugging Face's modeling code for fsdp, as the
+    #: reference's FSDP engine builds it, activations.hf_activation_bytes_per_token;
+    #: Megatron's and torchtitan's fused layers for megatron and archon) or "fused" (a
+    #: framework's own fused layers under FSDP: torchtitan's, torchtune's)
+    modeling: str = "engine"
+    #: the layers and the root module wrapped in FSDP2's ``fully_shard`` (the reference's
+    #: fsdp and archon engines, torchtitan); False: a single-device recipe (torchtune's),
+    #: which keeps no unsharded gradients apart (memory_training._backward_end_phase)
+    fsdp2: bool = True
     #: a forward pass before training (the actor's ``recompute_logprob``): a forward
     #: phase beside the backward one (a ref, a teacher and a critic always have one)
     recompute_logprob: bool = False

@@ -138,7 +138,7 @@ class KVCache:
 #:   (FSDP's AdamW is torch's fused one, no per-tensor temporaries:
 #:   areal/engine/fsdp_engine.py lines 1195-1202, ``fused=True`` but for a vision
 #:   model at t > 1).
-PHASES = ("load", "generation", "forward", "backward", "optimizer_step")
+PHASES = ("load", "generation", "forward", "backward", "backward_end", "optimizer_step")
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,9 +242,27 @@ class MemoryEstimate:
         """Bytes of the estimate's own measured error: a training engine's whole total; a
         server's claim is exact (a fraction of what the device reports), so only what a
         colocated engine keeps beside it, at the training error."""
-        if self.kv_cache is not None:
-            return int(TRAIN_MEMORY_ERROR.share * self.term("colocated"))
-        return int(TRAIN_MEMORY_ERROR.share * self.total)
+        return int(TRAIN_MEMORY_ERROR.share * self._judged)
+
+    @property
+    def over_margin(self) -> int:
+        """Bytes by which the estimate may count more than there is (the measured error's
+        other side, ``MeasuredError.over``), of what :attr:`margin` covers."""
+        return int(TRAIN_MEMORY_ERROR.over_share * self._judged)
+
+    @property
+    def _judged(self) -> int:
+        """What the training error applies to: a training engine's whole total; a server's
+        claim is exact, so only what a colocated engine keeps beside it."""
+        return self.term("colocated") if self.kv_cache is not None else self.total
+
+    @property
+    def edge_error(self) -> str:
+        """The side of the measured error that puts this estimate at the edge, in words:
+        under the capacity, how much more the device may hold; over it, how much less."""
+        if self.headroom is None or self.headroom >= 0:
+            return f"+{TRAIN_MEMORY_ERROR.percent} = {readable_bytes(self.margin)}"
+        return f"−{TRAIN_MEMORY_ERROR.over_percent} = {readable_bytes(self.over_margin)}"
 
     @property
     def verdict(self) -> Verdict | None:
@@ -252,7 +270,7 @@ class MemoryEstimate:
         A server's KV cache must hold one sequence, its tokens within the KV pool's error."""
         if self.capacity is None:
             return None
-        total = judge(self.total, self.capacity, self.margin)
+        total = judge(self.total, self.capacity, self.margin, self.over_margin)
         kv = self.kv_cache
         if kv is None:
             return total
@@ -291,7 +309,11 @@ class MemoryEstimate:
         out["fits"] = self.fits
         out["verdict"] = self.verdict
         out["margin"] = self.margin if self.capacity is not None else None
-        out["error"] = {"share": self.error.share, "kind": self.error.kind}
+        out["error"] = {
+            "share": self.error.share,
+            "over": self.error.over_share,
+            "kind": self.error.kind,
+        }
         out["terms"] = [
             {"name": t.name, "bytes": t.bytes, "formula": t.formula} for t in self.terms
         ]

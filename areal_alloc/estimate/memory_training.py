@@ -24,7 +24,11 @@ from functools import lru_cache
 from areal_alloc import defaults
 from areal_alloc.architecture import Architecture, ParameterCount
 from areal_alloc.errors import AllocationValidationError
-from areal_alloc.estimate.activations import activation_bytes_per_token, lora_parameters
+from areal_alloc.estimate.activations import (
+    activation_bytes_per_token,
+    hf_activation_bytes_per_token,
+    lora_parameters,
+)
 from areal_alloc.estimate.execution import (
     DEFAULT_RECOMPUTE_MODULES,
     TrainingSettings,
@@ -186,6 +190,20 @@ def _per_token(
 ) -> dict[bool, tuple[float, str]]:
     """Activation bytes per token of a dense (False) and a MoE (True) layer, and how."""
     sp = settings.sequence_parallel if settings.sequence_parallel is not None else tp > 1
+    if backend == "fsdp" and settings.modeling == "engine" and recompute in ("none", "full"):
+        # the reference's FSDP engine runs Hugging Face's modeling code, with
+        # gradient_checkpointing on or off (it has no selective recomputation)
+        return {
+            moe: hf_activation_bytes_per_token(
+                arch,
+                moe=moe,
+                tp=tp,
+                sequence_parallel=sp,
+                recompute=recompute,
+                mlp_gathered=not fsdp_keeps_mlp_whole(backend, arch.model_type),
+            )
+            for moe in (False, True)
+        }
     return {
         moe: activation_bytes_per_token(
             arch,
@@ -277,7 +295,7 @@ def _stage_terms(e: Engine, rank: int) -> tuple[int, list[Term], dict[str, tuple
     logits = _logits(e, s, e.forward_only)
     terms = [
         *states(e, s),
-        _activations(e, s),
+        _activations(e, s, logits.bytes if logits else 0),
         *([logits] if logits else []),
         _reserve(e.settings),
     ]
@@ -285,14 +303,20 @@ def _stage_terms(e: Engine, rank: int) -> tuple[int, list[Term], dict[str, tuple
     if not e.forward_only:
         if e.settings.recompute_logprob or e.settings.critic:
             by_phase["forward"] = _forward_phase(e, s, terms)
+        if not e.megatron and e.settings.fsdp2:
+            by_phase["backward_end"] = _backward_end_phase(e, s, terms)
         by_phase["optimizer_step"] = _optimizer_step_phase(terms)
     return rank, terms, by_phase
 
 
-def _activations(e: Engine, s: Stage) -> Term:
+def _activations(e: Engine, s: Stage, logits: int = 0) -> Term:
     """What a micro-batch's backward needs: each layer's saved activations for every
     micro-batch in flight (:func:`_in_flight`), or, offloaded, one layer's checkpoints
-    back from the CPU; and, recomputed, one layer's working set."""
+    back from the CPU; and, recomputed, one layer's working set beyond the ``logits``
+    bytes: autograd runs the loss's and the output layer's backward, which frees the
+    logits, before the last layer's recomputation (measured: the reference's FSDP step
+    peaks at its checkpoints and logits, benchmarks/measurements.json
+    ``reference_fsdp_memory``)."""
     if e.forward_only:
         return _forward_activations(e)
     settings, tokens, per_token = e.settings, e.tokens, e.per_token
@@ -309,7 +333,8 @@ def _activations(e: Engine, s: Stage) -> Term:
         else held_dense * per_token[False][0] + held_moe * per_token[True][0]
     )
     vpp = settings.virtual_pipeline if e.parallel.pp_size > 1 else 1
-    acts = tokens * layers_kept + tokens * one_layer
+    recomputed = max(0.0, tokens * one_layer - logits)
+    acts = tokens * layers_kept + recomputed
     act_text = (
         f"{tokens:,} tokens/micro-batch"
         + (f" (/c{cp})" if cp > 1 else "")
@@ -329,7 +354,19 @@ def _activations(e: Engine, s: Stage) -> Term:
             if vpp > 1 and not offloaded
             else ""
         )
-        + (f" + one layer recomputed {one_layer:,.0f} B/token" if one_layer else "")
+        + (
+            (
+                f" + one layer recomputed {one_layer:,.0f} B/token"
+                + (" beyond the logits (freed before it)" if logits else "")
+            )
+            if recomputed
+            else ""
+        )
+        + (
+            f" (one layer recomputed, {one_layer:,.0f} B/token, after the logits are freed)"
+            if one_layer and not recomputed
+            else ""
+        )
     )
     return Term("activations", int(acts), act_text)
 
@@ -586,6 +623,58 @@ def _backward_phase(e: Engine, terms: list[Term]) -> tuple[Term, ...]:
     groups = e.settings.groups(e.backend, e.parallel.pp_size)
     lone = groups == 1 and not e.megatron and not e.forward_only
     return tuple(t for t in terms if not (lone and t.name == "gradients"))
+
+
+def _backward_end_phase(e: Engine, s: Stage, terms: list[Term]) -> tuple[Term, ...]:
+    """The end of a torch engine's backward (FSDP2: fsdp, archon): every layer's
+    gradients, the recomputed layers' checkpointed inputs, and the root module's
+    gradients before their reduce-scatter.
+
+    FSDP2 reduce-scatters a layer's gradients in the layer's post-backward, but the root
+    module's (the embedding and the output layer, ``fully_shard(model)`` last,
+    areal/engine/fsdp_utils/parallel.py at cbff54d6) only when the whole backward ends:
+    till then the output layer's and the embedding's unsharded gradients, one each in
+    the compute dtype (a tied weight gets both before they are summed), stay beside the
+    others. Measured on the reference's FSDP engine (benchmarks/measurements.json
+    ``reference_fsdp_memory``, Qwen3-8B at 4,096 and 8,192 tokens, Llama-3.1-8B): the
+    step's peak above what stays between steps is these gradients plus each layer's
+    checkpointed input (2h a token), which torch's non-reentrant checkpoint keeps till
+    then."""
+    kept = tuple(t for t in terms if t.name in _HELD or t.name == "reserve")
+    extra: list[Term] = []
+    if e.settings.recompute != "none" and e.tokens:
+        per_token = e.per_token
+        checkpoints = e.tokens * (
+            s.dense_layers * per_token[False][0] + s.moe_layers * per_token[True][0]
+        )
+        extra.append(
+            Term(
+                "activations",
+                int(checkpoints),
+                f"{e.tokens:,} tokens × each layer's checkpointed input, kept till the "
+                f"backward ends: {_layers_text(s.dense_layers, s.moe_layers, per_token)}",
+            )
+        )
+    if e.lora is None and s.ends:
+        ends = s.ends / e.parallel.tp_size
+        extra.append(
+            Term(
+                "root gradients",
+                int(ends * e.compute),
+                f"{short_count(ends)} embedding and output-layer parameters"
+                + (f"/t{e.parallel.tp_size}" if e.parallel.tp_size > 1 else "")
+                + f" × {e.compute} B: the root module's unsharded gradients, reduce-scattered "
+                f"when the backward ends (FSDP2)",
+            )
+        )
+    return (
+        (*kept[:-1], *extra, *kept[-1:])
+        if kept and kept[-1].name == "reserve"
+        else (
+            *kept,
+            *extra,
+        )
+    )
 
 
 def _forward_phase(e: Engine, s: Stage, terms: list[Term]) -> tuple[Term, ...]:

@@ -36,7 +36,7 @@ memory per GPU (estimate; H100-80GB, 79.2 GiB, from hydra.callbacks.areal_alloc.
 every term: areal-alloc explain SPEC --model M):
   engine   per GPU   fits  peak phase  largest term       KV cache per instance
   rollout  71.3 GiB  yes   generation  kv_cache 67.0 GiB  5,015,640 tokens = 153 × 32,768
-  actor    39.1 GiB  yes   backward    logits 11.6 GiB
+  actor    37.8 GiB  yes   backward    logits 11.6 GiB
   ref      37.4 GiB  yes   load        load 28.4 GiB
 
 pace per RL step (estimate; 512 sequences):

@@ -21,7 +21,7 @@ MOE = ["--model", "Qwen3-30B-A3B", "--gpu", "H100-80GB"]
         (
             ["layouts", "megatron", "2", *MOE, "--recompute", "full"],
             "areal-alloc layouts: none of the 7 megatron layouts of 2 GPUs fits Qwen3-30B-A3B on "
-            "H100-80GB: the smallest needs 292.4 GiB per GPU (largest term optimizer 170.7 GiB); "
+            "H100-80GB: the smallest needs 290.8 GiB per GPU (largest term optimizer 170.7 GiB); "
             "try more GPUs or fewer --tokens (this is already with --recompute full)",
         ),
         (

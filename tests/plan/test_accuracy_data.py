@@ -178,3 +178,18 @@ def test_an_lmdeploy_row_is_timed_as_its_benchmark(capsys: pytest.CaptureFixture
         prefill = _shown(answer)["prefill compute"]
         step = sum(float(t["seconds"]) for t in decode if not t.get("hidden")) / steps
         assert answer["estimate"] == pytest.approx(batch * output / (prefill + steps * step))
+
+
+def test_the_reference_fsdp_steps_are_counted_as_they_were_allocated() -> None:
+    """Issue 28 item 2: every measured step of the reference's FSDP engine, with and
+    without recomputation, against torch's own allocator peak (max_memory_allocated):
+    the Hugging Face layer and the step's phases within the goal, and no step that ran
+    refused."""
+    compared = compare_all(DATA)
+    allocated = next(k for k in summary(compared) if k.kind == "reference_fsdp_allocated")
+    assert allocated.met, allocated
+    assert allocated.compared == 18
+    refused = [
+        r.id for r in compared if r.kind == "reference_fsdp_memory" and "DOES NOT FIT" in r.note
+    ]
+    assert refused == []

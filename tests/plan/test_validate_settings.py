@@ -34,7 +34,7 @@ def test_validate_reads_the_gpu_from_the_environment(monkeypatch: pytest.MonkeyP
     with pytest.raises(AllocationValidationError) as info:
         validate(CONFIG)
     assert info.value.message.startswith(
-        "actor.backend='fsdp:d1': needs about 178.9 GiB per GPU, over the 23.6 GiB of a RTX-4090"
+        "actor.backend='fsdp:d1': needs about 212.4 GiB per GPU, over the 23.6 GiB of a RTX-4090"
     )
     assert info.value.message.endswith("(GPU: RTX-4090, from AREAL_ALLOC_GPU)")
     # on_memory from the environment too, as the hook reads it
