@@ -56,7 +56,8 @@ from areal_alloc.estimate.margin import EDGE
 from areal_alloc.estimate.memory import KVCache, MemoryEstimate, readable_bytes
 from areal_alloc.estimate.pipeline_split import PipelineSplit, engine_split
 from areal_alloc.estimate.rl_step import Pace
-from areal_alloc.estimate.speed import fit_decode, fit_training
+from areal_alloc.estimate.speed import StepEstimate, fit_decode, fit_training
+from areal_alloc.estimate.speed_host import SOURCE as HOST_SOURCE
 from areal_alloc.estimate.speed_inference import decode_step, generation
 from areal_alloc.estimate.speed_training import settings_step
 from areal_alloc.estimate.system import GPUSpec, Hardware, build_hardware
@@ -1204,6 +1205,7 @@ def suggest_command(args: list[str]) -> int:
             + _at_the_edge(a.memory)
             + (" (+ ref forward)" if shape.ref else "")
             + (" (+ critic)" if shape.critic else "")
+            + _host(a.speed)
         )
         print("   " + " ".join(p.overrides()))
         print("   " + p.yaml().rstrip().replace("\n", "\n   "))
@@ -1211,8 +1213,23 @@ def suggest_command(args: list[str]) -> int:
     for note in dict.fromkeys(p.search_note for p in proposals if p.search_note):
         print(f"# searched: {note}")
     cap = getattr(ns, "cap_note", None)
-    _footer(ns, proposals[0].actor.speed.assumptions + ((cap,) if cap else ()))
+    host = (
+        (f"host time per decoder layer and pass {HOST_SOURCE}",)
+        if any(_host(p.actor.speed) for p in proposals)
+        else ()
+    )
+    _footer(ns, proposals[0].actor.speed.assumptions + ((cap,) if cap else ()) + host)
     return 0
+
+
+def _host(step: StepEstimate) -> str:
+    """The actor's host time (speed_host) as a share of its step: hidden under its GPU
+    time, or beyond it; "" where it has none."""
+    term = next((t for t in step.terms if t.name.startswith("host")), None)
+    if term is None or not step.seconds:
+        return ""
+    where = "hidden under its GPU time" if term.hidden else "beyond its GPU time"
+    return f"; host {term.seconds / step.seconds:.0%} of the actor's step, {where}"
 
 
 # --- explain: the speed of one layout (issue 17, item 5) ------------------------------

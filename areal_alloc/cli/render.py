@@ -152,6 +152,8 @@ def _pace_lines(plan: Plan) -> list[str]:
     if pace.generate_seconds:
         lines.append(f"  rollout   {pace.generate_seconds:.3g} s generating")
     lines.append(f"  training  {pace.train_seconds:.3g} s ({parts})")
+    if pace.host_text:
+        lines.append(f"  host      {pace.host_text}")
     for term in pace.step_terms:  # the weight update, a colocated step's offload/onload
         lines.append(f"  {term.name}  {term.seconds:.3g} s ({term.formula})")
     lines.append(f"  step      {pace.step_seconds:.3g} s {pace.mode}")

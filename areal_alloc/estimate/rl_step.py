@@ -41,6 +41,7 @@ from areal_alloc.estimate.execution import (
 )
 from areal_alloc.estimate.memory import KVCache, MemoryEstimate
 from areal_alloc.estimate.speed import StepEstimate, StepTerm
+from areal_alloc.estimate.speed_host import SOURCE as HOST_SOURCE
 from areal_alloc.estimate.speed_inference import decode_step, generation
 from areal_alloc.estimate.speed_training import settings_step
 from areal_alloc.estimate.step_mode import (
@@ -351,6 +352,24 @@ class Pace:
         return balance(self.generate_seconds, self.train_seconds)
 
     @property
+    def host_text(self) -> str | None:
+        """Each training engine's host time per RL step (its step's host term, scaled as
+        the step is: ``speed_host``), hidden under its GPU time or beyond it, with the
+        figures' source; None where no engine has a host term."""
+        parts = []
+        for e in self.engines:
+            term = next((t for t in e.estimate.terms if t.name.startswith("host")), None)
+            if term is None or e.key == "rollout":
+                continue
+            step = e.estimate.seconds
+            seconds = term.seconds * (e.seconds / step if step else 1.0)
+            where = "hidden under its GPU time" if term.hidden else "beyond its GPU time"
+            parts.append(f"{e.key} {seconds:.3g} s {where}")
+        if not parts:
+            return None
+        return f"{', '.join(parts)} (per decoder layer and pass: {HOST_SOURCE})"
+
+    @property
     def advice(self) -> str:
         return balance_advice(
             self.generate_seconds,
@@ -379,6 +398,7 @@ class Pace:
             "sync_step_seconds": self._in_mode(SYNCHRONOUS),
             "balance": self.balance,
             "advice": self.advice,
+            "host": self.host_text,
             "assumptions": list(self.assumptions),
             "calibration": self.calibration or None,
         }

@@ -42,6 +42,7 @@ __all__ = [
     "HOST_ENGINES",
     "OPTIMIZER_S",
     "SOURCE",
+    "UNMEASURED",
     "host_term",
 ]
 
@@ -55,6 +56,15 @@ SOURCE = (
     "measured by this project on an NVIDIA H200, 2026-12-04, shared/gpu/fsdp_probe.py "
     "(AReaL cbff54d6 FSDP engine reproduced): the host-bound steps, Qwen3-0.6B at 8,192 "
     "tokens and Qwen3-1.7B at 4,096, per decoder layer"
+)
+
+#: What the estimate says where it has no host term (Megatron's engine, a server's decode):
+#: no measurement of theirs is at hand, and none of the FSDP engine's is carried over.
+UNMEASURED = (
+    "no host term for {what}: host time (Python, kernel launches, {why}) is measured here "
+    "only on the reference's FSDP engine (benchmarks/measurements.json reference_fsdp_*); "
+    "this step is its GPU time alone, a floor where the host is the bottleneck (small "
+    "models, small batches)"
 )
 
 #: Seconds of host time per decoder layer and micro-batch of a forward pass (or a

@@ -15,6 +15,7 @@ from areal_alloc.estimate.speed import (
     members_per_node,
     within_node,
 )
+from areal_alloc.estimate.speed_host import UNMEASURED
 from areal_alloc.estimate.system import Hardware
 from areal_alloc.strategy import ParallelStrategy
 
@@ -188,5 +189,6 @@ def generation(
             f"{batch} sequences in flight on the instance for the whole generation",
             "the prefill runs at compute before the decode steps",
             *one.assumptions,
+            UNMEASURED.format(what="decode", why="the server's scheduler and sampling"),
         ),
     )

@@ -53,7 +53,7 @@ from areal_alloc.estimate.speed import (
     model_flops,
     within_node,
 )
-from areal_alloc.estimate.speed_host import host_term
+from areal_alloc.estimate.speed_host import UNMEASURED, host_term
 from areal_alloc.estimate.system import DEFAULT_INTER_NODE_GBPS, Hardware
 from areal_alloc.experiment.sections.megatron import recompute_module_names
 from areal_alloc.model_shape import engine_micro_batches, packed_groups
@@ -204,6 +204,10 @@ def training_step(
     if host is not None:
         terms.append(host)
     assumptions = _training_assumptions(backend, hardware, attention_kernel, attn_eff) + padding
+    if host is None:
+        assumptions += (
+            UNMEASURED.format(what=f"the {backend} engine", why="the pipeline's scheduling"),
+        )
     if token_dispatcher == "deepep" and arch.is_moe and parallel.ep_size > 1:
         assumptions += (
             f"DeepEP's traffic under balanced routing: each token's top-{arch.experts_per_token} "

@@ -707,6 +707,7 @@ def _timeline_section(plan: Mapping[str, Any], colours: Mapping[str, str]) -> st
         + "".join(parts)
         + f'<p class="note">{listed} · step {h(seconds(step))} ({h(mode)})</p>'
         + f"<p>{h(pace['advice'])}</p>"
+        + (f'<p class="note">host time: {h(pace["host"])}</p>' if pace.get("host") else "")
     )
 
 
