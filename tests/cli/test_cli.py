@@ -42,7 +42,10 @@ every term: areal-alloc explain SPEC --model M):
 pace per RL step (estimate; 512 sequences):
   rollout   87.7 s generating
   training  110 s (actor 87.2 s + ref 22.4 s)
-  host      actor 18.5 s hidden under its GPU time, ref 4.47 s hidden under its GPU time (per decoder layer and pass: measured by this project on an NVIDIA H200, 2026-12-04, shared/gpu/fsdp_probe.py (AReaL cbff54d6 FSDP engine reproduced): the host-bound steps, Qwen3-0.6B at 8,192 tokens and Qwen3-1.7B at 4,096, per decoder layer)
+  host      actor 18.5 s hidden under its GPU time, ref 4.47 s hidden under its GPU time (per \
+decoder layer and pass: measured by this project on an NVIDIA H200, 2026-12-04, \
+shared/gpu/fsdp_probe.py (AReaL cbff54d6 FSDP engine reproduced): the host-bound steps, \
+Qwen3-0.6B at 8,192 tokens and Qwen3-1.7B at 4,096, per decoder layer)
   weight update (xccl)  0.87 s (NCCL broadcast of 14.19 GiB over network 200 Gb/s)
   step      198 s synchronous
   rollout produces 1.2× what training consumes; a synchronous step is their sum, and a GPU \
