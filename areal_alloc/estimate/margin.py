@@ -78,11 +78,17 @@ class MeasuredError:
         return f"+{self.percent}/−{self.over_percent}"
 
 
-_HOW = (
-    "benchmarks/accuracy.py --kind {kind} at areal-alloc {commit}: the {quartile} "
-    "(statistics.quantiles(n=4, method='inclusive')) of the {n} compared rows' {errors} "
-    "(median absolute {median}, worst {worst})"
-)
+def _how(kind: str, quartile: str, errors: str, n: int, figures: str, commit: str) -> str:
+    """How a measured error was computed: ``figures`` are the kind's median and worst
+    absolute errors."""
+    return (
+        f"benchmarks/accuracy.py --kind {kind} at areal-alloc {commit}: the {quartile} "
+        f"(statistics.quantiles(n=4, method='inclusive')) of the {n} compared rows' {errors} "
+        f"(median absolute, worst: {figures})"
+    )
+
+
+_ISSUE_28 = "9a4edca with Hugging Face's layer (issue 28)"
 
 #: A training engine's memory per GPU (reserve included): the device memory in use at the
 #: peak of a step of the reference's own FSDP engine may exceed the estimate by ``share``
@@ -91,24 +97,17 @@ _HOW = (
 TRAIN_MEMORY_ERROR = MeasuredError(
     0.108,
     "reference_fsdp_memory",
-    _HOW.format(
-        kind="reference_fsdp_memory",
-        commit="9a4edca with Hugging Face's layer (issue 28)",
-        quartile="lower quartile, negated,",
-        n=18,
-        errors="signed errors",
-        median="5.4 %",
-        worst="17.6 %",
+    _how(
+        "reference_fsdp_memory",
+        "lower quartile, negated,",
+        "signed errors",
+        18,
+        "5.4 %, 17.6 %",
+        _ISSUE_28,
     )
     + "; over: "
-    + _HOW.format(
-        kind="reference_fsdp_allocated",
-        commit="9a4edca with Hugging Face's layer (issue 28)",
-        quartile="upper quartile",
-        n=18,
-        errors="signed errors",
-        median="2.2 %",
-        worst="5.7 %",
+    + _how(
+        "reference_fsdp_allocated", "upper quartile", "signed errors", 18, "2.2 %, 5.7 %", _ISSUE_28
     ),
     over=0.023,
 )
@@ -116,15 +115,7 @@ TRAIN_MEMORY_ERROR = MeasuredError(
 KV_MEMORY_ERROR = MeasuredError(
     0.033,
     "kv_memory",
-    _HOW.format(
-        kind="kv_memory",
-        commit="6b208e97",
-        quartile="upper quartile",
-        n=5,
-        errors="absolute errors",
-        median="0.6 %",
-        worst="3.4 %",
-    ),
+    _how("kv_memory", "upper quartile", "absolute errors", 5, "0.6 %, 3.4 %", "6b208e97"),
 )
 
 
