@@ -222,6 +222,8 @@ LAYERS = [
     "areal_alloc.experiment.checks",
     # the estimates: memory, step times, the RL step, calibration
     "areal_alloc.estimate",
+    # every choice the estimates make by backend, in one table
+    "areal_alloc.estimate.backends",
     "areal_alloc.estimate.calibration",
     "areal_alloc.estimate.system",
     "areal_alloc.estimate.execution",

@@ -26,6 +26,12 @@ from typing import Protocol
 
 from areal_alloc.architecture import Architecture
 from areal_alloc.errors import reading
+from areal_alloc.estimate.backends import (
+    TRAINING,
+    NoEstimateModel,
+    server_model,
+    training_model,
+)
 from areal_alloc.estimate.execution import (
     InferenceSettings,
     TrainingSettings,
@@ -157,6 +163,12 @@ def estimate_memory(experiment: Experiment, settings: Resolved | None = None) ->
             estimates.append(None)
             continue
         allocation = engine.allocation
+        try:  # a backend the estimates have no model of, refused with the key that names it
+            (server_model if allocation.is_inference else training_model)(allocation.backend)
+        except NoEstimateModel as error:
+            raise NoEstimateModel(
+                f"{engine.backend_key}={allocation.spec!r}: {error.message}"
+            ) from None
         if allocation.is_inference:
             serve = inference_settings(engine, reserve, device, experiment.run)
             estimates.append(
@@ -220,7 +232,7 @@ def _add_colocated(
                 ):
                     held = (
                         "weights, gradient buffers and main params (built with the model)"
-                        if there.backend == "megatron"
+                        if training_model(there.backend).sharding == "megatron"
                         else "weights (gradients and optimizer states come at its first step)"
                     )
                     loading.append(
@@ -438,7 +450,8 @@ def room_fix(estimate: MemoryEstimate, path: str) -> str:
     (``path``: the engine's key, ``actor``)."""
     largest = estimate.largest
     fix = _FIXES.get(largest.name, "raise t or p")
-    if estimate.backend == "fsdp":  # no pipeline; every state sharded over d·c
+    model = TRAINING.get(estimate.backend)
+    if model is not None and model.fsdp_engine:  # no pipeline; every state sharded over d·c
         fixes = _FSDP_WHOLE_MLP_FIXES if estimate.whole_mlp else _FSDP_FIXES
         fix = fixes.get(largest.name, fix).format(term=largest.name)
     if largest.name == "load":
@@ -472,9 +485,7 @@ def memory_problems(
         kv = estimate.kv_cache
         if kv is not None:
             tokens = kv.tokens or 0
-            length_key = (
-                "vllm.max_model_len" if estimate.backend == "vllm" else "sglang.context_length"
-            )
+            length_key = server_model(estimate.backend).context_key
             shared = judge(estimate.total, gpu.capacity, estimate.margin, estimate.over_margin)
             held = judge(kv.sequence_length, max(tokens, 0), int(KV_MEMORY_ERROR.share * tokens))
             if estimate.term("colocated") and shared == NO_FIT:

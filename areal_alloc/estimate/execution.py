@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 from areal_alloc import defaults
 from areal_alloc.errors import AllocationError, AllocationValidationError
+from areal_alloc.estimate.backends import TRAINING, server_model
 from areal_alloc.experiment.records import (
     Engine,
     Experiment,
@@ -144,15 +145,14 @@ class ServerLimit:
     def per_instance(self, backend: str, kv_tokens: int | None) -> tuple[int | None, str]:
         """The requests one instance of ``backend`` runs at once, and the rule that gave
         it (None: no bound beyond its KV cache)."""
-        if backend == "vllm":
+        rule = server_model(backend).requests
+        if rule == "vllm":
             if self.max_num_seqs is not None:
                 return self.max_num_seqs, f"vllm.max_num_seqs {self.max_num_seqs:,}"
             return (
                 VLLM_MAX_NUM_SEQS,
                 f"vllm.max_num_seqs {VLLM_MAX_NUM_SEQS} (the reference's default)",
             )
-        if backend != "sglang":
-            return None, ""
         if kv_tokens is None:
             if self.max_running_requests is None:
                 return None, ""
@@ -213,7 +213,8 @@ FSDP_WHOLE_MLP_MODEL_TYPES = (
 def fsdp_keeps_mlp_whole(backend: str, model_type: str) -> bool:
     """The reference's FSDP engine leaves this model's MLPs out of tensor parallelism
     (:data:`FSDP_WHOLE_MLP_MODEL_TYPES`)."""
-    return backend == "fsdp" and model_type in FSDP_WHOLE_MLP_MODEL_TYPES
+    model = TRAINING.get(backend)
+    return model is not None and model.fsdp_engine and model_type in FSDP_WHOLE_MLP_MODEL_TYPES
 
 
 #: every ``optimizer.type`` some training engine builds (defaults.ENGINE_OPTIMIZERS, by engine)

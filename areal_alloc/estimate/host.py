@@ -64,6 +64,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from areal_alloc.estimate.backends import server_model, training_model
 from areal_alloc.estimate.engines import offloaded_while
 from areal_alloc.estimate.execution import GIB
 from areal_alloc.estimate.memory import DTYPE_BYTES, readable_bytes, short_count
@@ -361,7 +362,8 @@ def _memory_terms(
     ):
         backup = memory.resident
         what = "weights + gradients + optimizer states"
-        if backend == "megatron" and e.key in experiment.scheduling.no_grad_backup:
+        megatron = training_model(backend).sharding == "megatron"
+        if megatron and e.key in experiment.scheduling.no_grad_backup:
             backup -= memory.term("gradients")
             what = "weights + optimizer states (disable_grad_buffers_cpu_backup)"
         if backup > 0:
@@ -375,7 +377,7 @@ def _memory_terms(
                     phases=phases_off,
                 )
             )
-    if arch is not None and training is not None and backend == "fsdp":
+    if arch is not None and training is not None and training_model(backend).fsdp_engine:
         params = arch.parameters.total
         opt = DTYPE_BYTES.get(training.optimizer_dtype.lower(), 4)
         if training.offload_params:
@@ -420,7 +422,7 @@ def _memory_terms(
             )
     if e.engine.allocation.is_inference and memory is not None:
         weights = memory.term("weights")
-        if backend == "vllm" and "update" in phases_off and weights:
+        if server_model(backend).sleeps_to_host and "update" in phases_off and weights:
             out.append(
                 HostTerm(
                     "B8",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from areal_alloc.architecture import Architecture
+from areal_alloc.estimate.backends import server_model
 from areal_alloc.estimate.execution import (
     GIB,
     InferenceSettings,
@@ -49,7 +50,7 @@ def pipeline_stages(backend: str, layers: int, pp: int) -> list[int]:
     pp = max(pp, 1)
     parts = [layers // pp] * pp
     extra = layers % pp
-    if backend == "vllm":
+    if server_model(backend).extra_layers_before_last:
         for i in range(2, extra + 2):
             parts[-i] += 1
     else:
@@ -238,6 +239,7 @@ def inference_memory(
     before: KV = fraction × (device total − non-torch) − weights. Its activations and
     CUDA graphs live in the share it leaves free.
     """
+    server_model(backend)  # a backend without a model is refused here, by name
     tp, pp = parallel.tp_size, parallel.pp_size
     compute = dtype_bytes(settings.dtype, f"{key}.dtype")
     kv_dtype = (
@@ -256,7 +258,7 @@ def inference_memory(
     per_token, formula = kv_bytes_per_token(arch, tp, pp, kv_dtype)
     device = settings.device_bytes if settings.device_bytes is not None else capacity
     terms = [Term("weights", int(weights), weights_text)]
-    vllm = backend == "vllm"
+    vllm = server_model(backend).profiled
     activations = 0
     if vllm:
         batched = settings.max_num_batched_tokens or vllm_default_batched_tokens(device or 0)

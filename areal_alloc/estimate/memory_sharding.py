@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from areal_alloc.architecture import Architecture, ParameterCount
+from areal_alloc.estimate.backends import TrainingModel, training_model
 from areal_alloc.estimate.execution import TrainingSettings, fsdp_keeps_mlp_whole
 from areal_alloc.estimate.memory import Term, dtype_bytes, short_count
 from areal_alloc.estimate.pipeline_split import PipelineSplit, engine_split
@@ -83,8 +84,13 @@ class Engine:
     rank_layers: tuple[tuple[int, int], ...]
 
     @property
+    def model(self) -> TrainingModel:
+        """The backend's row of the estimates' table (``estimate.backends``)."""
+        return training_model(self.backend)
+
+    @property
     def megatron(self) -> bool:
-        return self.backend == "megatron"
+        return self.model.sharding == "megatron"
 
     @property
     def forward_only(self) -> bool:
@@ -178,7 +184,7 @@ def stage(e: Engine, rank: int = 0) -> Stage:
             rep += p.final_norm
         where = _share(e.split, rank)
     tp_part += ends
-    if e.backend != "fsdp":  # megatron and archon split experts over etp·ep
+    if e.model.sharding in ("megatron", "archon"):  # experts split over etp·ep
         on_gpu = tp_part / tp + rep + exp / (etp * ep)
         shard_text = (
             f"({short_count(tp_part)}/t{tp} + {short_count(rep)} replicated"
@@ -199,7 +205,7 @@ def states(e: Engine, s: Stage) -> list[Term]:
         if e.forward_only:
             return [_megatron_weights(e, s)]
         return [_megatron_weights(e, s), _megatron_gradients(e, s), _megatron_optimizer(e, s)]
-    shard = _fsdp_shard(e, s) if e.backend == "fsdp" else _archon_shard(e, s)
+    shard = _fsdp_shard(e, s) if e.model.sharding == "fsdp" else _archon_shard(e, s)
     if e.forward_only or e.settings.offload_params:
         return [_sharded_weights(e, shard)]
     return [_sharded_weights(e, shard), _sharded_gradients(e, shard), _sharded_optimizer(e, shard)]
@@ -443,7 +449,7 @@ def _sharded_optimizer(e: Engine, shard: _Shard) -> Term:
         "sgd": "SGD without momentum: no state",
     }[optimizer]
     what = "adapter params" if shard.lora else "params"
-    if e.backend == "fsdp" and e.settings.per_layer_optim_step and shard.params > 0:
+    if e.model.fsdp_engine and e.settings.per_layer_optim_step and shard.params > 0:
         return _streamed_optimizer(e, shard, state_bytes, name, what)
     return Term(
         "optimizer",

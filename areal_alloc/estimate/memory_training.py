@@ -29,6 +29,7 @@ from areal_alloc.estimate.activations import (
     hf_activation_bytes_per_token,
     lora_parameters,
 )
+from areal_alloc.estimate.backends import training_model
 from areal_alloc.estimate.execution import (
     DEFAULT_RECOMPUTE_MODULES,
     TrainingSettings,
@@ -135,6 +136,7 @@ def _engine(
     settings: TrainingSettings,
 ) -> tuple[Engine, list[str]]:
     """What every term reads (:class:`Engine`), and what the estimate assumes so far."""
+    training_model(backend)  # a backend without a model is refused here, by name
     p = arch.parameters
     if settings.critic:
         p = replace(p, output=arch.hidden_size)
@@ -190,7 +192,16 @@ def _per_token(
 ) -> dict[bool, tuple[float, str]]:
     """Activation bytes per token of a dense (False) and a MoE (True) layer, and how."""
     sp = settings.sequence_parallel if settings.sequence_parallel is not None else tp > 1
-    if backend == "fsdp" and settings.modeling == "engine" and recompute in ("none", "full"):
+    model = training_model(backend)
+    if (
+        model.layers == "hugging_face"
+        and settings.modeling == "engine"
+        and recompute
+        in (
+            "none",
+            "full",
+        )
+    ):
         # the reference's FSDP engine runs Hugging Face's modeling code, with
         # gradient_checkpointing on or off (it has no selective recomputation)
         return {
@@ -216,11 +227,11 @@ def _per_token(
             sequence_length=tokens,
             # FSDP and archon apply tensor parallelism by DTensor: the linears save
             # gathered inputs (the attention's only where FSDP keeps the MLPs whole)
-            gathered_inputs=backend != "megatron",
+            gathered_inputs=model.fsdp2,
             mlp_gathered=not fsdp_keeps_mlp_whole(backend, arch.model_type),
             # selective recomputation's modules (Megatron's recompute_modules)
             recompute_modules=(
-                settings.recompute_modules if backend == "megatron" else DEFAULT_RECOMPUTE_MODULES
+                settings.recompute_modules if model.recompute_modules else DEFAULT_RECOMPUTE_MODULES
             ),
         )
         for moe in (False, True)
@@ -236,14 +247,15 @@ def _adapters(
 ) -> tuple[LayerAdapters | None, list[str]]:
     """LoRA's adapters of one layer of each kind (None: every parameter trains, or none
     does; ``memory_sharding.stage`` counts a rank's), and what the estimate assumes of them."""
-    if settings.lora_rank is not None and backend == "archon":
+    model = training_model(backend)
+    if settings.lora_rank is not None and model.lora is None:
         # the archon engine reads no LoRA setting (areal/experimental/engine/, reference
         # commit cbff54d6: only fsdp_engine.py and megatron_engine.py apply use_lora)
         return None, [f"{key}: the archon engine ignores use_lora; every parameter trains"]
     if settings.lora_rank is None or settings.optimizer is None:
         return None, []
     dense_a, moe_a, exp_a, lora_text = lora_parameters(
-        arch, backend == "megatron", settings.lora_rank, settings.lora_targets
+        arch, model.lora == "megatron", settings.lora_rank, settings.lora_targets
     )
     lora = LayerAdapters(dense_a, moe_a, exp_a, lora_text)
     return lora, [
@@ -303,7 +315,7 @@ def _stage_terms(e: Engine, rank: int) -> tuple[int, list[Term], dict[str, tuple
     if not e.forward_only:
         if e.settings.recompute_logprob or e.settings.critic:
             by_phase["forward"] = _forward_phase(e, s, terms)
-        if not e.megatron and e.settings.fsdp2:
+        if e.model.fsdp2 and e.settings.fsdp2:
             by_phase["backward_end"] = _backward_end_phase(e, s, terms)
         by_phase["optimizer_step"] = _optimizer_step_phase(terms)
     return rank, terms, by_phase
@@ -621,7 +633,7 @@ def _backward_phase(e: Engine, terms: list[Term]) -> tuple[Term, ...]:
     them all). Megatron's gradient buffer is allocated with the model.
     """
     groups = e.settings.groups(e.backend, e.parallel.pp_size)
-    lone = groups == 1 and not e.megatron and not e.forward_only
+    lone = groups == 1 and e.model.fsdp2 and not e.forward_only
     return tuple(t for t in terms if not (lone and t.name == "gradients"))
 
 
@@ -736,6 +748,6 @@ def _load_phase(e: Engine, terms: list[Term]) -> tuple[tuple[Term, ...], int]:
     else:
         loaded = tuple(t for t in terms if t.name == "weights")
     at_load = sum(t.bytes for t in loaded)
-    if e.backend == "fsdp" and not e.settings.memory_efficient_load:
+    if e.model.fsdp_engine and not e.settings.memory_efficient_load:
         return (fsdp_load_peak(e), *_reserve_of(terms)), at_load
     return (*loaded, *_reserve_of(terms)), at_load

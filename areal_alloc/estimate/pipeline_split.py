@@ -33,6 +33,7 @@ from typing import Any
 from areal_alloc.architecture import Architecture
 from areal_alloc.defaults import ARCHON_STAGES_PER_RANK
 from areal_alloc.errors import AllocationValidationError
+from areal_alloc.estimate.backends import TRAINING
 from areal_alloc.experiment.sections.archon import archon_split_refusal
 
 __all__ = [
@@ -87,9 +88,11 @@ def engine_split(
         return None
     if rule not in SPLITS:
         raise AllocationValidationError(f"layer split {rule!r}: must be one of {', '.join(SPLITS)}")
-    if backend == "archon":
+    model = TRAINING.get(backend)  # an inference server's stages: memory_inference
+    pipeline = model.pipeline if model is not None else None
+    if pipeline == "archon":
         return archon_split(arch.num_layers, pp, vpp)
-    if backend == "megatron" and rule == "areal":
+    if pipeline == "megatron" and rule == "areal":
         return reference_split(arch, pp, vpp, ep)
     account = rule == "even-embedding-loss"
     return even_split(arch.num_layers, pp, vpp, embedding_slot=account, loss_slot=account)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.estimate import calibration
+from areal_alloc.estimate.backends import TRAINING
 from areal_alloc.estimate.system import Hardware
 
 __all__ = [
@@ -194,7 +195,8 @@ def attention_efficiency(
         raise AllocationValidationError(
             f"attention kernel {kernel!r}: must be one of {', '.join(ATTENTION_KERNELS)}"
         )
-    if backend == "fsdp" and hardware.name.upper().startswith(_HOPPER):
+    model = TRAINING.get(backend)
+    if model is not None and model.fsdp_engine and hardware.name.upper().startswith(_HOPPER):
         base = min(hardware.compute_efficiency, FLASH_ATTENTION_2_HOPPER)
     else:
         base = hardware.compute_efficiency

@@ -34,6 +34,7 @@ term for them (an estimate without it is said so in no figure; see docs/speed.md
 
 from __future__ import annotations
 
+from areal_alloc.estimate.backends import TRAINING
 from areal_alloc.estimate.speed import StepTerm
 
 __all__ = [
@@ -46,10 +47,11 @@ __all__ = [
     "host_term",
 ]
 
-#: Engines that run Hugging Face modeling code in Python, layer by layer (the reference's
-#: fsdp_engine.py and archon_engine.py build ``AutoModelForCausalLM`` / their own torch
-#: modules; megatron runs megatron-core's fused kernels and is not measured here).
-HOST_ENGINES = ("fsdp", "archon")
+#: Engines that run their layers in eager torch, one Python module a layer (the reference's
+#: fsdp_engine.py builds ``AutoModelForCausalLM``, archon_engine.py its own torch modules;
+#: megatron runs megatron-core's fused kernels and is not measured here):
+#: ``backends.TrainingModel.host_measured``.
+HOST_ENGINES = tuple(name for name, model in TRAINING.items() if model.host_measured)
 
 #: Where the figures come from.
 SOURCE = (

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationValidationError
+from areal_alloc.estimate.backends import training_model
 from areal_alloc.estimate.execution import (
     DEFAULT_RECOMPUTE_MODULES,
     RECOMPUTE,
@@ -112,6 +113,7 @@ def training_step(
     element-wise writes, the forward's half of the collectives (:data:`_FORWARD_SHARE`),
     nothing recomputed, no optimizer step. Engines running Hugging Face modeling code add
     their host time (``speed_host.host_term``): the step takes the longer of host and GPU."""
+    training_model(backend)  # a backend without a model is refused here, by name
     if forward_only:
         recompute = "none"
     if tokens_per_step < 1 or tokens_per_micro_batch < 1 or sequence_length < 1:
@@ -765,7 +767,7 @@ def _data_parallel_term(step: _TrainingShape, busy: float) -> StepTerm | None:
     members = members_per_node(shards, parallel.tp_size, step.node)  # ranks t apart
     link = hardware.link_bytes_per_second(inside, members)
     params_here = _params_here(step)
-    if step.backend != "fsdp":
+    if training_model(step.backend).sharding in ("megatron", "archon"):
         volume = (4 + 2) * params_here * (shards - 1) / shards
         formula = (
             f"(gradient reduce-scatter × 4 B + parameter all-gather × 2 B) × "
@@ -806,7 +808,7 @@ def _training_assumptions(
         "FSDP's parameter all-gathers and gradient reduce-scatters overlap compute (FSDP2 "
         "prefetches the next layer's gather): the first gather and the last reduce-scatter "
         "are exposed; other communication does not overlap compute (its terms add)"
-        if backend == "fsdp"
+        if training_model(backend).sharding == "fsdp"
         else "communication does not overlap compute (its terms add to the step)",
     ]
     if attention_kernel != DEFAULT_ATTENTION_KERNEL:

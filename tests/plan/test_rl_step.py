@@ -313,7 +313,6 @@ SERVER_LIMITS = [
     (("sglang", None, None, 32768, 10**6), 4096),  # 15,625: at most 4,096
     (("sglang", None, None, 32768, 3000), 1500),  # KV tokens // 2
     (("sglang", None, 10**5, 4096, 10**6), 4096),  # as written, within the request pool
-    (("tensorrt-llm", 8, 8, 32768, None), None),
 ]
 
 
@@ -325,6 +324,14 @@ def test_the_servers_own_bound(
     found, rule = ServerLimit(seqs, running, context).per_instance(backend, kv)
     assert found == limit
     assert bool(rule) == (limit is not None)
+
+
+def test_a_server_without_a_row_has_no_borrowed_bound() -> None:
+    """A server the estimates have no model of is refused, not given another's rule."""
+    from areal_alloc.estimate.backends import NoEstimateModel
+
+    with pytest.raises(NoEstimateModel, match="add its row to SERVERS"):
+        ServerLimit(8, 8, 32768).per_instance("tensorrt-llm", None)
 
 
 AGREEING = [
