@@ -40,6 +40,7 @@ __all__ = [
     "LayoutConstraints",
     "RankedLayout",
     "TooManyLayouts",
+    "context_parallel_fits",
     "enumerate_layouts",
     "fastest_layouts",
     "fitting_layouts",
@@ -79,6 +80,25 @@ class LayoutConstraints:
     num_experts: int | None = None
     hybrid: bool = False
     experts: bool = False
+    #: a proposal's bound on context parallelism (suggest): c > 1 only where it cuts this
+    #: sequence into 2·c whole chunks (:func:`context_parallel_fits`) and leaves each rank
+    #: at least ``cp_share`` tokens of it, (inside a node, across nodes) (the KV ring
+    #: hidden under the attention: ``speed_training.ring_share``); None: no bound
+    sequence: int | None = None
+    cp_share: tuple[float, float] | None = None
+
+    def cp_bound(self, cp: int, tp: int) -> bool:
+        """c keeps a useful share of :attr:`sequence` (``tp``: its group's span, t·c
+        consecutive ranks inside a node or not)."""
+        if cp == 1 or self.sequence is None:
+            return True
+        if not context_parallel_fits(cp, self.sequence):
+            return False
+        if self.cp_share is None:
+            return True
+        node = self.gpus_per_node
+        inside = node is None or tp * cp <= node
+        return self.sequence / cp >= self.cp_share[0 if inside else 1]
 
     def shape(self) -> ModelShape | None:
         """The model-shape rules as a :class:`ModelShape`, or None when none are given."""
@@ -96,6 +116,19 @@ class LayoutConstraints:
             num_experts=self.num_experts,
             source="layout constraints",
         )
+
+
+def context_parallel_fits(cp: int, sequence: int) -> bool:
+    """Megatron's context parallelism of ``cp`` ranks cuts a sequence into 2·cp equal
+    chunks, rank r holding chunks r and 2·cp − 1 − r (causal load balance): its length must
+    be a multiple of 2·cp (NVIDIA/Megatron-LM, megatron/core/utils.py,
+    _get_batch_on_this_cp_rank_per_sequence_balancing: "The sequence length must be
+    divisible by 2 * cp_size", d98e8a64). The reference meets it by padding each sequence to
+    a multiple of 2·t·c (areal-project/AReaL, areal/engine/megatron_engine.py,
+    ``align_to_multiple_of = tp_size * cp_size * 2``, and
+    megatron_utils/packed_context_parallel.py l.57, cbff54d6), so no c is refused; a
+    ``sequence`` that fits needs no padding."""
+    return cp == 1 or sequence % (2 * cp) == 0
 
 
 def _within(value: int, limit: int | None) -> bool:
@@ -189,6 +222,8 @@ def _iter_families(
                     continue
                 if node and tp > node:  # tensor parallelism stays inside a node
                     continue
+                if not c.cp_bound(cp, tp):  # a proposal's useful share of the sequence
+                    continue
                 if inference and node and (tp * pp) % node and node % (tp * pp):
                     continue
                 # the shape rules of t, p and c hold for every e and etp alike: checked once
@@ -252,8 +287,10 @@ def enumerate_layouts(
     return found
 
 
+#: a proposal's own bounds (suggest sets them from the run): not a user's option
+_SEARCH_FIELDS = {"sequence", "cp_share"}
 _BOOL_FIELDS = {f.name for f in fields(LayoutConstraints) if f.type == "bool"}
-_INT_FIELDS = {f.name for f in fields(LayoutConstraints)} - _BOOL_FIELDS
+_INT_FIELDS = {f.name for f in fields(LayoutConstraints)} - _BOOL_FIELDS - _SEARCH_FIELDS
 
 
 def parse_constraints(options: object) -> LayoutConstraints:

@@ -398,7 +398,10 @@ def _ulysses_problems(
 def _archon_expert_sizes(dp: int, cp: int, tp: int, etp: int) -> str:
     """The e > 1 archon's mesh takes with these d, c, t and etp, as text ("e2, e4"; "none")."""
     pool, unit = (dp * cp, cp) if etp == tp else (dp * cp * tp, cp * tp)
-    return _first_sizes("e", [e for e in range(unit, pool + 1, unit) if e > 1 and pool % e == 0])
+    # the multiples of ``unit`` that divide ``pool``: unit × each divisor of pool / unit
+    # (counted from the divisors, not by walking to pool: a million GPUs answers at once)
+    sizes = [unit * k for k in divisors(pool // unit) if unit * k > 1] if pool % unit == 0 else []
+    return _first_sizes("e", sizes)
 
 
 def archon_mesh_problem(dp: int, tp: int, cp: int, ep: int, etp: int) -> str | None:

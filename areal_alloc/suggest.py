@@ -49,8 +49,15 @@ from areal_alloc.estimate.execution import (
     whole_local_batch_tokens,
 )
 from areal_alloc.estimate.memory import Term
+from areal_alloc.estimate.speed_training import ring_share
 from areal_alloc.estimate.system import Hardware
-from areal_alloc.layouts import FastestLayouts, LayoutConstraints, RankedLayout, fastest_layouts
+from areal_alloc.layouts import (
+    FastestLayouts,
+    LayoutConstraints,
+    RankedLayout,
+    context_parallel_fits,
+    fastest_layouts,
+)
 from areal_alloc.limits import MAX_COUNT
 from areal_alloc.model_shape import even_split_builds, minibatch_micro_batches
 from areal_alloc.numbers import read_int
@@ -187,7 +194,14 @@ class Proposal:
     def advice(self) -> str:
         """Which way GPUs should move, weighed against the neighbouring splits."""
         gpus = self.rollout_gpus + self.train_gpus + self.free_gpus
-        split = Split(self.rollout_gpus, self.train_gpus, gpus, self.gpus_per_node)
+        instances = self.rollout.parallel.dp_size
+        split = Split(
+            self.rollout_gpus,
+            self.train_gpus,
+            gpus,
+            self.gpus_per_node,
+            rollout_full=instances if instances >= self.shape.batch else None,
+        )
         near = self.neighbours
 
         def moved(side: str) -> float | None:
@@ -280,13 +294,23 @@ FREE_TRIES = 4
 
 
 def training_counts(
-    arch: Architecture, backend: str, gpus: int, per_node: int, *, sequences: int, sequence: int
+    arch: Architecture,
+    backend: str,
+    gpus: int,
+    per_node: int,
+    *,
+    sequences: int,
+    sequence: int,
+    bound: LayoutConstraints | None = None,
+    fills: Callable[[int, int], bool] | None = None,
 ) -> list[int]:
     """The GPU counts below ``gpus`` that a sensible training layout can span, ascending:
     d·c·p·t with d dividing the step's ``sequences`` (the reference's even split), c
     splitting a ``sequence`` with no padding (:func:`context_parallel_fits`),
     p stages the layers fill (at most num_layers + 2, model_shape.layout_problems) and t
-    dividing the heads inside a node. Counts of whole nodes only from two nodes on."""
+    dividing the heads inside a node; ``bound``: c also within its useful share
+    (``LayoutConstraints.cp_bound``); ``fills(d, p)``: each rank's sequences fill the
+    micro-batches p stages need. Counts of whole nodes only from two nodes on."""
     dims = BACKEND_DIMS[backend]
 
     def divisors(n: int, upto: int) -> list[int]:
@@ -302,24 +326,16 @@ def training_counts(
     for d in data:
         for c in context:
             for t in tensor:
+                if bound is not None and not bound.cp_bound(c, t):
+                    continue
                 unit = d * c * t
                 if unit >= gpus:
                     continue
-                found.update(unit * p for p in stages if unit * p < gpus)
+                found.update(
+                    unit * p for p in stages if unit * p < gpus and (fills is None or fills(d, p))
+                )
     whole = gpus >= 2 * per_node
     return sorted(n for n in found if not whole or n % per_node == 0 or n < per_node)
-
-
-def context_parallel_fits(cp: int, sequence: int) -> bool:
-    """Megatron's context parallelism of ``cp`` ranks cuts a sequence into 2·cp equal
-    chunks, rank r holding chunks r and 2·cp − 1 − r (causal load balance): its length must
-    be a multiple of 2·cp (NVIDIA/Megatron-LM, megatron/core/utils.py,
-    _get_batch_on_this_cp_rank_per_sequence_balancing: "The sequence length must be
-    divisible by 2 * cp_size", d98e8a64). The reference meets it by padding each sequence to
-    a multiple of 2·t·c (areal-project/AReaL, areal/engine/megatron_engine.py,
-    ``align_to_multiple_of = tp_size * cp_size * 2``, cbff54d6), so no c is refused; a
-    ``sequence`` that fits needs no padding."""
-    return cp == 1 or sequence % (2 * cp) == 0
 
 
 #: Up to this many rollout/training splits, every one is estimated; beyond, the search
@@ -449,6 +465,13 @@ def suggest(
     constraints = LayoutConstraints(gpus_per_node=per_node)
     step = shape.step
     sequence = shape.prompt_len + shape.gen_len
+    # a proposal's context parallelism: each rank keeps 2 whole chunks of the longest
+    # sequence, long enough to hide the KV ring under its attention (inside a node, across)
+    train_constraints = replace(
+        constraints,
+        sequence=sequence,
+        cp_share=(ring_share(arch, hardware, True), ring_share(arch, hardware, False)),
+    )
     best_rollout: dict[int, RankedLayout | None] = {}
     best_train: dict[int, RankedLayout | None] = {}
     cut_splits: set[int] = set()  # training GPU counts whose search stopped at SPLIT_LAYOUTS
@@ -469,20 +492,23 @@ def suggest(
         dp = parallel.dp_size
         return dp <= shape.batch and shape.batch % dp == 0
 
-    def builds(parallel: ParallelStrategy, settings: TrainingSettings) -> bool:
+    def fills(dp: int, pp: int) -> bool:
         # each engine on the actor's layout (the actor, a critic) splits a rank's sequences
         # into its ppo_n_minibatches (a ref's forward: one) and packs each into at least its
         # micro-batches (model_shape.minibatch_micro_batches): the start-up rule
         # minibatches_fill_their_micro_batches refuses fewer (not under dynamic_bs)
-        per_rank = shape.batch // max(1, parallel.dp_size)
+        per_rank = shape.batch // max(1, dp)
         for key, own in side:
             if shape.dynamic_bs:
                 continue
-            least = minibatch_micro_batches(
-                train_backend, parallel.pp_size, own.virtual_pipeline, own.n_mbs
-            )
+            least = minibatch_micro_batches(train_backend, pp, own.virtual_pipeline, own.n_mbs)
             if least is not None and per_rank < step.minibatches_of(key) * least:
                 return False
+        return True
+
+    def builds(parallel: ParallelStrategy, settings: TrainingSettings) -> bool:
+        if not fills(parallel.dp_size, parallel.pp_size):
+            return False
         # an engine split evenly (megatron-bridge's path: execution sets layer_split "even")
         # starts only where p divides the layers and vpp each rank's (the start-up rule
         # megatron_bridge_splits_evenly refuses the rest)
@@ -493,7 +519,14 @@ def suggest(
     # the training GPU counts below a share worth trying (d | sequences, c splitting the
     # longest sequence without padding, p up to the layers' stages, t | heads in a node)
     fallback = training_counts(
-        arch, train_backend, gpus, per_node, sequences=shape.batch, sequence=sequence
+        arch,
+        train_backend,
+        gpus,
+        per_node,
+        sequences=shape.batch,
+        sequence=sequence,
+        bound=train_constraints,
+        fills=fills,
     )
 
     def colocated_fit(actor: RankedLayout) -> bool:
@@ -554,7 +587,7 @@ def suggest(
         return fastest_layouts(
             train_backend,
             train_gpus,
-            constraints,
+            train_constraints,
             arch,
             capacity,
             hardware,

@@ -26,6 +26,11 @@ from pathlib import Path
 from areal_alloc.files import MAX_YAML_NODES
 
 TARGET = 1.0  # seconds, README: "every input gets an answer in under a second"
+#: issue 29: suggest and layouts --rank answer within 2 s for every backend up to
+#: 1,048,576 GPUs (the cases marked "every backend")
+SEARCH_TARGET = 2.0
+TRAINING = ("megatron", "fsdp", "archon")
+SERVING = ("sglang", "vllm")
 
 MOE = ["--model", "Qwen3-30B-A3B", "--gpu", "H100-80GB"]
 #: Unrelated keys of the largest YAML read (the engines' own nodes take about 20).
@@ -55,6 +60,30 @@ def _cases(folder: Path) -> list[tuple[str, list[str]]]:
         ("suggest MoE, 4,096 GPUs", ["suggest", *MOE, "--gpus", "4096"]),
         ("suggest MoE, 1,048,576 GPUs", ["suggest", *MOE, "--gpus", "1048576"]),
         ("suggest MoE, 1,048,576 GPUs --sync", ["suggest", *MOE, "--gpus", "1048576", "--sync"]),
+        *(
+            (
+                f"every backend: suggest 1,048,576 GPUs, {train} + {serve}",
+                [
+                    "suggest",
+                    *MOE,
+                    "--gpus",
+                    "1048576",
+                    "--train-backend",
+                    train,
+                    "--rollout-backend",
+                    serve,
+                ],
+            )
+            for train in TRAINING
+            for serve in SERVING
+        ),
+        *(
+            (
+                f"every backend: layouts {backend} 1048576 --rank --top 3",
+                ["layouts", backend, "1048576", "--top", "3", "--gpus-per-node", "8", *rank],
+            )
+            for backend in (*TRAINING, *SERVING)
+        ),
         (
             "layouts megatron 720720 --rank --hybrid (refused)",
             ["layouts", "megatron", "720720", "--hybrid", *rank],
@@ -126,9 +155,10 @@ def main() -> int:
             seconds = statistics.median(r[0] for r in runs)
             cpu = statistics.median(r[4] for r in runs)
             rss = max(r[1] for r in runs)
-            verdict = "ok" if seconds <= TARGET else "MISSED"
+            target = SEARCH_TARGET if label.startswith("every backend") else TARGET
+            verdict = "ok" if seconds <= target else "MISSED"
             print(
-                f"  {label:<60} {seconds:8.2f} {cpu:6.2f}  ≤ {TARGET:g} s  {rss / 1024:6.0f} MB  "
+                f"  {label:<60} {seconds:8.2f} {cpu:6.2f}  ≤ {target:g} s  {rss / 1024:6.0f} MB  "
                 f"{runs[-1][3] / 1024:6.0f} KB  {runs[-1][2]:>4}  {verdict}"
             )
     return 0

@@ -40,6 +40,9 @@ class Split:
     gpus_per_node: int
     rollout_unit: int = 1  # GPUs of one rollout instance (t × p): the rollout's least
     train_unit: int = 1  # GPUs of one training replica (world / d): the trainer's least
+    #: the rollout runs an instance per sequence of the step already: a GPU more cannot
+    #: speed it (``suggest``: no more instances than the step has sequences); its count
+    rollout_full: int | None = None
 
     @property
     def whole_nodes(self) -> bool:
@@ -127,6 +130,12 @@ def balance_advice(
     if split is None:
         return f"{head}: move GPUs to {grow}"
     shrink = ROLLOUT if grow == TRAINING else TRAINING
+    if grow == ROLLOUT and split.rollout_full is not None:
+        return (
+            f"{head}, but the rollout already runs an instance per sequence of the step "
+            f"({split.rollout_full:,}): no GPU more speeds it"
+            + (f"; the {split.free:,} free GPUs stay free" if split.free else "")
+        )
     if split.free >= split.unit_of(grow):
         return f"{head}: give the {split.free} free GPUs to {grow}"
     step = split.step

@@ -63,6 +63,7 @@ from areal_alloc.strategy import ParallelStrategy
 __all__ = [
     "RECOMPUTATIONS",
     "expected_groups_reached",
+    "ring_share",
     "settings_step",
     "training_step",
 ]
@@ -175,6 +176,10 @@ def training_step(
     elementwise = _elementwise_term(step)
     busy = compute.seconds + elementwise.seconds  # what FSDP's collectives hide under
     terms = [compute, elementwise]
+    reads = _weight_reads_term(step, compute.seconds)
+    if reads is not None:  # a share of tokens too small to keep the GEMMs compute-bound
+        terms.append(reads)
+        busy += reads.seconds
     split, rank_layers = pipeline_ranks(
         backend, arch, parallel.pp_size, virtual_pipeline, parallel.ep_size, layer_split
     )
@@ -576,6 +581,21 @@ def _tensor_parallel_term(step: _TrainingShape) -> StepTerm | None:
     )
 
 
+def ring_share(arch: Architecture, hardware: Hardware, inside_node: bool) -> float:
+    """The fewest tokens of a sequence a context-parallel rank must hold for its attention
+    to hide the KV ring: at each of the ring's steps a rank multiplies its n query tokens
+    by n key/value tokens (4·n²·q FLOPs, QKᵀ and PV) while it passes n tokens' k and v on
+    (2·n·kv × 2 B): the exchange hides while 4·n²·q / (peak × attention efficiency) ≥
+    4·n·kv / link, that is n ≥ kv × peak × efficiency / (q × link). Below it each rank
+    waits on the link, and more ranks only add waiting (ring attention: Liu et al. 2023,
+    arXiv:2310.01889 §3, "the computation of blockwise attention … takes longer than
+    transferring key-value blocks")."""
+    q = arch.query_width or arch.hidden_size
+    kv = arch.kv_width or q
+    peak = hardware.peak_tflops * 1e12 * hardware.compute_efficiency
+    return kv * peak / (q * hardware.link_bytes_per_second(inside_node))
+
+
 def _context_parallel_term(step: _TrainingShape) -> StepTerm | None:
     """Context parallelism: the KV ring, forward and backward."""
     tp, cp, hardware = step.parallel.tp_size, step.parallel.cp_size, step.hardware
@@ -737,6 +757,40 @@ def _pipeline_p2p_term(step: _TrainingShape) -> StepTerm | None:
         volume / hardware.link_bytes_per_second(inside),
         f"2 sends (activation, gradient) × {step.micro_batches} micro-batches × "
         f"{step.act / tp / 2**20:.1f} MiB over {hardware.link_name(inside)}",
+    )
+
+
+def _weight_reads_term(step: _TrainingShape, compute: float) -> StepTerm | None:
+    """The GEMMs' weight reads beyond their compute: a GEMM reads its whole weight from
+    HBM whatever the tokens it multiplies, so each pass of each micro-batch reads the
+    weights one GPU holds (:func:`_params_here`, bf16; of the routed experts those the
+    micro-batch's tokens reach, at most one a token and choice): the forward, the
+    backward's input gradient, a full recomputation's forward again. Past the point where
+    that takes longer than the compute (a few tokens a GPU: a context-parallel share or a
+    micro-batch too small), the GEMMs are memory-bound and the step takes the reads (the
+    roofline: time = max(FLOPs / peak, bytes / bandwidth)); None below it."""
+    arch, hardware, parallel = step.arch, step.hardware, step.parallel
+    passes = 1 if step.forward_only else 3 if step.recompute == "full" else 2
+    params = _params_here(step)
+    p = arch.parameters
+    if arch.is_moe and not fsdp_keeps_mlp_whole(step.backend, arch.model_type):
+        experts = p.expert_sharded / (parallel.pp_size * parallel.ep_size * parallel.etp_size)
+        reached = min(
+            1.0,
+            step.tokens_mb / parallel.cp_size * arch.experts_per_token / max(1, arch.num_experts),
+        )
+        params -= experts * (1 - reached)
+    hbm = hardware.hbm_tbps * 1e12 * hardware.hbm_efficiency
+    reads = step.micro_batches * passes * params * 2 / hbm
+    if reads <= compute:
+        return None
+    return StepTerm(
+        "weight reads (beyond the GEMMs)",
+        reads - compute,
+        f"{step.micro_batches:,} micro-batches × {passes} passes × {params / 1e9:.3g}B params "
+        f"on a GPU × 2 B / ({hardware.hbm_tbps:g} TB/s × {hardware.hbm_efficiency:g}) = "
+        f"{reads:.3g} s, over the GEMMs' {compute:.3g} s: {step.tokens_mb // parallel.cp_size:,} "
+        f"tokens a micro-batch on a GPU keep the GEMMs memory-bound",
     )
 
 

@@ -108,14 +108,21 @@ def test_training_layouts_are_sensible(
         assert p.rollout_gpus + p.train_gpus + p.free_gpus == gpus
 
 
-def test_8k_moe_leaves_gpus_free_instead_of_context_parallel_103() -> None:
-    """4,072 GPUs for the rollout leave 4,120 = 8 × 5 × 103 for training: with d dividing
-    512, only c103 or p103 fill them, slower than 4,096 of them, so 4,096 train and 24 stay
-    free, stated as such."""
+def test_8k_moe_leaves_free_the_gpus_its_step_cannot_use() -> None:
+    """8,192 GPUs, 512 sequences of 17,408 tokens: the rollout runs an instance per sequence
+    (512 × t8 = 4,096 GPUs). Training can use at most d128 (each rank's 4 sequences fill
+    the reference's 4 PPO minibatches), t4 (Qwen3-30B-A3B's 4 KV heads), p1 (a rank's
+    sequences fill no more stages' micro-batches) and c4: t4·c4 spans two nodes, where a
+    rank's 4,352 tokens of a sequence hide the KV ring's exchange under its attention, and
+    c8's 2,176 would not (speed_training.ring_share, some 3,500 tokens across nodes on an
+    H100's network) — 2,048 GPUs; the other 2,048 stay free, said as such, not spent on
+    context parallelism of a few hundred tokens a rank."""
     proposals = {p.rollout_gpus: p for p in _proposals("Qwen3-30B-A3B", 8192, RunShape())}
-    assert (proposals[4072].train_gpus, proposals[4072].free_gpus) == (4096, 24)
-    assert proposals[4072].actor.parallel.world_size == 4096
+    best = proposals[4096]
+    assert (best.train_gpus, best.free_gpus) == (2048, 2048)
+    assert best.actor.spec == "megatron:d128t4c4e128"
     assert all(context_parallel_fits(p.actor.parallel.cp_size, 17_408) for p in proposals.values())
+    assert all(p.actor.parallel.cp_size <= 4 for p in proposals.values())
 
 
 def test_free_gpus_are_reported(capsys: pytest.CaptureFixture[str]) -> None:
@@ -124,16 +131,18 @@ def test_free_gpus_are_reported(capsys: pytest.CaptureFixture[str]) -> None:
     text = capsys.readouterr().out
     # every command's defaults: 32,768 tokens per micro-batch, no recomputation
     # d128, not d512: 512 sequences over d512 are one a rank, fewer than the reference's
-    # default 4 PPO minibatches (minibatches_fill_their_micro_batches)
-    assert "training 4096 GPUs megatron:d128c32e8, 24 GPUs free:" in text
+    # default 4 PPO minibatches (minibatches_fill_their_micro_batches); c4 at most (a
+    # rank's share of a sequence hides the KV ring: speed_training.ring_share)
+    assert "training 2048 GPUs megatron:d128t4c4e128, 2048 GPUs free:" in text
+    assert "the rollout already runs an instance per sequence of the step (512)" in text
     assert "c103" not in text
     assert main([*argv, "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     rows = listed["proposals"] if isinstance(listed, dict) else listed
     assert [(r["actor"]["gpus"], r["free_gpus"]) for r in rows] == [
-        (4096, 0),
-        (4096, 24),
-        (4096, 16),
+        (2048, 2048),
+        (2048, 2072),
+        (2048, 2064),
     ]
     for row in rows:
         assert {"generate_seconds", "train_seconds", "step_seconds"} <= row.keys()
