@@ -11,23 +11,31 @@ read from there first, offline; nothing is ever downloaded.
 from __future__ import annotations
 
 import difflib
+import json
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationValidationError, shown
+from areal_alloc.files import Kind, read_json
 from areal_alloc.model_shape import local_config, local_path
 
 __all__ = [
+    "CATALOGUE_ENV",
     "GPU",
     "GPUS",
     "MODELS",
     "POSITIONS",
     "REPORTED_GIB",
+    "CatalogueError",
     "CatalogueModel",
     "DeviceTotal",
+    "add_files",
+    "citation_text",
     "device_total",
     "find_gpu",
     "find_model",
@@ -57,260 +65,6 @@ class CatalogueModel:
     @property
     def architecture(self) -> Architecture:
         return Architecture.from_mapping(self.config, source=self.hub_id)
-
-
-def _qwen2(
-    h: int, ffn: int, layers: int, heads: int, kv: int, vocab: int, tied: bool
-) -> dict[str, Any]:
-    return {
-        "model_type": "qwen2",
-        "hidden_size": h,
-        "intermediate_size": ffn,
-        "num_hidden_layers": layers,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv,
-        "vocab_size": vocab,
-        "tie_word_embeddings": tied,
-    }
-
-
-def _qwen3(h: int, ffn: int, layers: int, heads: int, kv: int, tied: bool) -> dict[str, Any]:
-    return {
-        "model_type": "qwen3",
-        "hidden_size": h,
-        "intermediate_size": ffn,
-        "num_hidden_layers": layers,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv,
-        "head_dim": 128,
-        "vocab_size": 151936,
-        "tie_word_embeddings": tied,
-    }
-
-
-def _qwen3_moe(
-    h: int, layers: int, heads: int, kv: int, experts: int, top_k: int, ffn: int
-) -> dict[str, Any]:
-    return {
-        "model_type": "qwen3_moe",
-        "hidden_size": h,
-        "num_hidden_layers": layers,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv,
-        "head_dim": 128,
-        "vocab_size": 151936,
-        "num_experts": experts,
-        "num_experts_per_tok": top_k,
-        "moe_intermediate_size": ffn,
-        "mlp_only_layers": [],
-        "tie_word_embeddings": False,
-    }
-
-
-def _llama(h: int, ffn: int, layers: int, heads: int, kv: int) -> dict[str, Any]:
-    return {
-        "model_type": "llama",
-        "hidden_size": h,
-        "intermediate_size": ffn,
-        "num_hidden_layers": layers,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv,
-        "vocab_size": 128256,
-        "attention_bias": False,
-        "tie_word_embeddings": False,
-    }
-
-
-_HF = "https://huggingface.co/"
-#: THUDM/slime (an RL framework) keeps each model's Megatron arguments, read from its config.json
-_SLIME = (
-    "https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/scripts/models/"
-)
-
-#: The built-in models. Base and Instruct variants share shapes; both ids resolve.
-MODELS: dict[str, CatalogueModel] = {
-    m.hub_id.lower(): m
-    for m in (
-        CatalogueModel(
-            "Qwen/Qwen2.5-0.5B",
-            _qwen2(896, 4864, 24, 14, 2, 151936, True),
-            _HF + "osllmai-community/Qwen2.5-0.5B/blob/main/config.json (a copy with "
-            "_name_or_path Qwen/Qwen2.5-0.5B)",
-        ),
-        CatalogueModel(
-            "Qwen/Qwen2.5-1.5B",
-            _qwen2(1536, 8960, 28, 12, 2, 151936, True),
-            _HF + "onnx-community/Qwen2.5-1.5B-Instruct/blob/"
-            "94677ac90364afdc2b476788d085a9680efde737/config.json (_name_or_path "
-            "Qwen/Qwen2.5-1.5B-Instruct)",
-        ),
-        CatalogueModel(
-            "Qwen/Qwen2.5-3B",
-            _qwen2(2048, 11008, 36, 16, 2, 151936, True),
-            _HF + "osllmai-community/Qwen2.5-3B-Instruct/blob/main/config.json "
-            "(a copy of Qwen/Qwen2.5-3B-Instruct's config.json)",
-        ),
-        CatalogueModel(
-            "Qwen/Qwen2.5-7B",
-            _qwen2(3584, 18944, 28, 28, 4, 152064, False),
-            _HF + "osllmai-community/Qwen2.5-7B-Instruct/blob/main/config.json "
-            "(a copy of Qwen/Qwen2.5-7B-Instruct's config.json)",
-        ),
-        CatalogueModel(
-            "Qwen/Qwen2.5-14B",
-            _qwen2(5120, 13824, 48, 40, 8, 152064, False),
-            _HF + "osllmai-community/Qwen2.5-14B-Instruct/blob/"
-            "eaddfa685697f74aa707d6cd5cf36784cdcabe05/config.json (_name_or_path "
-            "Qwen/Qwen2.5-14B-Instruct)",
-        ),
-        CatalogueModel(
-            "Qwen/Qwen2.5-32B",
-            _qwen2(5120, 27648, 64, 40, 8, 152064, False),
-            _HF + "Qwen/Qwen2.5-32B/blob/main/config.json",
-        ),
-        CatalogueModel(
-            "Qwen/Qwen2.5-72B",
-            _qwen2(8192, 29568, 80, 64, 8, 152064, False),
-            _HF + "gghfez/UwU-72B-Preview/blob/64af8159bc15b908f7f1792121f99beaad633ce9/"
-            "config.json (a Qwen2.5-72B-Instruct derivative with its config.json values)",
-        ),
-        CatalogueModel(
-            "Qwen/Qwen3-0.6B",
-            _qwen3(1024, 3072, 28, 16, 8, True),
-            _SLIME + "qwen3-0.6B.sh (Megatron arguments of Qwen/Qwen3-0.6B; embeddings tied: "
-            "no --untie-embeddings-and-output-weights)",
-        ),
-        CatalogueModel(
-            "Qwen/Qwen3-1.7B",
-            _qwen3(2048, 6144, 28, 16, 8, True),
-            _SLIME + "qwen3-1.7B.sh (Megatron arguments of Qwen/Qwen3-1.7B; embeddings tied)",
-        ),
-        CatalogueModel(
-            "Qwen/Qwen3-4B",
-            _qwen3(2560, 9728, 36, 32, 8, True),
-            _HF + "Thrillcrazyer/LDS_4B/blob/main/config.json (base_config_dict of "
-            "Qwen/Qwen3-4B) and " + _HF + "MultiRL/qwen3_4b_instruct_sft/blob/main/config.json",
-        ),
-        CatalogueModel(
-            "Qwen/Qwen3-8B",
-            _qwen3(4096, 12288, 36, 32, 8, False),
-            _HF + "thejaminator/qwen-hook-layer-9/commit/"
-            "478fb720f1f3ced834fce0275b55b2732d438edc ('Copy config.json from Qwen/Qwen3-8B')",
-            # the Hub's safetensors metadata for Qwen/Qwen3-8B, as quoted in issue #10
-            published_total=8_190_735_360,
-            published_source=_HF + "Qwen/Qwen3-8B (safetensors parameter count)",
-        ),
-        CatalogueModel(
-            "Qwen/Qwen3-14B",
-            _qwen3(5120, 17408, 40, 40, 8, False),
-            _SLIME + "qwen3-14B.sh (Megatron arguments of Qwen/Qwen3-14B, "
-            "--untie-embeddings-and-output-weights) and "
-            "https://github.com/citsjtu2020/LLM-Prof/blob/main/sglang/Model_Config.md "
-            "(a copy of its config.json)",
-        ),
-        CatalogueModel(
-            "Qwen/Qwen3-32B",
-            _qwen3(5120, 25600, 64, 64, 8, False),
-            "https://gitcode.com/Ascend/MindSpeed-RL/blob/master/configs/model/qwen3_32b.yaml",
-        ),
-        CatalogueModel(
-            "Qwen/Qwen3-30B-A3B",
-            _qwen3_moe(2048, 48, 32, 4, 128, 8, 768),
-            "https://gitcode.com/Ascend/MindSpeed-RL/blob/master/configs/model/qwen3_30b_a3b.yaml "
-            "and " + _HF + "AweAI-Team/Scale-SWE-Agent/blob/main/config.json",
-            # Qwen3-30B-A3B model card: "30.5B in total and 3.3B activated" (issue #10)
-            published_total=30.5e9,
-            published_active=3.3e9,
-            published_source=_HF + "Qwen/Qwen3-30B-A3B (model card)",
-        ),
-        CatalogueModel(
-            "Qwen/Qwen3-235B-A22B",
-            _qwen3_moe(4096, 94, 64, 4, 128, 8, 1536),
-            "https://gitcode.com/Ascend/MindSpeed-RL/blob/master/configs/model/"
-            "qwen3_235b_a22b.yaml",
-        ),
-        CatalogueModel(
-            "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B",
-            _qwen2(1536, 8960, 28, 12, 2, 151936, False),
-            _HF
-            + "rohinm/model/blob/main/config.json and "
-            + _HF
-            + "bluryar/DeepSeek-R1-Distill-Qwen-1.5B-sft/blob/main/config.json (copies with "
-            "_name_or_path deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B)",
-        ),
-        CatalogueModel(
-            "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
-            _qwen2(3584, 18944, 28, 28, 4, 152064, False),
-            "https://github.com/THUDM/slime/blob/624b824a898ab0ec1fcb4d373004c7f3852bf515/"
-            "slime_plugins/rollout_buffer/rollout_buffer_example.sh (MODEL_ARGS headed "
-            "'# DeepSeek-R1-Distill-Qwen-7B': q/k/v bias, untied embeddings)",
-        ),
-        CatalogueModel(
-            "meta-llama/Llama-3.1-8B",
-            _llama(4096, 14336, 32, 32, 8),
-            _HF + "NbAiLab/nb-llama-3.1-8B/blob/main/config.json (a copy with _name_or_path "
-            "meta-llama/Llama-3.1-8B)",
-            # the Hub's safetensors metadata for meta-llama/Llama-3.1-8B, as quoted in issue #10
-            published_total=8_030_261_248,
-            published_source=_HF + "meta-llama/Llama-3.1-8B (safetensors parameter count)",
-        ),
-        CatalogueModel(
-            "meta-llama/Llama-3.1-70B",
-            _llama(8192, 28672, 80, 64, 8),
-            _HF + "mlabonne/Llama-3.1-70B-Instruct-lorablated/blame/"
-            "4cc98185081c6c938df69f8e5ac4cf7aeade7fa3/config.json (_name_or_path "
-            "meta-llama/Meta-Llama-3.1-70B-Instruct)",
-        ),
-        CatalogueModel(
-            "deepseek-ai/DeepSeek-V3",
-            {
-                "model_type": "deepseek_v3",
-                "hidden_size": 7168,
-                "intermediate_size": 18432,
-                "moe_intermediate_size": 2048,
-                "num_hidden_layers": 61,
-                "num_attention_heads": 128,
-                "num_key_value_heads": 128,
-                "n_routed_experts": 256,
-                "n_shared_experts": 1,
-                "num_experts_per_tok": 8,
-                "first_k_dense_replace": 3,
-                "q_lora_rank": 1536,
-                "kv_lora_rank": 512,
-                "qk_nope_head_dim": 128,
-                "qk_rope_head_dim": 64,
-                "v_head_dim": 128,
-                "vocab_size": 129280,
-                "tie_word_embeddings": False,
-            },
-            "https://gitcode.com/cann/cann-recipes-train/blob/master/llm_rl/deepseek/"
-            "verl_patches/config.json (DeepSeek-V3's config.json); the multi-token "
-            "prediction module is not counted, as the published 671B does not count it",
-            # DeepSeek-V3 model card: "671B total parameters with 37B activated"
-            published_total=671e9,
-            published_active=37e9,
-            published_source=_HF + "deepseek-ai/DeepSeek-V3 (model card)",
-        ),
-    )
-}
-
-#: Other ids with the same shapes: instruct/chat variants, R1 (same as V3).
-_ALIASES = {
-    "qwen/qwen2.5-0.5b-instruct": "qwen/qwen2.5-0.5b",
-    "qwen/qwen2.5-1.5b-instruct": "qwen/qwen2.5-1.5b",
-    "qwen/qwen2.5-14b-instruct": "qwen/qwen2.5-14b",
-    "qwen/qwen2.5-32b-instruct": "qwen/qwen2.5-32b",
-    "qwen/qwen2.5-3b-instruct": "qwen/qwen2.5-3b",
-    "qwen/qwen2.5-7b-instruct": "qwen/qwen2.5-7b",
-    "qwen/qwen2.5-72b-instruct": "qwen/qwen2.5-72b",
-    "meta-llama/llama-3.1-8b-instruct": "meta-llama/llama-3.1-8b",
-    "meta-llama/llama-3.1-70b-instruct": "meta-llama/llama-3.1-70b",
-    "meta-llama/meta-llama-3.1-8b": "meta-llama/llama-3.1-8b",
-    "meta-llama/meta-llama-3.1-8b-instruct": "meta-llama/llama-3.1-8b",
-    "meta-llama/meta-llama-3.1-70b-instruct": "meta-llama/llama-3.1-70b",
-    "deepseek-ai/deepseek-r1": "deepseek-ai/deepseek-v3",
-    "qwen/qwen3-4b-instruct-2507": "qwen/qwen3-4b",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,347 +103,6 @@ def _cite(repo: str, path: str, commit: str, quote: str, note: str = "") -> str:
     return f'{repo} {path}@{commit} ("{quote}"' + (f"; {note})" if note else ")")
 
 
-_HF_HARDWARE = "https://huggingface.co/hardware/"
-#: Speed sources read at a commit; each citation quotes the line its figure is read from.
-_TORCHTITAN = ("pytorch/torchtitan", "torchtitan/tools/utils.py")
-_TORCHTITAN_COMMIT = "b5bcd76c66d0acb1a08b176d9639425bc55e0b2a"
-_AIC_COMMIT = "095f58a51c4ca8e61b66ec108d86f223f8d559ce"
-_AIC_SYSTEMS = "aic-core/src/aiconfigurator_core/systems/"
-_FLASHMLA_COMMIT = "9241ae3ef9bac614dd25e45e507e089f888280e0"
-_INFERSIM_COMMIT = "f2293dab6d23fe2780356eb71e0ffc3b4baf61dd"
-_LLM_ANALYSIS_COMMIT = "d841e40aec8c84b9e76ba9cfbce67418adb172bd"
-_LLM_PROF = ("citsjtu2020/LLM-Prof", "hardware_spec.md", "8434c8d19c396b2f95d92a67845a7c0a0e0dd512")
-_VERL = (
-    "volcengine/verl",
-    "verl/utils/flops_counter.py",
-    "02cf355f17969b4a8e76ff981dda8b5a8ae440b9",
-)
-
-
-def _titan(quote: str) -> str:
-    return _cite(*_TORCHTITAN, _TORCHTITAN_COMMIT, quote)
-
-
-def _aic(system: str, quote: str, note: str = "") -> str:
-    return _cite("ai-dynamo/aiconfigurator", _AIC_SYSTEMS + system, _AIC_COMMIT, quote, note)
-
-
-def _infersim(quote: str, note: str = "") -> str:
-    return _cite("alibaba/InferSim", "hardware/gpu.py", _INFERSIM_COMMIT, quote, note)
-
-
-def _llm_analysis(config: str, quote: str, note: str = "") -> str:
-    path = f"llm_analysis/gpu_configs/{config}.json"
-    return _cite("cli99/llm-analysis", path, _LLM_ANALYSIS_COMMIT, quote, note)
-
-
-_BOTH_WAYS = "per direction: both directions together are twice that"
-
-GPUS: dict[str, GPU] = {
-    g.name.lower(): g
-    for g in (
-        GPU(
-            "A100-40GB",
-            40,
-            "the product name: NVIDIA A100 40GB",
-            312,
-            1.555,
-            600,
-            (
-                (
-                    "bf16_tflops",
-                    _llm_analysis(
-                        "a100-sxm-40gb",
-                        '"peak_fp16_TFLOPS": 312',
-                        "the A100's BF16 tensor peak too: "
-                        + _titan('if "A100" in device_name: … return 312e12'),
-                    ),
-                ),
-                ("hbm_tbps", _llm_analysis("a100-sxm-40gb", '"hbm_bandwidth_in_GB_per_sec": 1555')),
-                (
-                    "nvlink_gbps",
-                    _llm_analysis(
-                        "a100-sxm-40gb", '"intra_node_bandwidth_in_GB_per_sec": 300', _BOTH_WAYS
-                    ),
-                ),
-            ),
-        ),
-        GPU(
-            "A100-80GB",
-            80,
-            _aic("a100_sxm.yaml", "mem_capacity: 85899345920 # 80GiB"),
-            312,
-            2.039,
-            600,
-            (
-                ("bf16_tflops", _aic("a100_sxm.yaml", "bfloat16_tc_flops: 312000000000000")),
-                ("hbm_tbps", _aic("a100_sxm.yaml", "mem_bw: 2039000000000 # 2.039TB/s")),
-                (
-                    "nvlink_gbps",
-                    _aic(
-                        "a100_sxm.yaml",
-                        "intra_node_bw: 300000000000  # Byte/s per gpu, single direction",
-                        _BOTH_WAYS,
-                    ),
-                ),
-            ),
-        ),
-        GPU(
-            "A800",
-            80,
-            _cite(*_LLM_PROF, '"NVIDIA_A800_SXM4_80GB": {... "memsize": 80 * (1024**3)'),
-            312,
-            2.039,
-            400,
-            (
-                ("bf16_tflops", _cite(*_VERL, '"A800": 312e12')),
-                (
-                    "hbm_tbps",
-                    _cite(
-                        *_LLM_PROF,
-                        '"NVIDIA_A800_SXM4_80GB": {"mem_bandwidth": 2039 * (1024**3)',
-                        "2,039 GB/s, as the A100 SXM 80GB's",
-                    ),
-                ),
-                (
-                    "nvlink_gbps",
-                    _cite(*_LLM_PROF, '"interconnect_bandwidth": 400 * (1024**3)'),
-                ),
-            ),
-        ),
-        GPU(
-            "H100-80GB",
-            80,
-            _aic("h100_sxm.yaml", "mem_capacity: 85899345920 # 80GiB"),
-            989,
-            3.35,
-            900,
-            (
-                (
-                    "bf16_tflops",
-                    _titan("else:  # for H100 SXM and other variants … return 989e12")
-                    + "; "
-                    + _aic("h100_sxm.yaml", "bfloat16_tc_flops: 989000000000000 # 989TFLOPS"),
-                ),
-                ("hbm_tbps", _aic("h100_sxm.yaml", "mem_bw: 3350000000000 # 3350GB/s")),
-                (
-                    "nvlink_gbps",
-                    _aic(
-                        "h100_sxm.yaml",
-                        "intra_node_bw: 450000000000  # Byte/s per gpu, single direction",
-                        _BOTH_WAYS,
-                    ),
-                ),
-            ),
-        ),
-        GPU(
-            "H200",
-            141,
-            _aic("h200_sxm.yaml", "mem_capacity: 151397597184 # 141GiB"),
-            989,
-            4.8,
-            900,
-            (
-                (
-                    "bf16_tflops",
-                    _titan('elif "H200" in device_name: … return 989e12')
-                    + "; "
-                    + _aic("h200_sxm.yaml", "bfloat16_tc_flops: 989000000000000 # 989TFLOPS"),
-                ),
-                ("hbm_tbps", _aic("h200_sxm.yaml", "mem_bw: 4800000000000 # 4800GB/s")),
-                (
-                    "nvlink_gbps",
-                    _aic(
-                        "h200_sxm.yaml",
-                        "intra_node_bw: 450000000000  # Byte/s per gpu, single direction",
-                        _BOTH_WAYS,
-                    ),
-                ),
-            ),
-        ),
-        GPU(
-            "H20",
-            96,
-            _infersim("h20 = GPU(... mem=96,"),
-            148,
-            4.096,
-            900,
-            (
-                (
-                    "bf16_tflops",
-                    _titan("The peak BF16/FP16 Tensor performance is reported as 148 TFLOPS."),
-                ),
-                (
-                    "hbm_tbps",
-                    _infersim(
-                        "mem_bw=4096 * 0.8,",
-                        "4,096 GB/s; the 0.8 is InferSim's achievable share, not counted here",
-                    ),
-                ),
-                (
-                    "nvlink_gbps",
-                    _infersim(
-                        "nvlink_bw=900 * 0.8 / 2,",
-                        "900 GB/s both directions together (its field is one direction)",
-                    ),
-                ),
-            ),
-        ),
-        GPU(
-            "L40S",
-            48,
-            "http://llmbook.apartsin.com/appendices/appendix-g-hardware-compute/section-g.1.html"
-            " (L40S: 48 GB GDDR6)",
-            362,
-            0.864,
-            None,  # no NVLink: PCIe 4.0 (64 GB/s)
-            (
-                (
-                    "bf16_tflops",
-                    _titan('elif "l40s" in device_name: … return 362e12'),
-                ),
-                ("hbm_tbps", _aic("l40s.yaml", "mem_bw: 864000000000 # 864GB/s")),
-            ),
-        ),
-        GPU(
-            "B200",
-            180,
-            _aic(
-                "b200_sxm.yaml",
-                "mem_capacity: 193273528320 # 180GiB",
-                "the 192 GB nameplate is not what the device holds",
-            ),
-            2250,
-            7.7,
-            1800,
-            (
-                (
-                    "bf16_tflops",
-                    _titan('elif "B300" in device_name or "B200" in device_name: … return 2.25e15'),
-                ),
-                ("hbm_tbps", _aic("b200_sxm.yaml", "mem_bw: 7700000000000 # 7.7TB/s")),
-                (
-                    "nvlink_gbps",
-                    _aic(
-                        "b200_sxm.yaml",
-                        "intra_node_bw: 900000000000  # Byte/s per gpu, single direction",
-                        _BOTH_WAYS,
-                    ),
-                ),
-            ),
-        ),
-        GPU(
-            "H800",
-            80,
-            _HF_HARDWARE + "h800 (H800: Memory 80GB)",
-            989,
-            3.35,
-            400,
-            (
-                (
-                    "bf16_tflops",
-                    _cite(
-                        "deepseek-ai/FlashMLA",
-                        "docs/20250929-hopper-fp8-sparse-deep-dive.md",
-                        _FLASHMLA_COMMIT,
-                        "989 TFlops / 1830 MHz / 132 SMs` on H800",
-                    ),
-                ),
-                (
-                    "hbm_tbps",
-                    _cite(
-                        "deepseek-ai/FlashMLA",
-                        "docs/20250422-new-kernel-deep-dive.md",
-                        _FLASHMLA_COMMIT,
-                        "An NVIDIA H800 SXM5 GPU has a peak memory bandwidth of 3.35 TB/s",
-                    ),
-                ),
-                (
-                    "nvlink_gbps",
-                    _infersim(
-                        "nvlink_bw=400 * 0.8 / 2,",
-                        "400 GB/s both directions together (its field is one direction)",
-                    ),
-                ),
-            ),
-        ),
-        # memory only: no citable speeds were found (give --peak-tflops / cluster.peak_tflops)
-        GPU("RTX-4090", 24, _HF + "kernels/drbh/gemmaq (supported hardware: RTX 4090 24GB)"),
-    )
-}
-
-#: The context keys of config.json (``max_position_embeddings``, ``rope_scaling``) by hub id,
-#: each from a copy of that id's own config.json read at a commit, the line quoted: what the
-#: servers derive their longest context from (architecture.Architecture.position_limit; the
-#: rule experiment/server_rules.py A4). Base and Instruct variants share shapes but not
-#: always positions (Qwen2.5-7B: 131,072; Qwen2.5-7B-Instruct: 32,768), so an alias never
-#: takes its base's entry: an id not listed here has no positions and the rule skips it.
-_MODEL_CONFIGS = (
-    "citsjtu2020/LLM-Prof",
-    "sglang/Model_Config.md",
-    "8434c8d19c396b2f95d92a67845a7c0a0e0dd512",
-)
-
-
-def _prof(model: str, quote: str) -> str:
-    """A config.json of LLM-Prof's sglang/Model_Config.md, under its heading ``model``."""
-    return _cite(*_MODEL_CONFIGS, f"{model} {{… {quote}")
-
-
-def _positions(n: int) -> dict[str, Any]:
-    return {"max_position_embeddings": n}
-
-
-_LLAMA3_ROPE = {
-    "factor": 8.0,
-    "low_freq_factor": 1.0,
-    "high_freq_factor": 4.0,
-    "original_max_position_embeddings": 8192,
-    "rope_type": "llama3",
-}
-POSITIONS: dict[str, tuple[dict[str, Any], str]] = {
-    "Qwen/Qwen2.5-3B": (_positions(32768), _prof("Qwen2.5-3B", '"max_position_embeddings": 32768')),
-    "Qwen/Qwen2.5-7B": (
-        _positions(131072),
-        _prof("Qwen2.5-7B", '"max_position_embeddings": 131072'),
-    ),
-    "Qwen/Qwen2.5-7B-Instruct": (
-        _positions(32768),
-        _cite(
-            "kevinstephano/thunder_model_blocks",
-            "hf_qwen2/qwen2_rope.py",
-            "d84dd5ccba375ee539abc702629d048f56c3852b",
-            '"_name_or_path": "Qwen/Qwen2.5-7B-Instruct", … "max_position_embeddings": 32768',
-            "qwen_cfg_str, the config.json AutoConfig reads for Qwen/Qwen2.5-7B-Instruct",
-        ),
-    ),
-    "Qwen/Qwen2.5-14B": (
-        _positions(131072),
-        _prof("Qwen2.5-14B", '"max_position_embeddings": 131072'),
-    ),
-    "Qwen/Qwen2.5-32B": (
-        _positions(131072),
-        _prof("Qwen2.5-32B", '"max_position_embeddings": 131072'),
-    ),
-    **{
-        f"Qwen/Qwen3-{size}": (
-            _positions(40960),
-            _prof(f"Qwen3-{size}", '"max_position_embeddings": 40960, … "rope_scaling": null'),
-        )
-        for size in ("4B", "8B", "14B", "32B", "30B-A3B")
-    },
-    "meta-llama/Llama-3.1-8B": (
-        {"max_position_embeddings": 131072, "rope_scaling": _LLAMA3_ROPE},
-        _prof(
-            "Llama-3.1-8B",
-            '"max_position_embeddings": 131072, … "rope_scaling": {"factor": 8.0, '
-            '"low_freq_factor": 1.0, "high_freq_factor": 4.0, '
-            '"original_max_position_embeddings": 8192, "rope_type": "llama3"}',
-        ),
-    ),
-}
-
-
 def _catalogue_model(key: str) -> Architecture:
     """The catalogue model of ``key`` (a hub id or alias, lowercase), with the positions of
     that very id where :data:`POSITIONS` cites them."""
@@ -700,16 +113,6 @@ def _catalogue_model(key: str) -> Architecture:
     values = {**model.config, **POSITIONS[hub_id][0]}
     arch = Architecture.from_mapping(values, source=model.hub_id)
     return replace(arch, positions_source=f"{hub_id}'s config.json")
-
-
-_GPU_ALIASES = {
-    "a100": "a100-80gb",
-    "h100": "h100-80gb",
-    "h100-sxm": "h100-80gb",
-    "rtx4090": "rtx-4090",
-    "4090": "rtx-4090",
-    "geforce-rtx-4090": "rtx-4090",
-}
 
 
 def _close(name: str, choices: list[str]) -> str:
@@ -730,6 +133,41 @@ class DeviceTotal:
     reported: bool = True
 
 
+#: A user's catalogue file: a few entries, a few KB.
+CATALOGUE_FILE = Kind("catalogue file", 1_000_000)
+#: Where a user's own catalogue files are named (os.pathsep between them); also
+#: ``--catalogue FILE`` and the hook's ``catalogue`` (:func:`add_files`).
+CATALOGUE_ENV = "AREAL_ALLOC_CATALOGUE"
+
+
+class CatalogueError(AllocationValidationError):
+    """A catalogue file's entry that does not hold what the schema asks."""
+
+
+def citation_text(fact: Mapping[str, Any]) -> str:
+    """Where a fact was read, in one line: ``repo path@commit ("quote"; note)`` for a file
+    read at a commit (the shape of ``benchmarks/measurements.json``'s sources), else its
+    ``text`` (a page, a product name, a measurement)."""
+    if "text" in fact:
+        return str(fact["text"])
+    return _cite(fact["repo"], fact["path"], fact["commit"], fact["quote"], fact.get("note", ""))
+
+
+#: The catalogue, filled from the package's data files (areal_alloc/data/gpus.json and
+#: models.json: the one home of every built-in GPU's and model's facts, each with where it
+#: was read) and then a user's own (:func:`add_files`). Base and Instruct variants of a
+#: model share shapes; both ids resolve (``_ALIASES``).
+MODELS: dict[str, CatalogueModel] = {}
+_ALIASES: dict[str, str] = {}
+#: The context keys of config.json (``max_position_embeddings``, ``rope_scaling``) by hub id,
+#: each from a copy of that id's own config.json read at a commit, the line quoted: what the
+#: servers derive their longest context from (architecture.Architecture.position_limit; the
+#: rule experiment/server_rules.py A4). Base and Instruct variants share shapes but not
+#: always positions (Qwen2.5-7B: 131,072; Qwen2.5-7B-Instruct: 32,768), so an alias never
+#: takes its base's entry: an id not listed here has no positions and the rule skips it.
+POSITIONS: dict[str, tuple[dict[str, Any], str]] = {}
+GPUS: dict[str, GPU] = {}
+_GPU_ALIASES: dict[str, str] = {}
 #: The one home for the memory every estimate compares against: what each catalogue GPU
 #: reports to torch (``torch.cuda.get_device_properties(0).total_memory``, the
 #: ``cudaDeviceProp.totalGlobalMem`` CUDA's deviceQuery prints, and the total of
@@ -738,67 +176,214 @@ class DeviceTotal:
 #: "80 GB" H100 reports 79.18 GiB; nvidia-smi's MiB total is larger than torch's too (the
 #: driver keeps some: an H200 shows 143,771 MiB to nvidia-smi and 139.80 GiB to torch).
 #: Training and inference estimates both read it (:func:`reported_bytes`).
-REPORTED_GIB: dict[str, DeviceTotal] = {
-    "a100-40gb": DeviceTotal(
-        39.5,
-        'vllm-project/vllm issue #12330 ("the current vLLM instance can use total_gpu_memory '
-        '(39.50GiB) x gpu_memory_utilization (0.90) = 35.55GiB")',
-    ),
-    "a100-80gb": DeviceTotal(
-        85198045184 / GIB,
-        "https://gist.github.com/gengwg/3520df2ebf8872e5ee4818367e3a4122 (deviceQuery: "
-        "'Device 0: \"NVIDIA A100-SXM4-80GB\"', 'Total amount of global memory: 81251 MBytes "
-        "(85198045184 bytes)'; the total cudaMemGetInfo reports)",
-    ),
-    "a800": DeviceTotal(
-        80.0,
-        "the nameplate (80 GB): no figure of what an A800 reports to torch could be cited; "
-        "it reports less (an A100 80GB reports 79.35 GiB)",
-        reported=False,
-    ),
-    "h100-80gb": DeviceTotal(
-        79.18,
-        "llm-d/llm-d-benchmark config_explorer/empirical-vllm-memory-results.md"
-        '@0fa12aa9788aae02df8307a0305c223949b58cd4 ("Test environment: H100 GPU (79.18 GiB)")',
-    ),
-    "h200": DeviceTotal(
-        139.801,
-        "measured by this project on an NVIDIA H200, 2026-12-04, shared/gpu/fsdp_probe.py: "
-        "torch.cuda.get_device_properties(0).total_memory 139.801 GiB (nvidia-smi: 143,771 "
-        "MiB, driver 580.159.04)",
-    ),
-    "h20": DeviceTotal(
-        96.0,
-        "the nameplate (96 GB): no figure of what an H20 reports to torch could be cited; "
-        "it reports less",
-        reported=False,
-    ),
-    "l40s": DeviceTotal(
-        48305799168 / GIB,
-        "ai-dynamo/aiconfigurator@095f58a51c4ca8e61b66ec108d86f223f8d559ce "
-        'aic-core/src/aiconfigurator_core/systems/l40s.yaml ("mem_capacity: 48305799168 # '
-        '46068 MiB"): nvidia-smi\'s total (modal-labs/modal-client#2797: "L40S: 46068MiB"), '
-        "not torch's, which is a little less; no torch figure could be cited",
-        reported=False,
-    ),
-    "b200": DeviceTotal(
-        178.35,
-        'pytorch/ao pull request #4002 (a cudaDeviceProp query of "Device 0: NVIDIA B200": '
-        '"Total Global Memory: 178.35 GB", in GiB: nvidia-smi shows 183,359 MiB = 179.06 GiB '
-        "for a B200, NVIDIA/TensorRT-LLM issue #10278)",
-    ),
-    "h800": DeviceTotal(
-        80.0,
-        "the nameplate (80 GB): no figure of what an H800 reports to torch could be cited; "
-        "it reports less (an H100 80GB reports 79.18 GiB)",
-        reported=False,
-    ),
-    "rtx-4090": DeviceTotal(
-        23.64,
-        'ali-vilab/VGen issue #104 (an RTX 4090: "GPU 0 has a total capacity of 23.64 GiB", '
-        "torch's out-of-memory message, the cudaMemGetInfo total)",
-    ),
-}
+REPORTED_GIB: dict[str, DeviceTotal] = {}
+
+_SPEEDS = ("bf16_tflops", "hbm_tbps", "nvlink_gbps")
+_GPU_KEYS = ("name", "aliases", "memory_gib", "reported_gib", *_SPEEDS)
+_MODEL_KEYS = ("hub_id", "aliases", "config", "config_source", "published")
+_CITATION_KEYS = ("text", "repo", "path", "commit", "quote", "note")
+
+
+def _bad(where: str, what: str) -> CatalogueError:
+    return CatalogueError(f"{where}: {what}")
+
+
+def _keys(entry: object, allowed: tuple[str, ...], where: str, sep: str = ".") -> Mapping[str, Any]:
+    if not isinstance(entry, Mapping):
+        raise _bad(where, f"{shown(entry)} is not a mapping: give {{{', '.join(allowed)}}}")
+    for key in entry:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise _bad(
+                f"{where}{sep}{shown(key)}", f"unknown key; {hint}allowed: {', '.join(allowed)}"
+            )
+    return entry
+
+
+def _citation(fact: object, where: str) -> str:
+    """A fact's source checked and as one line (:func:`citation_text`)."""
+    found = _keys(fact, (*_CITATION_KEYS, "value", "reported", "total", "active"), where)
+    if "text" in found:
+        if not isinstance(found["text"], str) or not found["text"].strip():
+            raise _bad(
+                f"{where}.text", f"{shown(found['text'])} is not a text: say where it was read"
+            )
+        return citation_text(found)
+    missing = [k for k in ("repo", "path", "commit", "quote") if not found.get(k)]
+    if missing:
+        raise _bad(
+            where,
+            f"no source: give text (a page, a product name) or repo, path, commit and quote "
+            f"(missing {', '.join(missing)})",
+        )
+    for key in ("repo", "path", "commit", "quote", "note"):
+        if key in found and not isinstance(found[key], str):
+            raise _bad(f"{where}.{key}", f"{shown(found[key])} is not a text")
+    return citation_text(found)
+
+
+def _number(
+    fact: Mapping[str, Any], key: str, where: str, unit: str, maximum: float = 1e7
+) -> float:
+    """A positive number under ``maximum`` (``unit``: what to give, with an example)."""
+    value = fact.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < maximum:
+        raise _bad(f"{where}.{key}", f"{shown(value)} is not a number: give the {unit}")
+    return value
+
+
+def _gpu(entry: object, where: str) -> tuple[GPU, DeviceTotal | None, list[str]]:
+    """One GPU entry of a catalogue file, checked: the GPU, what it reports, its aliases."""
+    found = _keys(entry, _GPU_KEYS, where)
+    name = found.get("name")
+    if not isinstance(name, str) or not name.strip() or len(name) > 64:
+        raise _bad(f"{where}.name", f'{shown(name)} is not a name: give e.g. "B300"')
+    where = f"{where.rsplit(': ', 1)[0]}: gpus[{name!r}]"
+    memory = _keys(found.get("memory_gib"), (*_CITATION_KEYS, "value"), f"{where}.memory_gib")
+    gib = _number(memory, "value", f"{where}.memory_gib", "memory in GiB, e.g. 80")
+    source = _citation(memory, f"{where}.memory_gib")
+    speeds: dict[str, float | None] = {}
+    cited: list[tuple[str, str]] = []
+    for key in _SPEEDS:
+        if key not in found:
+            speeds[key] = None
+            continue
+        fact = _keys(found[key], (*_CITATION_KEYS, "value"), f"{where}.{key}")
+        unit = {
+            "bf16_tflops": "dense BF16 TFLOP/s, e.g. 989",
+            "hbm_tbps": "HBM bandwidth in TB/s, e.g. 3.35",
+        }.get(key, "NVLink bandwidth in GB/s (both directions), e.g. 900")
+        speeds[key] = _number(fact, "value", f"{where}.{key}", unit)
+        cited.append((key, _citation(fact, f"{where}.{key}")))
+    total = None
+    if "reported_gib" in found:
+        fact = _keys(
+            found["reported_gib"], (*_CITATION_KEYS, "value", "reported"), f"{where}.reported_gib"
+        )
+        reported = fact.get("reported", True)
+        if not isinstance(reported, bool):
+            raise _bad(f"{where}.reported_gib.reported", f"{shown(reported)} is not true or false")
+        total = DeviceTotal(
+            _number(
+                fact,
+                "value",
+                f"{where}.reported_gib",
+                "memory the device reports in GiB, e.g. 79.18",
+            ),
+            _citation(fact, f"{where}.reported_gib"),
+            reported,
+        )
+    aliases = found.get("aliases", [])
+    if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+        raise _bad(f"{where}.aliases", f"{shown(aliases)} is not a list of names")
+    gpu = GPU(
+        name,
+        gib,
+        source,
+        speeds["bf16_tflops"],
+        speeds["hbm_tbps"],
+        speeds["nvlink_gbps"],
+        tuple(cited),
+    )
+    return gpu, total, aliases
+
+
+def _model(entry: object, where: str) -> tuple[CatalogueModel, list[str]]:
+    """One model entry of a catalogue file, checked: the model and its aliases."""
+    found = _keys(entry, _MODEL_KEYS, where)
+    hub_id = found.get("hub_id")
+    if not isinstance(hub_id, str) or hub_id.count("/") != 1 or len(hub_id) > 200:
+        raise _bad(f"{where}.hub_id", f'{shown(hub_id)} is not a hub id: give e.g. "org/Model-7B"')
+    where = f"{where.rsplit(': ', 1)[0]}: models[{hub_id!r}]"
+    config = found.get("config")
+    if not isinstance(config, Mapping):
+        raise _bad(f"{where}.config", f"{shown(config)} is not its config.json's mapping")
+    try:
+        Architecture.from_mapping(config, source=hub_id)
+    except AllocationValidationError as error:
+        raise _bad(f"{where}.config", error.message) from None
+    source = _citation(found.get("config_source"), f"{where}.config_source")
+    published = found.get("published")
+    total = active = cited = None
+    if published is not None:
+        fact = _keys(published, (*_CITATION_KEYS, "total", "active"), f"{where}.published")
+        total = _number(fact, "total", f"{where}.published", "parameters, e.g. 8.19e9", 1e15)
+        active = fact.get("active")
+        if active is not None:
+            active = _number(fact, "active", f"{where}.published", "parameters, e.g. 3.3e9", 1e15)
+        cited = _citation(fact, f"{where}.published")
+    aliases = found.get("aliases", [])
+    if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+        raise _bad(f"{where}.aliases", f"{shown(aliases)} is not a list of hub ids")
+    return CatalogueModel(hub_id, dict(config), source, total, active, cited), aliases
+
+
+def _add(data: object, origin: str, builtin: bool) -> None:
+    """A catalogue file's GPUs, models and positions, checked, into the tables: a user's
+    entry of a name already there is refused (a built-in's figures come with their
+    sources; give yours another name)."""
+    top = _keys(data, ("schema", "gpus", "models", "positions"), origin, sep=": ")
+    gpus, models, positions = [], [], []
+    for i, entry in enumerate(top.get("gpus") or ()):
+        gpus.append(_gpu(entry, f"{origin}: gpus[{i}]"))
+    for i, entry in enumerate(top.get("models") or ()):
+        models.append(_model(entry, f"{origin}: models[{i}]"))
+    for i, entry in enumerate(top.get("positions") or ()):
+        where = f"{origin}: positions[{i}]"
+        found = _keys(entry, ("hub_id", "config", "source"), where)
+        if not isinstance(found.get("hub_id"), str) or not isinstance(found.get("config"), Mapping):
+            raise _bad(where, "give hub_id, config (its context keys) and source")
+        positions.append(
+            (
+                found["hub_id"],
+                dict(found["config"]),
+                _citation(found.get("source"), f"{where}.source"),
+            )
+        )
+    for gpu, total, aliases in gpus:
+        key = gpu.name.lower()
+        if not builtin and (key in GPUS or key in _GPU_ALIASES):
+            raise _bad(f"{origin}: gpus[{gpu.name!r}]", "a built-in GPU's name: give yours another")
+        GPUS[key] = gpu
+        if total is not None:
+            REPORTED_GIB[key] = total
+        _GPU_ALIASES.update((a.lower(), key) for a in aliases)
+    for model, aliases in models:
+        key = model.hub_id.lower()
+        if not builtin and (key in MODELS or key in _ALIASES):
+            raise _bad(
+                f"{origin}: models[{model.hub_id!r}]", "a built-in model's id: give yours another"
+            )
+        MODELS[key] = model
+        _ALIASES.update((a.lower(), key) for a in aliases)
+    for hub_id, config, source in positions:
+        POSITIONS[hub_id] = (config, source)
+
+
+def add_files(paths: Sequence[str | os.PathLike[str]]) -> None:
+    """A user's own catalogue files (``--catalogue FILE``, the hook's ``catalogue``,
+    :data:`CATALOGUE_ENV`), in the shape of the package's (docs/architecture.md, "A GPU",
+    "A model"): each read once, its entries checked field by field (one line names the
+    file, the entry and the field)."""
+    for path in paths:
+        if str(path) in _ADDED:
+            continue
+        _add(read_json(path, CATALOGUE_FILE), str(path), builtin=False)
+        _ADDED.add(str(path))
+
+
+_ADDED: set[str] = set()
+
+
+def _load() -> None:
+    """The package's data files, then the files :data:`CATALOGUE_ENV` names."""
+    folder = resources.files("areal_alloc") / "data"
+    for name in ("gpus.json", "models.json"):
+        text = (folder / name).read_text(encoding="utf-8")
+        _add(json.loads(text), f"areal_alloc/data/{name}", builtin=True)
+    named = os.environ.get(CATALOGUE_ENV, "")
+    add_files([p for p in named.split(os.pathsep) if p.strip()])
 
 
 def device_total(gpu: GPU) -> DeviceTotal:
@@ -906,3 +491,6 @@ def find_model(reference: str) -> Architecture:
         f"cache ({_hub_cache()}), not in the catalogue; {_close(short, names)}"
         f"catalogue: {', '.join(names)}"
     )
+
+
+_load()

@@ -59,6 +59,25 @@ def _app_keys(value: object) -> list[str] | None:
     return list(names) or None
 
 
+def _catalogue_files(value: object) -> list[str] | None:
+    """The hook's ``catalogue``: one path, or a list of them (None: none given)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        paths: list[object] | None = [value]
+    elif isinstance(value, (bytes, dict)) or not hasattr(value, "__iter__"):
+        paths = None
+    else:  # a list, or Hydra's ListConfig
+        paths = list(value)
+    names = [p for p in paths or () if isinstance(p, str) and p]
+    if paths is None or len(names) != len(paths):
+        raise SystemExit(
+            f"{PREFIX}hydra.callbacks.areal_alloc.catalogue={shown(value)}: must be a "
+            f"path to a catalogue file (JSON) or a list of them"
+        )
+    return names
+
+
 def _interrupted() -> SystemExit:
     """Ctrl-C while checking: one line and exit 130, as the areal-alloc command ends.
 
@@ -103,7 +122,9 @@ class ValidateAllocations(Callback):
     ``inter_node_gbps``, ``disk_gbps``, ``compute_efficiency``, ``comm_efficiency``,
     ``reference_version`` (``1.0.4``, ``cbff54d6``, ``off``) is the reference whose loader
     the experiment's keys are checked against, ``app_keys`` the app's own top-level keys it
-    skips (areal_alloc.experiment.reference_keys). ``report=true`` writes the plan as one
+    skips (areal_alloc.experiment.reference_keys). ``catalogue``: a JSON file (or a list)
+    of the user's own GPUs and models (areal_alloc.catalogue.add_files; also
+    ``AREAL_ALLOC_CATALOGUE``). ``report=true`` writes the plan as one
     HTML page, ``plan.html``, into each job's output folder (a run's, and every job's of a
     multirun) when the job starts.
 
@@ -137,6 +158,7 @@ class ValidateAllocations(Callback):
         reference_version: str | None = None,
         app_keys: str | list[str] | None = None,
         report: bool | str = False,
+        catalogue: str | list[str] | None = None,
     ) -> None:
         if on_invalid not in ("fail", "skip"):
             raise SystemExit(
@@ -174,6 +196,9 @@ class ValidateAllocations(Callback):
             # the app's own top-level keys, skipped by the strict-key check (a list, not
             # Hydra's ListConfig: the verdict key takes its repr)
             "app_keys": _app_keys(app_keys),
+            # a user's catalogue files (areal_alloc.catalogue.add_files), read with the
+            # settings: in the verdict key, so a changed list checks again
+            "catalogue": _catalogue_files(catalogue),
         }
 
     @functools.cached_property
@@ -182,7 +207,13 @@ class ValidateAllocations(Callback):
         verdict is known never needs them)."""
         from areal_alloc.settings import Settings
 
-        return Settings.from_sources(hook=self._hook_settings)
+        files = self._hook_settings.get("catalogue")
+        if isinstance(files, list) and files:
+            from areal_alloc.catalogue import add_files
+
+            add_files([str(f) for f in files])
+        hook = {k: v for k, v in self._hook_settings.items() if k != "catalogue"}
+        return Settings.from_sources(hook=hook)
 
     def _verdict_key(self, config: DictConfig) -> str | None:
         """The digest a PASS of ``config`` is kept under (``areal_alloc._verdicts``): the

@@ -229,19 +229,8 @@ def _gpu(data: Mapping[str, Any], name: str, hbm: bool) -> tuple[GPU, str]:
             base = find_gpu(name)
         except AllocationError as error:
             raise NotCompared(f"GPU {name}: {error.message}") from None
-    cited = data["gpus"].get(base.name, {})
-    filled: dict[str, float] = {}
-    for field in ("bf16_tflops", "hbm_tbps", "nvlink_gbps"):
-        if getattr(base, field) is None and field in cited:
-            filled[field] = float(cited[field]["value"])
-    if filled:
-        base = replace(
-            base,
-            bf16_tflops=filled.get("bf16_tflops", base.bf16_tflops),
-            hbm_tbps=filled.get("hbm_tbps", base.hbm_tbps),
-            nvlink_gbps=filled.get("nvlink_gbps", base.nvlink_gbps),
-        )
-        note = ", ".join(f"{k} {v:g}" for k, v in filled.items()) + " from the data file's gpus"
+    # every GPU figure comes from the catalogue (areal_alloc/data/gpus.json, each with its
+    # source): the one home of a hardware fact
     return base, note
 
 

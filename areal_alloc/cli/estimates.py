@@ -7,12 +7,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 from areal_alloc.architecture import Architecture
-from areal_alloc.catalogue import find_model
+from areal_alloc.catalogue import add_files, find_model
 from areal_alloc.cli.args import (
     command_parser,
     count,
@@ -184,9 +185,31 @@ def gpu_spec(ns: argparse.Namespace) -> GPUSpec:
     return GPUSpec(chosen.name, chosen.capacity)
 
 
+class _CatalogueFile(argparse.Action):
+    """``--catalogue FILE``: a user's GPUs and models, added to the catalogue as the flag
+    is read (``catalogue.add_files``: a bad field is one error line)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        add_files([str(values)])
+
+
 def gpu_flags(parser: argparse.ArgumentParser) -> None:
-    """--gpu and --memory-reserve-gib (``areal_alloc.settings``; also from the
-    environment: AREAL_ALLOC_GPU, AREAL_ALLOC_MEMORY_RESERVE_GIB)."""
+    """--gpu, --memory-reserve-gib (``areal_alloc.settings``; also from the
+    environment: AREAL_ALLOC_GPU, AREAL_ALLOC_MEMORY_RESERVE_GIB) and --catalogue."""
+    parser.add_argument(
+        "--catalogue",
+        action=_CatalogueFile,
+        metavar="FILE",
+        help="a JSON file of your own GPUs and models, in the shape of the package's "
+        "(docs/architecture.md); also AREAL_ALLOC_CATALOGUE (paths joined by "
+        f"{os.pathsep!r}) and the hook's catalogue",
+    )
     parser.add_argument(
         "--gpu",
         metavar="G",

@@ -51,6 +51,7 @@ VALIDATE: dict[str, Any] = {
                 "reference_version": None,
                 "app_keys": None,
                 "report": False,
+                "catalogue": None,
             }
         }
     }
