@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 
 from areal_alloc import ModelAllocation
-from areal_alloc.layouts import LayoutConstraints, enumerate_layouts
 from areal_alloc.rankgroups import all_rank_groups, order_refusal
+from areal_alloc.search.layouts import LayoutConstraints, enumerate_layouts
 
 
 def median_ms(fn: Callable[[], object], repeat: int = 9) -> float:

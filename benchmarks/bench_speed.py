@@ -18,8 +18,9 @@ from collections.abc import Callable
 from areal_alloc.catalogue import find_gpu, find_model
 from areal_alloc.estimate.execution import TrainingSettings
 from areal_alloc.estimate.system import Hardware
-from areal_alloc.layouts import LayoutConstraints, ranked_layouts
-from areal_alloc.suggest import RunShape, suggest
+from areal_alloc.search.layouts import LayoutConstraints
+from areal_alloc.search.ranking import ranked_layouts
+from areal_alloc.search.split import RunShape, suggest
 
 
 def _median(function: Callable[[], object], runs: int) -> float:

@@ -986,7 +986,7 @@ def _explained(inputs: Mapping[str, Any], forward_only: bool = False) -> dict[st
     import contextlib
     import io
 
-    from areal_alloc.cli.commands import explain  # the CLI's imports are heavier
+    from areal_alloc.cli.explain import explain  # the CLI's imports are heavier
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

@@ -243,8 +243,10 @@ LAYERS = [
     "areal_alloc.estimate.advice",
     "areal_alloc.estimate.rl_step",
     # the search: layouts ranked, the split between rollout and training
-    "areal_alloc.layouts",
-    "areal_alloc.suggest",
+    "areal_alloc.search",
+    "areal_alloc.search.layouts",
+    "areal_alloc.search.ranking",
+    "areal_alloc.search.split",
     # model → plan
     "areal_alloc.placement",
     "areal_alloc.estimate.host",
@@ -265,9 +267,17 @@ LAYERS = [
     # the command line
     "areal_alloc.cli.render",
     "areal_alloc.cli.args",
-    "areal_alloc.cli.estimates",
-    # the app before the subcommands: report composes the built-in experiment with it
+    # the flags the subcommands share, then one module a subcommand
+    "areal_alloc.cli.flags",
+    "areal_alloc.cli.explain",
+    "areal_alloc.cli.migrate",
+    "areal_alloc.cli.layouts",
+    "areal_alloc.cli.check",
+    "areal_alloc.cli.calibrate",
+    "areal_alloc.cli.suggest",
+    # the app before report: report composes the built-in experiment with it
     "areal_alloc.cli.app",
+    "areal_alloc.cli.report",
     "areal_alloc.cli.commands",
     "areal_alloc.cli",
     "areal_alloc",
@@ -354,7 +364,7 @@ def test_only_the_experiment_reads_the_raw_config() -> None:
         "areal_alloc.plan",
         "areal_alloc.estimate.engines",
         "areal_alloc.estimate.rl_step",
-        "areal_alloc.cli.estimates",
+        "areal_alloc.cli.suggest",
     ],
 )
 def test_the_consumers_take_the_experiment(module: str) -> None:
@@ -377,3 +387,21 @@ def test_every_package_folder_ships_in_the_wheel() -> None:
         if "conf" not in init.parent.relative_to(root).parts  # areal_alloc/conf is a link
     }
     assert folders - listed == set()
+
+
+def test_check_imports_no_search() -> None:
+    """``check`` validates and plans an experiment: the layout search and the split search
+    (areal_alloc.search) are not imported for it, each subcommand's module only when run
+    (areal_alloc.cli.commands)."""
+    experiment = Path(areal_alloc.__file__).parents[1] / "conf/app/experiment/grpo_2x8.yaml"
+    code = (
+        "import sys\n"
+        "from areal_alloc.cli import main\n"
+        f"assert main(['check', {str(experiment)!r}, '--quiet']) == 0\n"
+        "print(sorted(m for m in sys.modules if m.startswith('areal_alloc.search')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from areal_alloc.cli import commands, estimates
+from areal_alloc.cli import calibrate, check, explain, layouts, suggest
 from areal_alloc.cli.args import CommandParser
 from areal_alloc.defaults import (
     CONTEXT_LENGTH,
@@ -27,11 +27,11 @@ from tests.conftest import MainCli
 
 #: each command, with the fewest words its parser takes
 COMMANDS: dict[str, tuple[Callable[[list[str]], int], list[str]]] = {
-    "explain": (commands.explain, ["fsdp:d8"]),
-    "layouts": (commands.layouts, ["megatron", "8"]),
-    "calibrate": (estimates.calibrate, []),
-    "suggest": (estimates.suggest_command, []),
-    "check": (commands.check, []),
+    "explain": (explain.explain, ["fsdp:d8"]),
+    "layouts": (layouts.layouts, ["megatron", "8"]),
+    "calibrate": (calibrate.calibrate, []),
+    "suggest": (suggest.suggest_command, []),
+    "check": (check.check, []),
 }
 
 #: (flag, the default the table gives, what its help says of it, the meaning every

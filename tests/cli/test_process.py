@@ -510,10 +510,10 @@ def interrupted(code: str, args: list[str], cwd: Path, env: dict[str, str] | Non
 @pytest.mark.parametrize(
     ("module", "name", "args"),
     [
-        ("areal_alloc.cli.commands", "compose_file", ["check", "{file}"]),
+        ("areal_alloc.cli.check", "compose_file", ["check", "{file}"]),
         ("hydra", "compose", ["check", "{file}"]),  # inside Hydra's composition of the file
-        ("areal_alloc.cli.commands", "compose_file", ["preflight", "--", "x.py", "--config", "f"]),
-        ("areal_alloc.cli.commands", "memory_estimate", ["explain", "fsdp:d4"]),
+        ("areal_alloc.cli.check", "compose_file", ["preflight", "--", "x.py", "--config", "f"]),
+        ("areal_alloc.cli.explain", "memory_estimate", ["explain", "fsdp:d4"]),
         # inside Hydra's run of our app (memory not estimated: the plan is not the point)
         ("areal_alloc.cli.app", "show_plan", [NO_MEMORY]),
     ],

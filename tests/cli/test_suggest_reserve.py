@@ -1,4 +1,4 @@
-"""``suggest --memory-reserve-gib``: the shared settings flag (areal_alloc/cli/estimates.py
+"""``suggest --memory-reserve-gib``: the shared settings flag (areal_alloc/cli/flags.py
 gpu_flags) reaches both engines' memory, as in check, layouts and explain."""
 
 from __future__ import annotations

@@ -145,7 +145,7 @@ def test_a_single_run_hands_over_exactly_what_was_composed(
 def _sweep(case: str) -> tuple[list[str], list[list[str]]]:
     """The multirun's command line and each job's overrides, in launch order."""
     if case == "README":  # hydra.sweeper.params: ${alloc.layouts:fsdp,8,'max_tp=4'}
-        from areal_alloc.layouts import LayoutConstraints, enumerate_layouts
+        from areal_alloc.search.layouts import LayoutConstraints, enumerate_layouts
 
         layouts = enumerate_layouts("fsdp", 8, LayoutConstraints(max_tp=4))
         return [], [[f"actor.backend={layout}"] for layout in layouts]

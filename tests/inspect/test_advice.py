@@ -139,7 +139,7 @@ def test_the_fastest_proposal_never_says_move(model: str, gpus: int, asynchronou
     from areal_alloc.catalogue import find_gpu, find_model
     from areal_alloc.estimate.execution import TrainingSettings
     from areal_alloc.estimate.system import Hardware
-    from areal_alloc.suggest import RunShape, suggest
+    from areal_alloc.search.split import RunShape, suggest
 
     gpu = find_gpu("H100-80GB")
     found = suggest(

@@ -9,13 +9,8 @@ from hypothesis import strategies as st
 from areal_alloc.catalogue import find_gpu, find_model
 from areal_alloc.estimate.execution import TrainingSettings
 from areal_alloc.estimate.system import Hardware
-from areal_alloc.layouts import (
-    LayoutConstraints,
-    RankedLayout,
-    enumerate_layouts,
-    fastest_layouts,
-    ranked_layouts,
-)
+from areal_alloc.search.layouts import LayoutConstraints, enumerate_layouts
+from areal_alloc.search.ranking import RankedLayout, fastest_layouts, ranked_layouts
 
 GPU = find_gpu("H100-80GB")
 HARDWARE = Hardware.from_gpu(GPU, 8)

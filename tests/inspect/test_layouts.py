@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from areal_alloc import AllocationValidationError, ModelAllocation
-from areal_alloc.layouts import LayoutConstraints, enumerate_layouts, parse_constraints
+from areal_alloc.search.layouts import LayoutConstraints, enumerate_layouts, parse_constraints
 
 C = LayoutConstraints
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from areal_alloc import AllocationValidationError, ModelAllocation, rank_groups
-from areal_alloc.layouts import LayoutConstraints, enumerate_layouts
 from areal_alloc.rankgroups import ATTENTION_GROUPS, EXPERT_GROUPS, all_rank_groups
+from areal_alloc.search.layouts import LayoutConstraints, enumerate_layouts
 
 # (spec, group, order) -> groups, checked by hand: rank = tp + 2·cp + … with tp fastest
 HAND = [

@@ -7,19 +7,14 @@ from typing import Any
 
 import pytest
 
-import areal_alloc.suggest as suggest_module
+import areal_alloc.search.split as suggest_module
 from areal_alloc.catalogue import find_gpu, find_model
 from areal_alloc.estimate.execution import TrainingSettings
 from areal_alloc.estimate.system import Hardware
-from areal_alloc.layouts import (
-    FastestLayouts,
-    LayoutConstraints,
-    RankedLayout,
-    fastest_layouts,
-    ranked_layouts,
-)
+from areal_alloc.search.layouts import LayoutConstraints
+from areal_alloc.search.ranking import FastestLayouts, RankedLayout, fastest_layouts, ranked_layouts
+from areal_alloc.search.split import RunShape, suggest
 from areal_alloc.strategy import ParallelStrategy
-from areal_alloc.suggest import RunShape, suggest
 
 GPU = find_gpu("H100-80GB")
 SETTINGS = TrainingSettings(tokens_per_micro_batch=16384, recompute="full")
@@ -96,8 +91,7 @@ def test_a_cut_split_is_said_in_the_proposal(monkeypatch: pytest.MonkeyPatch) ->
 @pytest.mark.parametrize("gpus", [2520, 3360, 3840, 4032, 4096])  # the most divisors ≤ 4,096
 def test_no_split_of_up_to_4096_gpus_is_cut(gpus: int) -> None:
     from areal_alloc.catalogue import MODELS
-    from areal_alloc.layouts import LayoutConstraints, iter_strategies
-    from areal_alloc.layouts import _shaped as shaped
+    from areal_alloc.search.layouts import LayoutConstraints, iter_strategies, shaped
 
     for name in MODELS:
         arch = find_model(name)

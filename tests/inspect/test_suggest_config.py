@@ -181,7 +181,7 @@ def test_each_trainer_on_the_actors_layout_needs_its_own_sequences(
     from areal_alloc.catalogue import find_gpu, find_model
     from areal_alloc.estimate.execution import TrainingSettings
     from areal_alloc.estimate.system import Hardware
-    from areal_alloc.suggest import RunShape, suggest
+    from areal_alloc.search.split import RunShape, suggest
 
     gpu = find_gpu("H100-80GB")
     shape = RunShape(

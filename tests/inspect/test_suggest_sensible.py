@@ -17,7 +17,7 @@ from areal_alloc.catalogue import find_gpu, find_model
 from areal_alloc.cli import main
 from areal_alloc.estimate.system import Hardware
 from areal_alloc.model_shape import ModelShape, engine_micro_batches, layout_problems
-from areal_alloc.suggest import (
+from areal_alloc.search.split import (
     Proposal,
     RunShape,
     context_parallel_fits,
@@ -173,8 +173,9 @@ def test_plain_suggest_packs_a_ranks_share_below_the_budget() -> None:
     from dataclasses import replace
 
     from areal_alloc.estimate.execution import TrainingSettings
-    from areal_alloc.layouts import LayoutConstraints, ranked_layouts
-    from areal_alloc.suggest import RunShape, suggest
+    from areal_alloc.search.layouts import LayoutConstraints
+    from areal_alloc.search.ranking import ranked_layouts
+    from areal_alloc.search.split import RunShape, suggest
 
     arch, hardware = find_model("Qwen3-0.6B"), Hardware.from_gpu(GPU, 8)
     budget = TrainingSettings(tokens_per_micro_batch=16384)

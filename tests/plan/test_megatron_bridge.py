@@ -409,7 +409,7 @@ def test_suggest_proposes_only_splits_the_bridge_builds() -> None:
     from areal_alloc.catalogue import find_gpu, find_model
     from areal_alloc.estimate.execution import TrainingSettings
     from areal_alloc.estimate.system import Hardware
-    from areal_alloc.suggest import RunShape, suggest
+    from areal_alloc.search.split import RunShape, suggest
 
     gpu = find_gpu("H100-80GB")
 

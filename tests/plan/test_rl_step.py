@@ -26,8 +26,8 @@ from areal_alloc.estimate.speed_inference import generation
 from areal_alloc.estimate.system import Hardware
 from areal_alloc.experiment.records import RunConfig
 from areal_alloc.model import ModelAllocation
+from areal_alloc.search.split import RunShape, suggest
 from areal_alloc.settings import Settings
-from areal_alloc.suggest import RunShape, suggest
 from tests.conftest import Cli, MainCli
 
 #: these experiments name the GPU or the model with areal-alloc's own keys (cluster.gpu,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 
-from areal_alloc import suggest as suggest_module
 from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import find_gpu, find_model
 from areal_alloc.errors import AllocationValidationError
@@ -19,7 +18,8 @@ from areal_alloc.estimate.speed_inference import decode_step
 from areal_alloc.estimate.speed_training import training_step
 from areal_alloc.estimate.system import Hardware
 from areal_alloc.model import ModelAllocation
-from areal_alloc.suggest import RunShape, suggest
+from areal_alloc.search import split as suggest_module
+from areal_alloc.search.split import RunShape, suggest
 
 #: these experiments name the GPU or the model with areal-alloc's own keys (cluster.gpu,
 #: model_shape), which the reference's loader refuses: the strict-key check is off here

@@ -198,7 +198,7 @@ def test_the_hook_imports_the_report_only_when_asked() -> None:
 def test_a_setting_flag_reaches_the_hook_as_given(value: str) -> None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from areal_alloc.cli.commands import _hook_override
+    from areal_alloc.cli.report import _hook_override
 
     parsed = OverridesParser.create().parse_override(_hook_override("gpu", value))
     assert (parsed.key_or_group, parsed.value()) == ("hydra.callbacks.areal_alloc.gpu", value)

@@ -51,16 +51,11 @@ from areal_alloc.estimate.execution import (
 from areal_alloc.estimate.memory import Term
 from areal_alloc.estimate.speed_training import ring_share
 from areal_alloc.estimate.system import Hardware
-from areal_alloc.layouts import (
-    FastestLayouts,
-    LayoutConstraints,
-    RankedLayout,
-    context_parallel_fits,
-    fastest_layouts,
-)
 from areal_alloc.limits import MAX_COUNT
 from areal_alloc.model_shape import even_split_builds, minibatch_micro_batches
 from areal_alloc.numbers import read_int
+from areal_alloc.search.layouts import LayoutConstraints, context_parallel_fits
+from areal_alloc.search.ranking import FastestLayouts, RankedLayout, fastest_layouts
 from areal_alloc.strategy import ParallelStrategy
 from areal_alloc.vocab import BACKEND_DIMS
 
@@ -283,7 +278,7 @@ def _splits(gpus: int, per_node: int) -> list[int]:
 #: parallelism first); more are left out and the proposal says so. Every split of up to
 #: 4,096 GPUs of every catalogue model is within it (the most: 7,132 megatron layouts
 #: of DeepSeek-V3 on 3,840 GPUs, 8 per node), and the search itself is exact
-#: (:func:`areal_alloc.layouts.fastest_layouts`), so up to there nothing is left out.
+#: (:func:`areal_alloc.search.layouts.fastest_layouts`), so up to there nothing is left out.
 SPLIT_LAYOUTS = 8_000
 #: A split's training share may leave GPUs free: besides the layouts of the whole share,
 #: its fastest layout of the most GPUs below that :func:`training_counts` allows (the first
