@@ -4,7 +4,7 @@ Run: python benchmarks/megatron_memory.py /path/to/Megatron-LM
 
 It loads ``megatron/training/theoretical_memory_usage.py`` from that checkout
 (its two helpers from ``.utils`` stubbed: no hybrid models, print to stdout),
-runs it on the configurations in ``tests/plan/test_megatron_anchors.py``, and prints
+runs it on the configurations in ``tests/estimate/test_megatron_anchors.py``, and prints
 its figures next to ours. Those figures are what the accuracy test holds, with
 the Megatron-LM commit they came from. Where the two models differ on purpose
 (we count the last stage's float32 logits and the reserve, Megatron's report

@@ -1,6 +1,6 @@
 """Which keys areal-alloc's reader asks a config for: one instrument for the tests that
 compare them with a schema (the strict one, tests/hydra/test_strict_schema_keys.py; the
-reference's own types, tests/plan/test_nulls.py).
+reference's own types, tests/experiment/test_nulls.py).
 
 Every reading goes through ``areal_alloc._config.child``; :func:`asked_keys` wraps it in
 every module that imported it and records the full key (``actor.mb_spec.n_mbs``) of each

@@ -405,3 +405,37 @@ def test_check_imports_no_search() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "[]"
+
+
+#: Each test folder and the package folder it covers (issue 29, item 6): a test's home says
+#: what it covers. ``core``: the package's own top-level modules; ``hydra``: the hook and
+#: hydra_plugins; ``benchmarks``: benchmarks/; ``apps`` and ``data``: fixtures, no tests.
+TEST_HOMES = {
+    "core": "areal_alloc",
+    "cli": "areal_alloc/cli",
+    "estimate": "areal_alloc/estimate",
+    "experiment": "areal_alloc/experiment",
+    "report": "areal_alloc/report",
+    "search": "areal_alloc/search",
+    "hydra": "hydra_plugins",
+    "benchmarks": "benchmarks",
+    "apps": None,
+    "data": None,
+}
+
+
+def test_the_tests_mirror_the_package() -> None:
+    root = Path(__file__).parents[1]
+    folders = {p.name for p in (root / "tests").iterdir() if p.is_dir() and p.name[0] != "_"}
+    assert folders - {"__pycache__"} == set(TEST_HOMES)
+    packages = {
+        str(init.parent.relative_to(root))
+        for init in (root / "areal_alloc").rglob("__init__.py")
+        if "conf" not in init.parent.relative_to(root).parts
+        and init.parent.name != "sections"  # tested with the experiment it reads
+    }
+    assert packages <= {home for home in TEST_HOMES.values() if home}
+    for folder, home in TEST_HOMES.items():
+        if home is not None:
+            assert (root / home).is_dir(), folder
+            assert list((root / "tests" / folder).glob("test_*.py")), folder

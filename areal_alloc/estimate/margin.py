@@ -18,7 +18,7 @@ four estimates did not exceed on that side (of the signed errors: the lower quar
 negated, the upper quartile). Not the worst (17.6 % low: a step whose allocator cached 14
 GiB beyond its peak), which would call a sixth of every GPU "at the edge". A KV pool's
 error is the same both ways (the upper quartile of ``kv_memory``'s absolute errors).
-``tests/plan/test_verdicts.py`` recomputes the figures from the benchmark's rows, so a
+``tests/estimate/test_verdicts.py`` recomputes the figures from the benchmark's rows, so a
 change of the estimates or the rows that moves them fails there until they are updated
 here.
 """

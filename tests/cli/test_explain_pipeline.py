@@ -25,7 +25,7 @@ from tests.conftest import MainCli
 QWEN3_8B = MODELS["qwen/qwen3-8b"]
 
 #: The section's lines. Qwen3-8B p4: the reference's split is 7, 11, 11, 7 (the table of
-#: tests/plan/test_pipeline_split.py, checked there against the reference's own programme;
+#: tests/estimate/test_pipeline_split.py, checked there against the reference's own programme;
 #: 7 + 11 + 11 + 7 = 36 layers); archon takes its generate_llm_fqn_per_model_part split
 #: over its default Interleaved1F1B's 2 virtual stages per rank: 36 + 1 (embedding) + 1
 #: (output) = 38 effective layers over 8 stages, 38 = 8 × 4 + 6, so stages 0-5 get 5 and
@@ -131,7 +131,7 @@ def test_the_json_split(main_cli: MainCli) -> None:
 
 
 def test_virtual_stages_per_rank() -> None:
-    # Qwen3-8B p8 vpp4 (tests/plan/test_pipeline_split.py: stage 0 holds none, stages 1–27
+    # Qwen3-8B p8 vpp4 (tests/estimate/test_pipeline_split.py: stage 0 holds none, stages 1–27
     # one layer each, 28–30 three, 31 none): rank r runs stages r, r+8, r+16, r+24, so
     # rank 0 holds 0+1+1+1 = 3, rank 4 holds 1+1+1+3 = 6 and rank 7 holds 1+1+1+0 = 3
     split = reference_split(QWEN3_8B.architecture, 8, 4)

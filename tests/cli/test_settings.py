@@ -105,12 +105,12 @@ def test_the_gpu_comes_from_the_first_source_that_gives_it(
 
 
 #: the host's figures are checked where a plan is (check, preflight, report): the others plan
-#: nothing of a host (tests/plan/test_host.py)
+#: nothing of a host (tests/estimate/test_host.py)
 HOST = ("host_memory_gib", "host_cpus")
 
 
-# mean_gen_len is a count and no cluster key (tests/plan/test_rl_step.py); neither are the
-# host's figures (tests/plan/test_host.py); reference_version is a choice
+# mean_gen_len is a count and no cluster key (tests/estimate/test_rl_step.py); neither are the
+# host's figures (tests/estimate/test_host.py); reference_version is a choice
 # (tests/cli/test_reference_keys.py)
 @pytest.mark.parametrize(
     "name",

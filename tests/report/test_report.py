@@ -512,7 +512,7 @@ def test_the_layers_per_pipeline_rank_are_explain_jsons(main_cli: MainCli) -> No
     splits = {e["key"]: e["pipeline_split"] for e in plan["engines"] if e["pipeline_split"]}
     assert set(splits) == {"actor", "ref"}
     # the ref's split (vpp 1) is explain --json's: Qwen2.5-7B p4 is 6, 8, 8, 6 (the table of
-    # tests/plan/test_pipeline_split.py)
+    # tests/estimate/test_pipeline_split.py)
     explained = json.loads(
         run(
             main_cli, "explain", "megatron:d2p4", "--model", "Qwen/Qwen2.5-7B-Instruct", "--json"

@@ -136,7 +136,8 @@ def test_megatron_bridge_splits_the_layers_evenly(main_cli: MainCli, tmp_path: P
 
 
 def test_mbridge_keeps_the_references_split(main_cli: MainCli, tmp_path: Path) -> None:
-    # the reference's parameter-balanced split of Qwen3-8B at p4 (tests/plan/test_pipeline_split)
+    # the reference's parameter-balanced split of Qwen3-8B at p4
+    # (tests/estimate/test_pipeline_split)
     plan = _check(main_cli, tmp_path, "mbridge")
     split = _actor_of(plan)["pipeline_split"]
     assert (split["rule"], split["stage_layers"]) == (

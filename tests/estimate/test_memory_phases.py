@@ -36,7 +36,7 @@ pytestmark = pytest.mark.usefixtures("reference_off")
 
 ROOT = Path(__file__).parents[2]
 EXPERIMENTS = sorted((ROOT / "areal_alloc/conf/app/experiment").glob("*.yaml"))
-QWEN3_8B = 8_190_735_360  # parameters (tests/plan/test_memory.py: the Hub's exact count)
+QWEN3_8B = 8_190_735_360  # parameters (tests/estimate/test_memory.py: the Hub's exact count)
 COLOCATE = {"type": "colocation", "target": "actor"}
 
 

@@ -54,7 +54,7 @@ def _per_token(t: int) -> float:
 
 # Qwen3-8B: a layer 41,943,040 + 150,994,944 + 8,448 = 192,946,432 parameters, the
 # embedding and the untied output 622,329,856 each. The reference's split of pp4 is 7, 11,
-# 11, 7 layers; of pp8 vpp4 ranks hold 3, 4, 4, 4, 6, 6, 6, 3 (tests/plan/test_pipeline_split).
+# 11, 7 layers; of pp8 vpp4 ranks hold 3, 4, 4, 4, 6, 6, 6, 3 (tests/estimate/test_pipeline_split).
 @pytest.mark.parametrize(
     (
         "backend",

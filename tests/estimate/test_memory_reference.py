@@ -410,7 +410,7 @@ def test_a_7b_actor_colocated_with_sglang_on_8_h20_fits_without_actor_offload() 
 
 # areal/engine/fsdp_engine.py _create_device_model: without memory_efficient_load every
 # rank builds the whole model on its GPU in optimizer_dtype (float32) before sharding.
-# Qwen3-8B: 8,190,735,360 parameters (tests/plan/test_memory.py) × 4 B = 32,762,941,440 B
+# Qwen3-8B: 8,190,735,360 parameters (tests/estimate/test_memory.py) × 4 B = 32,762,941,440 B
 # = 30.5 GiB, + the 4 GiB reserve = 34.5 GiB, over a 24 GiB RTX-4090.
 LOAD_REFUSAL = (
     "ref.backend='fsdp:d8': needs about 34.5 GiB per GPU, over the 23.6 GiB of a RTX-4090; "

@@ -201,7 +201,7 @@ def test_a_user_gets_the_same_estimate_from_the_command_line(cli: Cli, tmp_path:
 
 
 def comparison_table() -> str:
-    """The README's table: ``python tests/plan/test_published_measurements.py``."""
+    """The README's table: ``python tests/estimate/test_published_measurements.py``."""
     lines = [
         "| model | layout (GPUs) | published TFLOP/s per GPU | estimated | error | largest terms |",
         "|---|---|---:|---:|---:|---|",

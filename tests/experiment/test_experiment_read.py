@@ -586,7 +586,7 @@ _DTYPES = "'float32', 'bfloat16', 'float16', 'fp32', 'bf16', 'fp16'"
             f"(the reference's loader refuses the rest: {_TRAIN_CHECKS})",
         ),
         # the mb_spec, fsdp, archon and megatron sections' rules are the loader's, for every
-        # training section: tests/plan/test_loader_checks.py
+        # training section: tests/experiment/test_loader_checks.py
         (
             {"megatron": {"lm_head_loss_chunk_size": "4k"}},
             "actor.megatron.lm_head_loss_chunk_size='4k': must be an integer from 0 to "

@@ -119,7 +119,7 @@ def _percent(fraction: float) -> str:
 
 
 def summary_table() -> str:
-    """The README's summary: ``python tests/plan/test_published_fsdp.py``."""
+    """The README's summary: ``python tests/estimate/test_published_fsdp.py``."""
     groups: dict[tuple[str, str], list[float]] = {}
     for run in RUNS:
         error = estimated_tokens_per_gpu(run) / run.tokens_per_gpu - 1

@@ -378,7 +378,7 @@ REFUSED: list[tuple[str, dict[str, Any], str, dict[str, Any]]] = [
     (  # the same path, full granularity (the reference's default): transformer_config.py
         # l.1339-1345 needs recompute_num_layers (the model is not known here: no per-rank
         # count); a null recompute_method is refused by l.1333-1337
-        # (tests/plan/test_megatron_bridge.py)
+        # (tests/estimate/test_megatron_bridge.py)
         "full recomputation: megatron.recompute_method and recompute_num_layers are not null",
         _selective({"recompute_granularity": "full", "recompute_num_layers": None}),
         "actor.megatron.recompute_granularity='full' with actor.megatron.recompute_num_layers="
