@@ -265,15 +265,20 @@ LAYERS = [
     "areal_alloc.report",
     "areal_alloc.hydra_hook",
     # the command line
+    "areal_alloc.cli.node_map",
     "areal_alloc.cli.render",
+    "areal_alloc.cli.memory_text",
     "areal_alloc.cli.args",
-    # the flags the subcommands share, then one module a subcommand
+    # the flags the subcommands share and what they give, then one module a subcommand
     "areal_alloc.cli.flags",
+    "areal_alloc.cli.machine",
+    "areal_alloc.cli.speed",
     "areal_alloc.cli.explain",
     "areal_alloc.cli.migrate",
     "areal_alloc.cli.layouts",
     "areal_alloc.cli.check",
     "areal_alloc.cli.calibrate",
+    "areal_alloc.cli.suggest_config",
     "areal_alloc.cli.suggest",
     # the app before report: report composes the built-in experiment with it
     "areal_alloc.cli.app",

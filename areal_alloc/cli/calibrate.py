@@ -12,15 +12,8 @@ from areal_alloc.cli.args import (
     positive,
     real,
 )
-from areal_alloc.cli.flags import (
-    BATCH_HELP,
-    chosen_gpu,
-    gpu_spec,
-    hardware_from_flags,
-    memory_flags,
-    settings_from_flags,
-    speed_flags,
-)
+from areal_alloc.cli.flags import BATCH_HELP, memory_flags, speed_flags
+from areal_alloc.cli.machine import chosen_gpu, gpu_spec, hardware_from_flags, settings_from_flags
 from areal_alloc.cli.render import table
 from areal_alloc.defaults import (
     CONTEXT_LENGTH,

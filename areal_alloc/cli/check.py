@@ -12,11 +12,9 @@ from typing import Any
 from areal_alloc.cli.args import (
     command_parser,
 )
-from areal_alloc.cli.flags import setting_flags, settings_of
-from areal_alloc.cli.render import (
-    not_estimated_lines,
-    render_plan,
-)
+from areal_alloc.cli.flags import setting_flags
+from areal_alloc.cli.machine import settings_of
+from areal_alloc.cli.render import not_estimated_lines, render_plan
 from areal_alloc.compose import compose_file, read_launch_args, script_args
 from areal_alloc.errors import AllocationError, shown
 from areal_alloc.experiment.sections.engines import has_engines

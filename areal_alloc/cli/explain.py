@@ -3,54 +3,19 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Sequence
 
-from areal_alloc.architecture import Architecture
-from areal_alloc.catalogue import find_model
 from areal_alloc.cli.args import (
     command_parser,
-    count,
     positive,
 )
-from areal_alloc.cli.flags import (
-    BATCH_HELP,
-    GEN_LEN_HELP,
-    PROMPT_LEN_HELP,
-    SEQ_LEN_TRAINING_HELP,
-    TOKENS_PER_STEP_HELP,
-    calibration_flag,
-    chosen_gpu,
-    gpu_named,
-    gpu_spec,
-    hardware_flags,
-    hardware_from_flags,
-    machine,
-    mean_gen_len_flag,
-    memory_estimate,
-    memory_flags,
-    pipeline_split_of,
-    settings_from_flags,
-)
-from areal_alloc.cli.render import (
-    capacity_line,
-    pipeline_lines,
-    render_memory,
-    table,
-)
-from areal_alloc.defaults import (
-    CONTEXT_LENGTH,
-    NEW_TOKENS,
-    PROMPT_TOKENS,
-    TOKENS_PER_STEP,
-)
+from areal_alloc.cli.flags import memory_flags
+from areal_alloc.cli.machine import chosen_gpu, gpu_named, memory_estimate, pipeline_split_of
+from areal_alloc.cli.memory_text import capacity_line, pipeline_lines, render_memory
+from areal_alloc.cli.render import table
+from areal_alloc.cli.speed import explain_speed, explain_speed_flags, explain_speed_lines
 from areal_alloc.errors import AllocationError, AllocationValidationError
-from areal_alloc.estimate.engines import estimate_allocation
-from areal_alloc.estimate.memory import KVCache
-from areal_alloc.estimate.speed_inference import generation
-from areal_alloc.estimate.speed_training import settings_step
-from areal_alloc.estimate.system import Hardware
 from areal_alloc.format import layout_parts
 from areal_alloc.limits import counted
 from areal_alloc.model import ModelAllocation
@@ -59,9 +24,6 @@ from areal_alloc.rankgroups import (
     listed_rank_groups,
     order_refusal,
     summarize_rank_groups,
-)
-from areal_alloc.settings import (
-    Sourced,
 )
 from areal_alloc.vocab import DEFAULT_ORDER
 
@@ -139,189 +101,6 @@ def _short(group: Sequence[int]) -> str:
     if len(group) > 8:
         return "[" + ", ".join(map(str, group[:4])) + f", … {group[-1]}]"
     return "[" + ", ".join(map(str, group)) + "]"
-
-
-#: ``explain``'s flags that ask for a speed: inference, then training.
-_GENERATION_FLAGS = ("batch", "prompt_len", "gen_len", "mean_gen_len")
-
-
-_TRAINING_FLAGS = ("tokens_per_step", "seq_len")
-
-
-def explain_speed_flags(parser: argparse.ArgumentParser) -> None:
-    """``explain``'s speed flags: one instance's generation (--batch, --prompt-len,
-    --gen-len) or the whole training engine's step (--tokens-per-step, --seq-len, with
-    memory_flags' --tokens and --recompute), at the GPU's speeds."""
-    group = parser.add_argument_group("speed (with --model and a GPU with speeds)")
-    group.add_argument(
-        "--batch", type=count, default=None, metavar="B", help=f"{BATCH_HELP} (needed)"
-    )
-    group.add_argument(
-        "--prompt-len", type=count, default=None, metavar="P", help=f"inference: {PROMPT_LEN_HELP}"
-    )
-    group.add_argument(
-        "--gen-len",
-        type=count,
-        default=None,
-        metavar="O",
-        help=f"inference: {GEN_LEN_HELP} (default {NEW_TOKENS:,})",
-    )
-    # None: not given (a speed is estimated when one is); the default is the same
-    group.add_argument(
-        "--tokens-per-step", type=count, default=None, metavar="N", help=TOKENS_PER_STEP_HELP
-    )
-    group.add_argument(
-        "--seq-len", type=count, default=None, metavar="N", help=SEQ_LEN_TRAINING_HELP
-    )
-    group.add_argument("--gpus-per-node", type=positive, default=None, metavar="N")
-    hardware_flags(parser)
-    mean_gen_len_flag(parser)
-    calibration_flag(parser)
-
-
-def explain_speed(alloc: ModelAllocation, ns: argparse.Namespace) -> dict[str, object]:
-    """``{"generation": …}`` for an inference layout or ``{"training": …}`` for a training
-    one, when a speed flag was given; ``{}`` otherwise."""
-    given = [f for f in (*_GENERATION_FLAGS, *_TRAINING_FLAGS) if getattr(ns, f) is not None]
-    if not given:
-        return {}
-    flags = ", ".join("--" + f.replace("_", "-") for f in given)
-    if not ns.model:
-        raise AllocationValidationError(f"{flags} need --model: the speed of which model?")
-    wrong = _TRAINING_FLAGS if alloc.is_inference else _GENERATION_FLAGS
-    misplaced = [f for f in given if f in wrong]
-    if misplaced:
-        kind = "an inference" if alloc.is_inference else "a training"
-        fits = "--batch, --gen-len" if alloc.is_inference else "--tokens-per-step, --seq-len"
-        named = ", ".join("--" + f.replace("_", "-") for f in misplaced)
-        raise AllocationValidationError(
-            f"{alloc.spec} is {kind} layout: {named} do not apply (give {fits})"
-        )
-    arch = find_model(ns.model)
-    hardware = hardware_from_flags(ns, arch)
-    training, inference = settings_from_flags(ns, alloc.backend)
-    if alloc.is_inference:
-        if ns.batch is None:
-            raise AllocationValidationError(
-                f"{alloc.spec}: the generation speed needs --batch, the sequences in flight "
-                f"(given: {flags})"
-            )
-        memory = estimate_allocation(alloc, arch, gpu_spec(ns).capacity, training, inference)
-        kv = memory.kv_cache
-        prompt = ns.prompt_len or PROMPT_TOKENS
-        mean = machine(ns).mean_gen_len  # --mean-gen-len, then AREAL_ALLOC_MEAN_GEN_LEN
-        run = _generation(
-            arch,
-            alloc,
-            hardware,
-            ns.batch,
-            prompt,
-            ns.gen_len or NEW_TOKENS,
-            kv,
-            mean,
-            ns.prompt_len,
-        )
-        return {"generation": run}
-    tokens_mb = training.tokens_per_micro_batch
-    step = settings_step(
-        alloc.backend,
-        arch,
-        alloc.parallel,
-        hardware,
-        training,
-        tokens=ns.tokens_per_step or TOKENS_PER_STEP,
-        sequence_length=ns.seq_len or min(tokens_mb, CONTEXT_LENGTH),
-    )
-    return {
-        "training": {
-            **step.to_dict(),
-            "tokens_per_step": step.tokens,
-            "tokens_per_micro_batch": tokens_mb,
-            "sequence_length": ns.seq_len or min(tokens_mb, CONTEXT_LENGTH),
-            "recompute": training.recompute,
-        }
-    }
-
-
-def _generation(
-    arch: Architecture,
-    alloc: ModelAllocation,
-    hardware: Hardware,
-    batch: int,
-    prompt: int,
-    gen: int,
-    kv: KVCache | None,
-    mean_gen_len: Sourced[int] | None = None,
-    given_prompt: int | None = None,
-) -> dict[str, object]:
-    """One instance generating ``batch`` sequences of the mean length: ``--gen-len`` is the
-    longest (gconfig.max_new_tokens), ``--mean-gen-len`` the mean (default the longest),
-    as the plan and suggest read them; ``given_prompt`` is --prompt-len (None: the default
-    prompt, said in the assumptions)."""
-    per_token = kv.bytes_per_token if kv is not None else 0
-    held = kv.tokens if kv is not None else None
-    mean = gen if mean_gen_len is None else min(mean_gen_len.value, gen)
-    run = generation(
-        arch,
-        alloc.parallel,
-        hardware,
-        batch=batch,
-        prompt_len=prompt,
-        gen_len=mean,
-        kv_bytes_per_token=per_token,
-    )
-    assumptions = list(run.assumptions)
-    if given_prompt is None:
-        assumptions.append(f"prompts of {prompt:,} tokens (--prompt-len not given)")
-    if mean_gen_len is not None:
-        assumptions.append(f"mean generation length {mean:,} tokens (from {mean_gen_len.source})")
-    needed = batch * (prompt + gen)
-    if held is not None and needed > held:
-        assumptions.append(
-            f"the KV cache holds {held:,} tokens, fewer than batch {batch} × ({prompt:,} + "
-            f"{gen:,}) = {needed:,}: the engine would hold fewer sequences in flight"
-        )
-    return {
-        "tokens_per_second": run.tokens_per_second,
-        "seconds": run.seconds,
-        "batch": batch,
-        "prompt_len": prompt,
-        "gen_len": gen,
-        "mean_gen_len": mean,
-        "bottleneck": run.bottleneck,
-        "terms": run.terms_dict(),
-        "assumptions": assumptions,
-    }
-
-
-def explain_speed_lines(speed: dict[str, object]) -> list[str]:
-    """``explain``'s text for :func:`explain_speed`: the figures, the terms, the assumptions."""
-    lines: list[str] = []
-    for kind, found in speed.items():
-        if not isinstance(found, dict):
-            continue
-        if kind == "generation":
-            lines.append(
-                f"generation (one instance; an estimate): {found['tokens_per_second']:,.0f} "
-                f"generated tokens/s, {found['seconds']:.3g} s for {found['batch']} × "
-                f"{found['mean_gen_len']:,} tokens"
-            )
-        else:
-            lines.append(
-                f"training (the whole engine; an estimate): {found['tokens_per_second']:,.0f} "
-                f"tokens/s, {found['step_seconds']:.3g} s per step, MFU {found['mfu']:.0%}"
-            )
-        rows = [["term", "seconds", "formula"]]
-        for term in found["terms"]:
-            hidden = " (hidden)" if term.get("hidden") else ""
-            rows.append([term["name"] + hidden, f"{term['seconds']:.3g}", term["formula"]])
-        lines.extend("  " + row for row in table(rows))
-        # a stored calibration is named as one (with how to turn it off), not as a guess
-        lines.extend(
-            f"# {a}" if a.startswith("calibrated: ") else f"# assumed: {a}"
-            for a in found["assumptions"]
-        )
-    return lines
 
 
 def explain(args: list[str]) -> int:

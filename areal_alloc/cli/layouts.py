@@ -12,18 +12,15 @@ from areal_alloc.cli.args import (
     command_parser,
     positive,
 )
-from areal_alloc.cli.flags import (
-    calibration_flag,
+from areal_alloc.cli.flags import calibration_flag, memory_flags, rank_flags, speed_flags
+from areal_alloc.cli.machine import (
     chosen_gpu,
     footer,
     gpu_named,
     gpu_spec,
     hardware_from_flags,
     memory_fixes,
-    memory_flags,
-    rank_flags,
     settings_from_flags,
-    speed_flags,
 )
 from areal_alloc.cli.render import table
 from areal_alloc.defaults import (

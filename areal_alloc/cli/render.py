@@ -2,39 +2,19 @@
 
 from __future__ import annotations
 
-from areal_alloc.catalogue import GPU, device_total
-from areal_alloc.estimate.memory import MemoryEstimate, readable_bytes
-from areal_alloc.estimate.pipeline_split import LISTED_RANK_STAGES, PipelineSplit
+from areal_alloc.cli.node_map import node_map_lines
+from areal_alloc.estimate.memory import readable_bytes
 from areal_alloc.format import describe_dims
 from areal_alloc.limits import counted
 from areal_alloc.plan import Plan
-from areal_alloc.report._grid import MAX_ROWS, Cell, Gap, map_rows
 
 __all__ = [
     "describe_dims",
     "host_lines",
     "not_estimated_lines",
-    "pipeline_lines",
-    "render_memory",
     "render_plan",
-    "symbols",
     "table",
 ]
-
-FREE = "·"
-
-
-def symbols(keys: list[str]) -> dict[str, str]:
-    """One distinct capital letter per engine: rollout R, teacher T, actor A, critic C, ref E."""
-    taken: set[str] = set()
-    out: dict[str, str] = {}
-    for key in keys:
-        for char in key.upper() + "XYZWQ":
-            if char.isalpha() and char not in taken:
-                out[key] = char
-                taken.add(char)
-                break
-    return out
 
 
 def table(rows: list[list[str]]) -> list[str]:
@@ -83,7 +63,7 @@ def render_plan(plan: Plan, title: str = "allocation plan") -> str:
         lines.append(
             f"total: {plan.total_gpus} of {counted(plan.capacity, 'GPU')} used, {free} free"
         )
-        lines.extend(_node_map(plan))
+        lines.extend(node_map_lines(plan))
     lines.extend(_memory_table(plan))
     lines.extend(_pace_lines(plan))
     lines.extend(host_lines(plan))
@@ -217,191 +197,4 @@ def host_lines(plan: Plan) -> list[str]:
             )
         rows.append([where, "total", "", "; ".join(summary)])
     lines.extend("  " + line for line in table(rows))
-    return lines
-
-
-def pipeline_lines(split: PipelineSplit) -> list[str]:
-    """``explain``'s layers per pipeline rank: each listed rank's share
-    (:meth:`PipelineSplit.describe`), the ranks left out counted as the rank-group table
-    counts its groups (``… (N more)``)."""
-    where = "; virtual stage i runs on rank i mod p" if split.vpp > 1 else ""
-    lines = [f"pipeline stages ({split.rule}{where}):"]
-    listed = split.listed_ranks()
-    for n, rank in enumerate(listed):
-        if n and rank != listed[n - 1] + 1:
-            lines.append(f"  … ({rank - listed[n - 1] - 1:,} more)")
-        lines.append(f"  rank {rank}: {split.describe(rank, LISTED_RANK_STAGES)}")
-    return lines
-
-
-def render_memory(estimate: MemoryEstimate, title: str) -> str:
-    """Every term of one estimate with its formula, then the total against the GPU."""
-    rows = [[t.name, readable_bytes(t.bytes), t.formula] for t in estimate.terms]
-    lines = [title, *("  " + line for line in table(rows))]
-    if estimate.kv_cache is not None:
-        kv = estimate.kv_cache
-        lines.append(f"  KV bytes per token per GPU: {kv.bytes_per_token:,} = {kv.formula}")
-        if kv.tokens is not None:
-            lines.append(
-                f"  KV cache: {kv.tokens:,} tokens = {kv.sequences:,} sequences of "
-                f"{kv.sequence_length:,} tokens"
-                + (f" (the run keeps {kv.concurrency:,} in flight)" if kv.concurrency else "")
-            )
-    lines.extend(_phase_lines(estimate))
-    total = f"  total {readable_bytes(estimate.total)} per GPU"
-    if estimate.capacity is not None:
-        total += f" of {readable_bytes(estimate.capacity)}: {verdict_text(estimate)}"
-    lines.append(total)
-    lines.extend(f"  assumed: {a}" for a in estimate.assumptions)
-    return "\n".join(lines)
-
-
-def verdict_text(estimate: MemoryEstimate) -> str:
-    """``37.4 GiB free``, ``AT THE EDGE (…)`` or ``DOES NOT FIT`` (estimate.margin)."""
-    verdict = estimate.verdict
-    headroom = estimate.headroom or 0
-    if verdict == "fits":
-        return f"{readable_bytes(headroom)} free"
-    if verdict == "does not fit":
-        return "DOES NOT FIT"
-    error = estimate.error
-    if estimate.kv_cache is not None and not estimate.term("colocated"):
-        return (
-            f"AT THE EDGE: the KV cache holds {estimate.kv_cache.tokens or 0:,} tokens, within "
-            f"the KV estimate's measured error (±{error.percent}) of one "
-            f"{estimate.kv_cache.sequence_length:,}-token sequence"
-        )
-    side = (
-        f"{readable_bytes(headroom)} free"
-        if headroom >= 0
-        else f"over by {readable_bytes(-headroom)}"
-    )
-    return (
-        f"AT THE EDGE ({side}, within the estimate's measured error "
-        f"{estimate.edge_error}: it may not fit)"
-    )
-
-
-def capacity_line(gpu: GPU) -> str:
-    """Where a catalogue GPU's capacity comes from: what it reports to torch, or (flagged)
-    its nameplate where no reported figure could be cited (catalogue.REPORTED_GIB)."""
-    total = device_total(gpu)
-    what = "what it reports to torch" if total.reported else "its nameplate, not what it reports"
-    size = readable_bytes(total.gib * (1 << 30))
-    return f"  capacity: {size} per {gpu.name}, {what} ({total.source})"
-
-
-def _phase_lines(estimate: MemoryEstimate) -> list[str]:
-    """Each phase the engine goes through with its bytes and its terms (those that
-    differ from the peak's, with their own bytes); nothing for a single phase."""
-    if len(estimate.phases) < 2:
-        return []
-    sizes = estimate.phase_bytes
-    peak = set(estimate.terms)
-    rows = [
-        [
-            p.name,
-            readable_bytes(sizes[p.name]),
-            " + ".join(
-                t.name if t in peak else f"{t.name} {readable_bytes(t.bytes)}" for t in p.terms
-            ),
-        ]
-        for p in estimate.phases
-    ]
-    return [
-        f"  phases (the terms above are the peak, {estimate.phase}):",
-        *("    " + line for line in table(rows)),
-    ]
-
-
-#: Node rows drawn at most; beyond it the middle of the map is summarised (the report's
-#: bound: both draw the rows of :func:`areal_alloc.report._grid.map_rows`).
-MAX_MAP_ROWS = MAX_ROWS
-#: GPUs per node drawn as columns at most.
-MAX_MAP_COLUMNS = 64
-
-
-def _letter(cell: Cell, symbol: dict[str, str]) -> str:
-    """A GPU as the map writes it: its engine's letter, lower-case on every other one of
-    the engine's own inference instances (``R R R R r r r r``), ``·`` when free."""
-    if cell.key is None:
-        return FREE
-    letter = symbol[cell.key]
-    if cell.instance is not None and cell.server == cell.key and cell.instance % 2:
-        return letter.lower()
-    return letter
-
-
-def _rows(plan: Plan, symbol: dict[str, str]) -> list[tuple[int, int, str]]:
-    """``(first node, last node, cells)``, or ``(-1, -1, summary)`` for a cut middle.
-
-    The rows are the report's (one home for which nodes look alike): a small map draws
-    every node and merges identical ones, a large one draws the nodes where an owner
-    changes, and past :data:`MAX_MAP_ROWS` rows the middle is one line.
-    """
-    rows: list[tuple[int, int, str]] = []
-    for row in map_rows(plan.to_dict()):
-        if isinstance(row, Gap):
-            rows.append((-1, -1, f"… {row.nodes} more nodes in {row.rows} rows …"))
-        else:
-            rows.append((row.first, row.last, " ".join(_letter(c, symbol) for c in row.cells)))
-    return rows
-
-
-def _node_label(first: int, last: int) -> str:
-    if first == last:
-        return f"node {first}"
-    return f"nodes {first}–{last}"
-
-
-def _where(ranges: list[tuple[int, int]]) -> str:
-    parts: list[str] = []
-    for first, last in ranges:
-        if last - first == 1:
-            parts += [f"node {first}", f"node {last}"]
-        elif first == last:
-            parts.append(f"node {first}")
-        else:
-            parts.append(f"nodes {first}–{last}")
-    return ", ".join(parts)
-
-
-def _node_map(plan: Plan) -> list[str]:
-    """One row per node, one column per GPU; inference instances alternate case (R r R r).
-
-    Consecutive nodes that look alike share one row (``nodes 2–31``).
-    """
-    per_node = plan.n_gpus_per_node
-    symbol = symbols([p.key for p in plan.placements])
-    lines = [""]
-    if per_node > MAX_MAP_COLUMNS:
-        lines.append(
-            f"node map omitted: {per_node} GPUs per node are too many columns to draw "
-            f"(at most {MAX_MAP_COLUMNS})"
-        )
-    else:
-        rows = _rows(plan, symbol)
-        labels = [_node_label(first, last) if first >= 0 else "" for first, last, _ in rows]
-        width = max(8, *(len(label) + 2 for label in labels))
-        lines.append(f"node map (one column per GPU, {FREE} free):")
-        header = " ".join(str(g % 10) for g in range(per_node))
-        lines.append(f"  {'GPU':<{width}}{header}")
-        for label, (_, _, cells) in zip(labels, rows, strict=True):
-            lines.append(f"  {label:<{width}}{cells}".rstrip())
-    lines.append("")
-    for placement in plan.placements:
-        engine = plan[placement.key]
-        a = engine.allocation
-        letter = symbol[placement.key]
-        if a.is_inference and a.n_instances > 1:
-            letter = f"{letter}/{letter.lower()}"
-            gpus = "GPU" if a.instance_size == 1 else "GPUs"
-            what = f"{a.n_instances} instances of {a.instance_size} {gpus}"
-            extra = f", {what}"
-        else:
-            extra = ""
-        if placement.shared_with:
-            extra += f" + {', '.join(placement.shared_with)} (colocated)"
-        where = _where(placement.nodes(per_node))
-        lines.append(f"  {letter} = {placement.key} {engine.spec}{extra}  ({where})")
     return lines

@@ -12,7 +12,8 @@ from areal_alloc.cli.args import (
     command_parser,
 )
 from areal_alloc.cli.check import is_override
-from areal_alloc.cli.flags import setting_flags, settings_of
+from areal_alloc.cli.flags import setting_flags
+from areal_alloc.cli.machine import settings_of
 from areal_alloc.compose import compose_file
 from areal_alloc.errors import AllocationError, shown
 from areal_alloc.plan import plan_config

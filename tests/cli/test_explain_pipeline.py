@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from areal_alloc.catalogue import MODELS
-from areal_alloc.cli.render import pipeline_lines
+from areal_alloc.cli.memory_text import pipeline_lines
 from areal_alloc.estimate.pipeline_split import (
     LISTED_RANK_STAGES,
     LISTED_RANKS,

@@ -290,6 +290,6 @@ def test_a_kv_cache_under_one_sequence_is_one_line_not_also_a_queue() -> None:
 def test_the_edge_names_the_side_of_the_error_that_puts_it_there(
     total_gib: float, text: str
 ) -> None:
-    from areal_alloc.cli.render import verdict_text
+    from areal_alloc.cli.memory_text import verdict_text
 
     assert verdict_text(_training(total_gib)).startswith(text)
