@@ -43,7 +43,12 @@ def suggest_from_config(ns: argparse.Namespace) -> tuple[bool, bool]:
         reference=ns.reference_version,
         app_keys=ns.app_keys or (),
     )
-    plan = plan_config(experiment, on_memory="off")
+    machine(ns, experiment.config)  # the flags, the environment, nvidia-smi, then cluster.gpu & co
+    try:  # the plan, once: check's own (its settings: the flags, the environment, nvidia-smi)
+        plan = plan_config(experiment, on_memory="warn", settings=settings_of(ns))
+        pace = plan.pace
+    except AllocationError:  # a config check refuses still gives its cluster and engines
+        plan, pace = plan_config(experiment, on_memory="off"), None
     run = experiment.run
 
     if ns.model is None:
@@ -56,7 +61,6 @@ def suggest_from_config(ns: argparse.Namespace) -> tuple[bool, bool]:
             ns.model = path if local else Path(path.rstrip("/")).name or path
     if ns.gpus is None:
         ns.gpus = plan.capacity or None
-    machine(ns, experiment.config)  # the flags, the environment, nvidia-smi, then cluster.gpu & co
     if ns.gpus_per_node is None:
         ns.gpus_per_node = plan.n_gpus_per_node or None
     if ns.batch_size is None:
@@ -69,10 +73,6 @@ def suggest_from_config(ns: argparse.Namespace) -> tuple[bool, bool]:
     # the step as the plan's pace reads it (areal_alloc.estimate.rl_step): its mode, concurrency,
     # log-prob recomputation and weight update; ``current`` is the plan's own pace
     mode = rl_step.mode_of(run.max_head_offpolicyness, False)
-    try:  # check's own plan (its settings: the flags, the environment, nvidia-smi)
-        pace = plan_config(experiment, on_memory="warn", settings=settings_of(ns)).pace
-    except AllocationError:
-        pace = None
     ns.config_step = {
         # suggest proposes separate splits: a colocated config's run in the mode of its η
         "mode": pace.mode if pace is not None and pace.mode != rl_step.COLOCATED else mode,

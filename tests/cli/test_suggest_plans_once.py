@@ -1,0 +1,29 @@
+"""``suggest --config`` runs the experiment's plan once (issue 29, item 1): the cluster, the
+engines and the current pace all come from the one plan check would make."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from areal_alloc.cli import main, suggest_config
+
+EXPERIMENT = Path(__file__).parents[2] / "conf/app/experiment/grpo_2x8.yaml"
+
+
+def test_suggest_config_plans_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    planned: list[str] = []
+    real = suggest_config.plan_config
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        planned.append(str(kwargs.get("on_memory")))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(suggest_config, "plan_config", counted)
+    assert main(["suggest", "--config", str(EXPERIMENT), "--gpu", "H100-80GB", "--top", "1"]) == 0
+    assert planned == ["warn"]
+    assert "current split (the plan's pace)" in capsys.readouterr().out
