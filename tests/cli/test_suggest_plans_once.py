@@ -16,8 +16,9 @@ EXPERIMENT = Path(__file__).parents[2] / "conf/app/experiment/grpo_2x8.yaml"
 def test_suggest_config_plans_once(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from areal_alloc.plan import plan_config as real
+
     planned: list[str] = []
-    real = suggest_config.plan_config
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         planned.append(str(kwargs.get("on_memory")))
