@@ -78,7 +78,8 @@ def check(args: list[str]) -> int:
             print(f"areal-alloc check: {message}", file=sys.stderr)
             results.append({"path": path, "error": error.message})
             continue
-        results.append({"path": path, "plan": plan.to_dict()})
+        # the plan's JSON only for --json: built once, where it is printed
+        results.append({"path": path, "plan": plan.to_dict() if ns.json else None})
         if not ns.json and not ns.quiet:
             if len(results) > 1:
                 print()

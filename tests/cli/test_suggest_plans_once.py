@@ -28,3 +28,26 @@ def test_suggest_config_plans_once(
     assert main(["suggest", "--config", str(EXPERIMENT), "--gpu", "H100-80GB", "--top", "1"]) == 0
     assert planned == ["warn"]
     assert "current split (the plan's pace)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("flags", "built"), [((), 1), (("--json",), 1)])
+def test_check_builds_the_plans_json_once(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    flags: tuple[str, ...],
+    built: int,
+) -> None:
+    from areal_alloc.plan import Plan
+
+    made: list[int] = []
+    real = Plan.to_dict
+
+    def counted(self: Plan) -> dict[str, Any]:
+        made.append(1)
+        return real(self)
+
+    # once: for the node map's rows (text) or to print it (--json), not again beside them
+    monkeypatch.setattr(Plan, "to_dict", counted)
+    assert main(["check", str(EXPERIMENT), "--gpu", "H100-80GB", *flags]) == 0
+    assert len(made) == built
+    capsys.readouterr()
