@@ -193,7 +193,7 @@ def at_the_edge(memory: MemoryEstimate) -> str:
 def host_share(step: StepEstimate) -> str:
     """The actor's host time (speed_host) as a share of its step: hidden under its GPU
     time, or beyond it; "" where it has none."""
-    term = next((t for t in step.terms if t.name.startswith("host")), None)
+    term = step.host
     if term is None or not step.seconds:
         return ""
     where = "hidden under its GPU time" if term.hidden else "beyond its GPU time"

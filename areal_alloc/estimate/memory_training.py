@@ -193,15 +193,8 @@ def _per_token(
     """Activation bytes per token of a dense (False) and a MoE (True) layer, and how."""
     sp = settings.sequence_parallel if settings.sequence_parallel is not None else tp > 1
     model = training_model(backend)
-    if (
-        model.layers == "hugging_face"
-        and settings.modeling == "engine"
-        and recompute
-        in (
-            "none",
-            "full",
-        )
-    ):
+    hugging_face = model.layers == "hugging_face" and settings.modeling == "engine"
+    if hugging_face and recompute in ("none", "full"):
         # the reference's FSDP engine runs Hugging Face's modeling code, with
         # gradient_checkpointing on or off (it has no selective recomputation)
         return {
@@ -328,7 +321,7 @@ def _activations(e: Engine, s: Stage, logits: int = 0) -> Term:
     bytes: autograd runs the loss's and the output layer's backward, which frees the
     logits, before the last layer's recomputation (measured: the reference's FSDP step
     peaks at its checkpoints and logits, benchmarks/measurements.json
-    ``reference_fsdp_memory``)."""
+    ``reference_fsdp_allocated``)."""
     if e.forward_only:
         return _forward_activations(e)
     settings, tokens, per_token = e.settings, e.tokens, e.per_token
@@ -648,11 +641,10 @@ def _backward_end_phase(e: Engine, s: Stage, terms: list[Term]) -> tuple[Term, .
     till then the output layer's and the embedding's unsharded gradients, one each in
     the compute dtype (a tied weight gets both before they are summed), stay beside the
     others. Measured on the reference's FSDP engine (benchmarks/measurements.json
-    ``reference_fsdp_memory``, Qwen3-8B at 4,096 and 8,192 tokens, Llama-3.1-8B): the
+    ``reference_fsdp_allocated``, Qwen3-8B at 4,096 and 8,192 tokens, Llama-3.1-8B): the
     step's peak above what stays between steps is these gradients plus each layer's
     checkpointed input (2h a token), which torch's non-reentrant checkpoint keeps till
     then."""
-    kept = tuple(t for t in terms if t.name in _HELD or t.name == "reserve")
     extra: list[Term] = []
     if e.settings.recompute != "none" and e.tokens:
         per_token = e.per_token
@@ -679,14 +671,7 @@ def _backward_end_phase(e: Engine, s: Stage, terms: list[Term]) -> tuple[Term, .
                 f"when the backward ends (FSDP2)",
             )
         )
-    return (
-        (*kept[:-1], *extra, *kept[-1:])
-        if kept and kept[-1].name == "reserve"
-        else (
-            *kept,
-            *extra,
-        )
-    )
+    return (*_held(terms), *extra, *_reserve_of(terms))
 
 
 def _forward_phase(e: Engine, s: Stage, terms: list[Term]) -> tuple[Term, ...]:

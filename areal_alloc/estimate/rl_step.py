@@ -358,7 +358,7 @@ class Pace:
         figures' source; None where no engine has a host term."""
         parts = []
         for e in self.engines:
-            term = next((t for t in e.estimate.terms if t.name.startswith("host")), None)
+            term = e.estimate.host
             if term is None or e.key == "rollout":
                 continue
             step = e.estimate.seconds

@@ -33,6 +33,7 @@ __all__ = [
     "layer_flops",
     "members_per_node",
     "model_flops",
+    "ring_share",
     "within_node",
 ]
 
@@ -62,6 +63,12 @@ class StepEstimate:
     @property
     def seconds(self) -> float:
         return sum(t.seconds for t in self.terms if not t.hidden)
+
+    @property
+    def host(self) -> StepTerm | None:
+        """The step's host-time term (``speed_host.host_term``: "host", hidden under the
+        GPU's time, or "host (beyond the GPU)"); None where the engine has none."""
+        return next((t for t in self.terms if t.name.startswith("host")), None)
 
     @property
     def tokens_per_second(self) -> float:
@@ -267,3 +274,18 @@ def fit_decode(
         "the HBM bandwidth",
         "check the measurement, the layout, the batch and the GPU",
     )
+
+
+def ring_share(arch: Architecture, hardware: Hardware, inside_node: bool) -> float:
+    """The fewest tokens of a sequence a context-parallel rank must hold for its attention
+    to hide the KV ring: at each of the ring's steps a rank multiplies its n query tokens
+    by n key/value tokens (4·n²·q FLOPs, QKᵀ and PV) while it passes n tokens' k and v on
+    (2·n·kv × 2 B): the exchange hides while 4·n²·q / (peak × attention efficiency) ≥
+    4·n·kv / link, that is n ≥ kv × peak × efficiency / (q × link). Below it each rank
+    waits on the link, and more ranks only add waiting (ring attention: Liu et al. 2023,
+    arXiv:2310.01889 §3, "the computation of blockwise attention … takes longer than
+    transferring key-value blocks")."""
+    q = arch.query_width or arch.hidden_size
+    kv = arch.kv_width or q
+    peak = hardware.peak_tflops * 1e12 * hardware.compute_efficiency
+    return kv * peak / (q * hardware.link_bytes_per_second(inside_node))

@@ -63,7 +63,6 @@ from areal_alloc.strategy import ParallelStrategy
 __all__ = [
     "RECOMPUTATIONS",
     "expected_groups_reached",
-    "ring_share",
     "settings_step",
     "training_step",
 ]
@@ -579,21 +578,6 @@ def _tensor_parallel_term(step: _TrainingShape) -> StepTerm | None:
         f"{count} × {micro_batches} micro-batches × {act / 2**20:.1f} MiB × (t{tp} − 1)/t{tp} "
         f"over {hardware.link_name(inside, members)}",
     )
-
-
-def ring_share(arch: Architecture, hardware: Hardware, inside_node: bool) -> float:
-    """The fewest tokens of a sequence a context-parallel rank must hold for its attention
-    to hide the KV ring: at each of the ring's steps a rank multiplies its n query tokens
-    by n key/value tokens (4·n²·q FLOPs, QKᵀ and PV) while it passes n tokens' k and v on
-    (2·n·kv × 2 B): the exchange hides while 4·n²·q / (peak × attention efficiency) ≥
-    4·n·kv / link, that is n ≥ kv × peak × efficiency / (q × link). Below it each rank
-    waits on the link, and more ranks only add waiting (ring attention: Liu et al. 2023,
-    arXiv:2310.01889 §3, "the computation of blockwise attention … takes longer than
-    transferring key-value blocks")."""
-    q = arch.query_width or arch.hidden_size
-    kv = arch.kv_width or q
-    peak = hardware.peak_tflops * 1e12 * hardware.compute_efficiency
-    return kv * peak / (q * hardware.link_bytes_per_second(inside_node))
 
 
 def _context_parallel_term(step: _TrainingShape) -> StepTerm | None:

@@ -69,7 +69,7 @@ class LayoutConstraints:
     #: a proposal's bound on context parallelism (suggest): c > 1 only where it cuts this
     #: sequence into 2·c whole chunks (:func:`context_parallel_fits`) and leaves each rank
     #: at least ``cp_share`` tokens of it, (inside a node, across nodes) (the KV ring
-    #: hidden under the attention: ``speed_training.ring_share``); None: no bound
+    #: hidden under the attention: ``speed.ring_share``); None: no bound
     sequence: int | None = None
     cp_share: tuple[float, float] | None = None
 

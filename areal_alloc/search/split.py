@@ -49,7 +49,7 @@ from areal_alloc.estimate.execution import (
     whole_local_batch_tokens,
 )
 from areal_alloc.estimate.memory import Term
-from areal_alloc.estimate.speed_training import ring_share
+from areal_alloc.estimate.speed import ring_share
 from areal_alloc.estimate.system import Hardware
 from areal_alloc.limits import MAX_COUNT
 from areal_alloc.model_shape import even_split_builds, minibatch_micro_batches

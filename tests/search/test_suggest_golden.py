@@ -16,6 +16,7 @@ import json
 import pytest
 
 from areal_alloc.cli import main
+from areal_alloc.model import ModelAllocation
 
 GOLDEN = [
     pytest.param(
@@ -166,3 +167,6 @@ def test_the_proposal_an_expert_would_run(
     # inside a node
     sequences = int(args[args.index("--batch-size") + 1]) * int(args[args.index("--n-samples") + 1])
     assert int(rollout["backend"].split(":d")[1].split("t")[0]) <= sequences
+    for spec in (rollout["backend"], actor["backend"]):
+        t = ModelAllocation.from_str(spec).parallel.tp_size
+        assert t <= 8, spec  # H100-80GB nodes of 8 GPUs

@@ -114,7 +114,7 @@ def test_8k_moe_leaves_free_the_gpus_its_step_cannot_use() -> None:
     the reference's 4 PPO minibatches), t4 (Qwen3-30B-A3B's 4 KV heads), p1 (a rank's
     sequences fill no more stages' micro-batches) and c4: t4·c4 spans two nodes, where a
     rank's 4,352 tokens of a sequence hide the KV ring's exchange under its attention, and
-    c8's 2,176 would not (speed_training.ring_share, some 3,500 tokens across nodes on an
+    c8's 2,176 would not (speed.ring_share, some 3,500 tokens across nodes on an
     H100's network) — 2,048 GPUs; the other 2,048 stay free, said as such, not spent on
     context parallelism of a few hundred tokens a rank."""
     proposals = {p.rollout_gpus: p for p in _proposals("Qwen3-30B-A3B", 8192, RunShape())}
@@ -132,7 +132,7 @@ def test_free_gpus_are_reported(capsys: pytest.CaptureFixture[str]) -> None:
     # every command's defaults: 32,768 tokens per micro-batch, no recomputation
     # d128, not d512: 512 sequences over d512 are one a rank, fewer than the reference's
     # default 4 PPO minibatches (minibatches_fill_their_micro_batches); c4 at most (a
-    # rank's share of a sequence hides the KV ring: speed_training.ring_share)
+    # rank's share of a sequence hides the KV ring: speed.ring_share)
     assert "training 2048 GPUs megatron:d128t4c4e128, 2048 GPUs free:" in text
     assert "the rollout already runs an instance per sequence of the step (512)" in text
     assert "c103" not in text
