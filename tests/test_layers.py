@@ -244,6 +244,8 @@ LAYERS = [
     "areal_alloc.estimate.rl_step",
     # the search: layouts ranked, the split between rollout and training
     "areal_alloc.search",
+    # what the split search takes, read from flags or an experiment
+    "areal_alloc.search.inputs",
     "areal_alloc.search.layouts",
     "areal_alloc.search.ranking",
     "areal_alloc.search.split",
@@ -369,7 +371,7 @@ def test_only_the_experiment_reads_the_raw_config() -> None:
         "areal_alloc.plan",
         "areal_alloc.estimate.engines",
         "areal_alloc.estimate.rl_step",
-        "areal_alloc.cli.suggest",
+        "areal_alloc.search.inputs",
     ],
 )
 def test_the_consumers_take_the_experiment(module: str) -> None:

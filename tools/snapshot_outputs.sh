@@ -43,3 +43,12 @@ run migrate areal-alloc migrate 'sglang:d4+fsdp:d4'
 # the report embeds no time stamp (checked: the page is the plan); drop the output path line
 sed -i "s#$out#OUT#g" "$out"/*.txt
 echo "wrote $(ls "$out" | wc -l) files to $out"
+run suggest-config-flags areal-alloc suggest --config conf/app/experiment/grpo_2x8.yaml --tokens 8192 --recompute full --context-length 16384
+run suggest-config-gpus areal-alloc suggest --config conf/app/experiment/ppo_critic.yaml --gpus 32 --gpus-per-node 4 --json
+run suggest-config-cap areal-alloc suggest --config conf/app/experiment/grpo_2x8.yaml --gen-len 100000
+run suggest-config-noroom areal-alloc suggest --config conf/app/experiment/grpo_2x8.yaml --prompt-len 10000000
+run suggest-sync-critic areal-alloc suggest --model Qwen3-8B --gpus 32 --gpu H100-80GB --sync --no-ref --critic --mean-gen-len 2000
+run suggest-no-model areal-alloc suggest --gpus 32 --gpu H100-80GB
+run suggest-overrides-alone areal-alloc suggest --model Qwen3-8B --gpus 32 x=1
+run suggest-prompt-cap areal-alloc suggest --model Qwen3-8B --gpus 32 --gpu H100-80GB --prompt-len 40000
+run suggest-nofit areal-alloc suggest --model Qwen3-235B-A22B --gpus 8 --gpu H100-80GB --recompute full

@@ -138,7 +138,7 @@ def ranking(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
             f"{edge.error.sides} measured error: it may not fit (explain LAYOUT --model M "
             f"says what makes room)"
         )
-    footer(ns, shown[0].speed.assumptions)
+    footer(ns.gpus_per_node, shown[0].speed.assumptions)
     return 0
 
 
@@ -169,7 +169,7 @@ def fitting(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
             f"none of the {len(found)} {ns.backend} layouts of {ns.gpus} GPUs fits "
             f"{ns.model} on {gpu.name if gpu else '?'}: the smallest needs "
             f"{readable_bytes(smallest.total)} per GPU (largest term {smallest.largest.name} "
-            f"{readable_bytes(smallest.largest.bytes)}); {memory_fixes(ns)}"
+            f"{readable_bytes(smallest.largest.bytes)}); {memory_fixes(ns.recompute)}"
         )
     if ns.sweep:
         print(",".join(spec for spec, _ in fitting))

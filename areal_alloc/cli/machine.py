@@ -147,10 +147,13 @@ def pipeline_split_of(alloc: ModelAllocation, ns: argparse.Namespace) -> Pipelin
     )
 
 
-def hardware_from_flags(ns: argparse.Namespace, arch: Architecture | None = None) -> Hardware:
-    """The GPU's speeds (catalogue, or flags), the node size and the network; the
-    efficiencies from the flags, else from a stored calibration of this model and GPU."""
-    per_node = ns.gpus_per_node or 8
+def hardware_from_flags(
+    ns: argparse.Namespace, arch: Architecture | None = None, gpus_per_node: int | None = None
+) -> Hardware:
+    """The GPU's speeds (catalogue, or flags), the node size (``gpus_per_node``, else
+    ``--gpus-per-node``, else 8) and the network; the efficiencies from the flags, else
+    from a stored calibration of this model and GPU."""
+    per_node = gpus_per_node or ns.gpus_per_node or 8
     found = machine(ns)
     use = arch is not None and found.use_calibration  # --no-calibration
     hardware = build_hardware(found, per_node, arch, use_calibration=use, off=calibration.OFF)
@@ -163,21 +166,22 @@ def hardware_from_flags(ns: argparse.Namespace, arch: Architecture | None = None
     return hardware  # a calibration used is named in every estimate it changes
 
 
-def footer(ns: argparse.Namespace, assumptions: tuple[str, ...]) -> None:
-    """What an estimate assumed, and where a calibration came from."""
+def footer(gpus_per_node: int | None, assumptions: tuple[str, ...]) -> None:
+    """What an estimate assumed (``gpus_per_node`` None: the 8 assumed), and where a
+    calibration came from."""
     for assumption in assumptions:
         if not assumption.startswith("calibrated: "):
             print(f"# assumed: {assumption}")
-    if not ns.gpus_per_node:
+    if not gpus_per_node:
         print("# assumed: 8 GPUs per node (--gpus-per-node)")
     for assumption in assumptions:  # a stored calibration, with how to turn it off
         if assumption.startswith("calibrated: "):
             print(f"# {assumption}")
 
 
-def memory_fixes(ns: argparse.Namespace) -> str:
-    """What to try when nothing fits: --recompute full only when it was not given."""
-    if ns.recompute == "full":
+def memory_fixes(recompute: str | None) -> str:
+    """What to try when nothing fits: --recompute full only when it is not already so."""
+    if recompute == "full":
         return "try more GPUs or fewer --tokens (this is already with --recompute full)"
     return "try more GPUs, --recompute full or fewer --tokens"
 

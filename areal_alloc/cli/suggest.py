@@ -26,40 +26,22 @@ from areal_alloc.cli.flags import (
 )
 from areal_alloc.cli.machine import (
     at_the_edge,
-    chosen_gpu,
     footer,
-    gpu_spec,
     hardware_from_flags,
     host_share,
-    machine,
     memory_fixes,
 )
-from areal_alloc.cli.suggest_config import (
-    cap_generation,
-    current_pace,
-    step_sequences,
-    suggest_from_config,
-    suggest_settings,
-)
+from areal_alloc.cli.suggest_config import current_pace, suggest_inputs
 from areal_alloc.defaults import (
-    MAX_TOKENS,
     NEW_TOKENS,
-    PPO_MINIBATCHES,
-    PROMPT_TOKENS,
     SAMPLES,
     STEP_PROMPTS,
-    WEIGHT_UPDATE_MODE,
 )
-from areal_alloc.errors import AllocationError, AllocationValidationError
-from areal_alloc.estimate import rl_step
-from areal_alloc.estimate.execution import (
-    RECOMPUTE,
-    ServerLimit,
-)
+from areal_alloc.errors import AllocationError
+from areal_alloc.estimate.execution import RECOMPUTE
 from areal_alloc.estimate.memory import readable_bytes
 from areal_alloc.estimate.speed_host import SOURCE as HOST_SOURCE
-from areal_alloc.experiment.records import RunConfig
-from areal_alloc.search.split import RunShape, suggest
+from areal_alloc.search.split import search
 
 
 def suggest_command(args: list[str]) -> int:
@@ -171,70 +153,21 @@ def suggest_command(args: list[str]) -> int:
             "per step) and --n-samples (gconfig.n_samples); --batch is one inference "
             "instance's sequences in flight in explain and calibrate"
         )
-    ref, critic = not ns.no_ref, ns.critic
-    if ns.config:
-        ref, critic = suggest_from_config(ns)
-    elif ns.overrides:
-        raise AllocationValidationError("KEY=VALUE overrides go with --config FILE")
-    else:  # the reference's own cap, gconfig.max_tokens unset
-        default = f"the reference's default gconfig.max_tokens {MAX_TOKENS:,}"
-        cap_generation(ns, RunConfig(), default, "pass --config with a larger gconfig.max_tokens")
-    for flag in ("model", "gpus", "gpu"):
-        missing = chosen_gpu(ns) is None if flag == "gpu" else getattr(ns, flag) is None
-        if missing:
-            raise AllocationValidationError(
-                f"--{flag} is needed (or an experiment --config that sets it)"
-            )
-    arch = find_model(ns.model)
-    hardware = hardware_from_flags(ns, arch)
-    gpu = gpu_spec(ns)
-    step: dict[str, object] = getattr(ns, "config_step", None) or {}
-    mean = machine(ns).mean_gen_len  # --mean-gen-len, the environment
-    shape = RunShape(
-        batch=step_sequences(ns),
-        prompt_len=ns.prompt_len or PROMPT_TOKENS,
-        gen_len=ns.gen_len or NEW_TOKENS,
-        ref=ref,
-        critic=critic,
-        asynchronous=not ns.sync,
-        mean_gen_len=mean.value if mean is not None else None,
-        in_flight=step.get("in_flight"),  # type: ignore[arg-type]
-        server=step.get("server") or ServerLimit(),  # type: ignore[arg-type]
-        recompute_logprob=bool(step.get("recompute_logprob", False)),
-        update_mode=str(step.get("update_mode", WEIGHT_UPDATE_MODE)),
-        mode=rl_step.SYNCHRONOUS if ns.sync else step.get("mode"),  # type: ignore[arg-type]
-        minibatches=int(step.get("minibatches", PPO_MINIBATCHES)),  # type: ignore[call-overload]
-        critic_minibatches=int(step.get("critic_minibatches", PPO_MINIBATCHES)),  # type: ignore[call-overload]
-        dynamic_bs=bool(step.get("dynamic_bs", False)),
-    )
-    training, ref_training, critic_training, inference = suggest_settings(ns)
-    reserve = machine(ns).memory_reserve  # --memory-reserve-gib, the environment, cluster keys
-    proposals = suggest(
-        arch,
-        ns.gpus,
-        gpu.capacity,
-        hardware,
-        shape,
-        train_backend=ns.train_backend or "megatron",
-        rollout_backend=ns.rollout_backend or "sglang",
-        training=training,
-        top=ns.top,
-        memory_reserve=reserve.value if reserve is not None else None,
-        inference=inference,
-        ref_training=ref_training,
-        critic_training=critic_training,
-    )
+    inputs = suggest_inputs(ns)
+    arch = find_model(inputs.model)
+    hardware = hardware_from_flags(ns, arch, inputs.gpus_per_node)
+    proposals = search(inputs, arch, hardware, ns.top)
     if not proposals:
         raise AllocationError(
-            f"no split of {ns.gpus} {gpu.name} GPUs fits {ns.model}: the rollout or the "
-            f"trainer does not fit on any share; {memory_fixes(ns)}"
-            + getattr(ns, "config_execution_note", "")
+            f"no split of {inputs.gpus} {inputs.gpu.name} GPUs fits {inputs.model}: the "
+            f"rollout or the trainer does not fit on any share; "
+            f"{memory_fixes(inputs.recompute)}" + inputs.execution_note
         )
     if ns.json:
         listed = [p.to_dict() for p in proposals]
-        if ns.config:  # the config's own split (the plan's pace) beside the proposals
-            current = getattr(ns, "current", None)
-            print(json.dumps({"current": current_pace(current), "proposals": listed}, indent=1))
+        if inputs.from_config:  # the config's own split (the plan's pace) beside the proposals
+            pace = current_pace(inputs.current)
+            print(json.dumps({"current": pace, "proposals": listed}, indent=1))
         else:
             print(json.dumps(listed, indent=1))
         return 0
@@ -244,12 +177,13 @@ def suggest_command(args: list[str]) -> int:
         for p in proposals:
             print(" ".join(p.overrides()))
         return 0
+    shape = inputs.shape
     mode = shape.step_mode
     print(
-        f"{ns.gpus} × {gpu.name}, {ns.model}: {shape.batch} sequences of {shape.prompt_len:,} + "
-        f"{shape.gen_len:,} tokens per step, {mode}"
+        f"{inputs.gpus} × {inputs.gpu.name}, {inputs.model}: {shape.batch} sequences of "
+        f"{shape.prompt_len:,} + {shape.gen_len:,} tokens per step, {mode}"
     )
-    current = getattr(ns, "current", None)
+    current = inputs.current
     if current is not None:  # the config's own split: the plan's pace, the same figures
         print(
             f"current split (the plan's pace): generation {current.generate_seconds:.1f} s, "
@@ -284,11 +218,13 @@ def suggest_command(args: list[str]) -> int:
     print()
     for note in dict.fromkeys(p.search_note for p in proposals if p.search_note):
         print(f"# searched: {note}")
-    cap = getattr(ns, "cap_note", None)
+    cap = inputs.cap_note
     host = (
         (f"host time per decoder layer and pass {HOST_SOURCE}",)
         if any(host_share(p.actor.speed) for p in proposals)
         else ()
     )
-    footer(ns, proposals[0].actor.speed.assumptions + ((cap,) if cap else ()) + host)
+    footer(
+        inputs.gpus_per_node, proposals[0].actor.speed.assumptions + ((cap,) if cap else ()) + host
+    )
     return 0

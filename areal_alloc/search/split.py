@@ -29,21 +29,12 @@ from dataclasses import dataclass, replace
 from areal_alloc.architecture import Architecture
 from areal_alloc.defaults import (
     CONTEXT_LENGTH,
-    NEW_TOKENS,
-    PPO_MINIBATCHES,
-    PROMPT_TOKENS,
-    SAMPLES,
-    STEP_PROMPTS,
-    WEIGHT_UPDATE_MODE,
 )
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.estimate import rl_step
 from areal_alloc.estimate.advice import TRAINING, Split, balance, balance_advice
 from areal_alloc.estimate.execution import (
-    SERVER_DEFAULTS,
     InferenceSettings,
-    ServerLimit,
-    StepShape,
     TrainingSettings,
     budget_shares,
     whole_local_batch_tokens,
@@ -51,9 +42,8 @@ from areal_alloc.estimate.execution import (
 from areal_alloc.estimate.memory import Term
 from areal_alloc.estimate.speed import ring_share
 from areal_alloc.estimate.system import Hardware
-from areal_alloc.limits import MAX_COUNT
 from areal_alloc.model_shape import even_split_builds, minibatch_micro_batches
-from areal_alloc.numbers import read_int
+from areal_alloc.search.inputs import RunShape, SearchInputs
 from areal_alloc.search.layouts import LayoutConstraints, context_parallel_fits
 from areal_alloc.search.ranking import FastestLayouts, RankedLayout, fastest_layouts
 from areal_alloc.strategy import ParallelStrategy
@@ -64,86 +54,12 @@ __all__ = [
     "SPLIT_LAYOUTS",
     "Proposal",
     "RunShape",
+    "SplitSearch",
     "context_parallel_fits",
+    "search",
     "suggest",
     "training_counts",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class RunShape:
-    """What one RL step does: prompts per step, their lengths, which engines exist."""
-
-    #: prompts × samples per prompt, i.e. sequences per step (suggest's defaults)
-    batch: int = STEP_PROMPTS * SAMPLES
-    prompt_len: int = PROMPT_TOKENS
-    gen_len: int = NEW_TOKENS  # the longest generation, gconfig.max_new_tokens
-    ref: bool = True
-    critic: bool = False
-    asynchronous: bool = True
-    #: the mean generation length for throughput (None: ``gen_len``, the maximum)
-    mean_gen_len: int | None = None
-    #: the sequences the rollout keeps in flight (a config's
-    #: ``areal_alloc.estimate.execution.sequences_in_flight``; None: the step's ``batch``)
-    in_flight: int | None = None
-    recompute_logprob: bool = False
-    update_mode: str = WEIGHT_UPDATE_MODE
-    #: the step's mode (areal_alloc.estimate.rl_step.MODES); None: from ``asynchronous``
-    mode: str | None = None
-    #: the rollout server's own bound on the requests it runs at once (a config's
-    #: ``areal_alloc.estimate.execution.server_limit``; else the servers' defaults)
-    server: ServerLimit = SERVER_DEFAULTS
-    #: ``actor.ppo_n_minibatches``: each rank's trajectories split into this many
-    #: minibatches before the engine packs each into its micro-batches, one optimizer
-    #: step each; ``critic.ppo_n_minibatches`` the critic's
-    minibatches: int = PPO_MINIBATCHES
-    critic_minibatches: int = PPO_MINIBATCHES
-    #: the config's ``dynamic_bs``: the count per minibatch varies, and the start-up rule
-    #: on it is not checked
-    dynamic_bs: bool = False
-
-    def __post_init__(self) -> None:
-        for name in ("batch", "prompt_len", "gen_len", "minibatches", "critic_minibatches"):
-            value = getattr(self, name)
-            number = read_int(value, name, minimum=1, maximum=MAX_COUNT)  # the one reader
-            if number is not value:  # "512" given directly: kept as the number it names
-                object.__setattr__(self, name, number)
-
-    @property
-    def mean(self) -> int:
-        return self.gen_len if self.mean_gen_len is None else min(self.mean_gen_len, self.gen_len)
-
-    @property
-    def step_mode(self) -> str:
-        if self.mode is not None:
-            return self.mode
-        return rl_step.ASYNCHRONOUS if self.asynchronous else rl_step.SYNCHRONOUS
-
-    @property
-    def train_tokens(self) -> int:
-        return self.batch * (self.prompt_len + self.mean)
-
-    @property
-    def generated_tokens(self) -> int:
-        return self.batch * self.mean
-
-    @property
-    def step(self) -> StepShape:
-        """The step's shape as the plan's pace reads it (areal_alloc.estimate.execution)."""
-        return StepShape(
-            sequences=self.batch,
-            prompt=self.prompt_len,
-            new_tokens=self.gen_len,
-            mean=self.mean,
-            recompute_logprob=self.recompute_logprob,
-            offpolicyness=None,
-            colocated=False,
-            max_concurrent=None,
-            in_flight=self.in_flight,
-            server=self.server,
-            minibatches=self.minibatches,
-            critic_minibatches=self.critic_minibatches,
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -431,7 +347,8 @@ def suggest(
     ref_training: TrainingSettings | None = None,
     critic_training: TrainingSettings | None = None,
 ) -> list[Proposal]:
-    """The best ``top`` splits of ``gpus`` between rollout and training, fastest first.
+    """The best ``top`` splits of ``gpus`` between rollout and training, fastest first
+    (:class:`SplitSearch`).
 
     The engines' execution settings: ``training`` the actor's (micro-batch tokens,
     recomputation …), ``ref_training`` / ``critic_training`` those of the ref and the
@@ -442,115 +359,175 @@ def suggest(
     ``memory_reserve``: bytes kept back per GPU by both engines (``--memory-reserve-gib``);
     None keeps the settings' defaults (4 GiB training, 2 GiB inference).
     """
-    if gpus < 2:
-        raise AllocationValidationError(f"{gpus} GPU(s): a rollout and a trainer need at least 2")
-    per_node = hardware.gpus_per_node
-    training = training or TrainingSettings()
-    # the ref (forward only) and the critic (it trains) take turns on the actor's GPUs
-    side: list[tuple[str, TrainingSettings]] = [("actor", training)]
-    if shape.ref:
-        side.append(("ref", ref_training or replace(training, optimizer=None)))
-    if shape.critic:
-        side.append(("critic", critic_training or training))
-    if inference is None:
-        inference = InferenceSettings(context_length=context_length)
-    if memory_reserve is not None:
-        training = replace(training, reserve_bytes=memory_reserve)
-        inference = replace(inference, reserve_bytes=memory_reserve)
-    constraints = LayoutConstraints(gpus_per_node=per_node)
-    step = shape.step
-    sequence = shape.prompt_len + shape.gen_len
-    # a proposal's context parallelism: each rank keeps 2 whole chunks of the longest
-    # sequence, long enough to hide the KV ring under its attention (inside a node, across)
-    train_constraints = replace(
-        constraints,
-        sequence=sequence,
-        cp_share=(ring_share(arch, hardware, True), ring_share(arch, hardware, False)),
+    return SplitSearch(
+        arch,
+        gpus,
+        capacity,
+        hardware,
+        shape,
+        train_backend=train_backend,
+        rollout_backend=rollout_backend,
+        training=training,
+        context_length=context_length,
+        memory_reserve=memory_reserve,
+        inference=inference,
+        ref_training=ref_training,
+        critic_training=critic_training,
+    ).proposals(top)
+
+
+def search(
+    inputs: SearchInputs, arch: Architecture, hardware: Hardware, top: int = 3
+) -> list[Proposal]:
+    """:func:`suggest` with what :mod:`areal_alloc.search.inputs` read, ``arch`` the model
+    it names and ``hardware`` its GPU's speeds."""
+    return suggest(
+        arch,
+        inputs.gpus,
+        inputs.gpu.capacity,
+        hardware,
+        inputs.shape,
+        train_backend=inputs.train_backend,
+        rollout_backend=inputs.rollout_backend,
+        training=inputs.training,
+        top=top,
+        memory_reserve=inputs.memory_reserve,
+        inference=inputs.inference,
+        ref_training=inputs.ref_training,
+        critic_training=inputs.critic_training,
     )
-    best_rollout: dict[int, RankedLayout | None] = {}
-    best_train: dict[int, RankedLayout | None] = {}
-    cut_splits: set[int] = set()  # training GPU counts whose search stopped at SPLIT_LAYOUTS
-    # no rollout wider than the step's sequences can keep busy: an instance per sequence
-    # at most, each inside a node
-    splits = [n for n in _splits(gpus, per_node) if n <= shape.batch * per_node] or [
-        min(_splits(gpus, per_node))
-    ]
 
-    def instance_in_node(parallel: ParallelStrategy) -> bool:
-        # inference instances inside a node, and no more of them than the step's sequences
-        return parallel.tp_size * parallel.pp_size <= per_node and parallel.dp_size <= shape.batch
 
-    def ranks_have_sequences(parallel: ParallelStrategy) -> bool:
-        # every data-parallel rank trains a sequence, and the step's sequences split evenly
-        # over them: the reference's single controller refuses a count that is not a
-        # multiple of dp (areal_alloc.experiment.rules.batch_splits_over_data_parallel)
+class SplitSearch:
+    """One search of the splits of ``gpus`` between rollout and training: the fastest
+    rollout layout of each rollout share and the fastest training layout of the rest, each
+    estimated once (kept per GPU count), the step of each split as the plan's pace reads
+    it (:mod:`areal_alloc.estimate.rl_step`); :meth:`proposals` searches and ranks."""
+
+    def __init__(
+        self,
+        arch: Architecture,
+        gpus: int,
+        capacity: int,
+        hardware: Hardware,
+        shape: RunShape,
+        *,
+        train_backend: str = "megatron",
+        rollout_backend: str = "sglang",
+        training: TrainingSettings | None = None,
+        context_length: int = CONTEXT_LENGTH,
+        memory_reserve: int | None = None,
+        inference: InferenceSettings | None = None,
+        ref_training: TrainingSettings | None = None,
+        critic_training: TrainingSettings | None = None,
+    ) -> None:
+        if gpus < 2:
+            raise AllocationValidationError(
+                f"{gpus} GPU(s): a rollout and a trainer need at least 2"
+            )
+        self.arch, self.gpus, self.capacity, self.hardware = arch, gpus, capacity, hardware
+        self.shape, self.train_backend, self.rollout_backend = shape, train_backend, rollout_backend
+        self.per_node = per_node = hardware.gpus_per_node
+        training = training or TrainingSettings()
+        # the ref (forward only) and the critic (it trains) take turns on the actor's GPUs
+        self.side: list[tuple[str, TrainingSettings]] = [("actor", training)]
+        if shape.ref:
+            self.side.append(("ref", ref_training or replace(training, optimizer=None)))
+        if shape.critic:
+            self.side.append(("critic", critic_training or training))
+        if inference is None:
+            inference = InferenceSettings(context_length=context_length)
+        if memory_reserve is not None:
+            training = replace(training, reserve_bytes=memory_reserve)
+            inference = replace(inference, reserve_bytes=memory_reserve)
+        self.training, self.inference = training, inference
+        self.constraints = LayoutConstraints(gpus_per_node=per_node)
+        self.step = shape.step
+        self.sequence = sequence = shape.prompt_len + shape.gen_len
+        # a proposal's context parallelism: each rank keeps 2 whole chunks of the longest
+        # sequence, long enough to hide the KV ring under its attention (inside a node,
+        # across)
+        self.train_constraints = replace(
+            self.constraints,
+            sequence=sequence,
+            cp_share=(ring_share(arch, hardware, True), ring_share(arch, hardware, False)),
+        )
+        self.best_rollout: dict[int, RankedLayout | None] = {}
+        self.best_train: dict[int, RankedLayout | None] = {}
+        # training GPU counts whose search stopped at SPLIT_LAYOUTS
+        self.cut_splits: set[int] = set()
+        self.shared: dict[int, TrainingSettings] = {}
+        # no rollout wider than the step's sequences can keep busy: an instance per sequence
+        # at most, each inside a node
+        self.splits = [n for n in _splits(gpus, per_node) if n <= shape.batch * per_node] or [
+            min(_splits(gpus, per_node))
+        ]
+        # the training GPU counts below a share worth trying (d | sequences, c splitting the
+        # longest sequence without padding, p up to the layers' stages, t | heads in a node)
+        self.fallback = training_counts(
+            arch,
+            train_backend,
+            gpus,
+            per_node,
+            sequences=shape.batch,
+            sequence=sequence,
+            bound=self.train_constraints,
+            fills=self.fills,
+        )
+
+    # --- what a layout must hold to be proposed ---------------------------------------
+
+    def instance_in_node(self, parallel: ParallelStrategy) -> bool:
+        """Inference instances inside a node, and no more of them than the step's
+        sequences."""
+        return (
+            parallel.tp_size * parallel.pp_size <= self.per_node
+            and parallel.dp_size <= self.shape.batch
+        )
+
+    def ranks_have_sequences(self, parallel: ParallelStrategy) -> bool:
+        """Every data-parallel rank trains a sequence, and the step's sequences split evenly
+        over them: the reference's single controller refuses a count that is not a multiple
+        of dp (areal_alloc.experiment.rules.batch_splits_over_data_parallel)."""
         dp = parallel.dp_size
-        return dp <= shape.batch and shape.batch % dp == 0
+        return dp <= self.shape.batch and self.shape.batch % dp == 0
 
-    def fills(dp: int, pp: int) -> bool:
-        # each engine on the actor's layout (the actor, a critic) splits a rank's sequences
-        # into its ppo_n_minibatches (a ref's forward: one) and packs each into at least its
-        # micro-batches (model_shape.minibatch_micro_batches): the start-up rule
-        # minibatches_fill_their_micro_batches refuses fewer (not under dynamic_bs)
-        per_rank = shape.batch // max(1, dp)
-        for key, own in side:
-            if shape.dynamic_bs:
+    def fills(self, dp: int, pp: int) -> bool:
+        """Each engine on the actor's layout (the actor, a critic) splits a rank's sequences
+        into its ppo_n_minibatches (a ref's forward: one) and packs each into at least its
+        micro-batches (model_shape.minibatch_micro_batches): the start-up rule
+        minibatches_fill_their_micro_batches refuses fewer (not under dynamic_bs)."""
+        per_rank = self.shape.batch // max(1, dp)
+        for key, own in self.side:
+            if self.shape.dynamic_bs:
                 continue
-            least = minibatch_micro_batches(train_backend, pp, own.virtual_pipeline, own.n_mbs)
-            if least is not None and per_rank < step.minibatches_of(key) * least:
+            least = minibatch_micro_batches(self.train_backend, pp, own.virtual_pipeline, own.n_mbs)
+            if least is not None and per_rank < self.step.minibatches_of(key) * least:
                 return False
         return True
 
-    def builds(parallel: ParallelStrategy, settings: TrainingSettings) -> bool:
-        if not fills(parallel.dp_size, parallel.pp_size):
+    def builds(self, parallel: ParallelStrategy, settings: TrainingSettings) -> bool:
+        """The micro-batches fill (:meth:`fills`), and an engine split evenly
+        (megatron-bridge's path: execution sets layer_split "even") starts only where p
+        divides the layers and vpp each rank's (the start-up rule
+        megatron_bridge_splits_evenly refuses the rest)."""
+        if not self.fills(parallel.dp_size, parallel.pp_size):
             return False
-        # an engine split evenly (megatron-bridge's path: execution sets layer_split "even")
-        # starts only where p divides the layers and vpp each rank's (the start-up rule
-        # megatron_bridge_splits_evenly refuses the rest)
-        if train_backend != "megatron" or settings.layer_split != "even":
+        if self.train_backend != "megatron" or settings.layer_split != "even":
             return True
-        return even_split_builds(arch.num_layers, parallel.pp_size, settings.virtual_pipeline)
+        return even_split_builds(self.arch.num_layers, parallel.pp_size, settings.virtual_pipeline)
 
-    # the training GPU counts below a share worth trying (d | sequences, c splitting the
-    # longest sequence without padding, p up to the layers' stages, t | heads in a node)
-    fallback = training_counts(
-        arch,
-        train_backend,
-        gpus,
-        per_node,
-        sequences=shape.batch,
-        sequence=sequence,
-        bound=train_constraints,
-        fills=fills,
-    )
+    def colocated_fit(self, actor: RankedLayout) -> bool:
+        return _fits_with_colocated(actor, self.shape, self.capacity)
 
-    def colocated_fit(actor: RankedLayout) -> bool:
-        return _fits_with_colocated(actor, shape, capacity)
+    # --- the settings at a layout's d ------------------------------------------------
 
-    def rollout_layout(rollout_gpus: int) -> RankedLayout | None:
-        if rollout_gpus not in best_rollout:
-            found = fastest_layouts(
-                rollout_backend,
-                rollout_gpus,
-                constraints,
-                arch,
-                capacity,
-                hardware,
-                top=1,
-                tokens_per_step=shape.generated_tokens,
-                sequence_length=min(sequence, inference.context_length),
-                inference=inference,
-                keep=instance_in_node,
-                sequences=shape.batch,
-            )
-            best_rollout[rollout_gpus] = found.layouts[0] if found.layouts else None
-        return best_rollout[rollout_gpus]
-
-    def at_dp(settings: TrainingSettings, dp: int, key: str = "actor") -> TrainingSettings:
+    def at_dp(self, settings: TrainingSettings, dp: int, key: str = "actor") -> TrainingSettings:
         """``mb_spec.max_tokens_per_mb`` unset (the config's micro_batches given): each
         rank's whole share of the step is a forward's micro-batch, a minibatch of it an
         update's (``execution.whole_local_batch_tokens``), so its tokens follow d."""
-        splits = step.minibatches_of(key) if settings.optimizer is not None else 1
+        shape, sequence = self.shape, self.sequence
+        splits = self.step.minibatches_of(key) if settings.optimizer is not None else 1
         if settings.micro_batches is None:
             # a tokens budget: the shares the engine balances over its micro-batches
             share, whole = budget_shares(shape.batch, dp, sequence, splits)
@@ -566,105 +543,133 @@ def suggest(
             forward_tokens_per_micro_batch=forward if forward != tokens else None,
         )
 
-    shared: dict[int, TrainingSettings] = {}
+    def actor_at(self, dp: int) -> TrainingSettings:
+        """The actor's settings at d (:meth:`at_dp`), once per d."""
+        if dp not in self.shared:
+            self.shared[dp] = self.at_dp(self.training, dp)
+        return self.shared[dp]
 
-    def actor_at(dp: int) -> TrainingSettings:
-        """The actor's settings at d (:func:`at_dp`), once per d."""
-        if dp not in shared:
-            shared[dp] = at_dp(training, dp)
-        return shared[dp]
+    # --- the fastest layouts of a share ------------------------------------------------
+
+    def rollout_layout(self, rollout_gpus: int) -> RankedLayout | None:
+        if rollout_gpus not in self.best_rollout:
+            found = fastest_layouts(
+                self.rollout_backend,
+                rollout_gpus,
+                self.constraints,
+                self.arch,
+                self.capacity,
+                self.hardware,
+                top=1,
+                tokens_per_step=self.shape.generated_tokens,
+                sequence_length=min(self.sequence, self.inference.context_length),
+                inference=self.inference,
+                keep=self.instance_in_node,
+                sequences=self.shape.batch,
+            )
+            self.best_rollout[rollout_gpus] = found.layouts[0] if found.layouts else None
+        return self.best_rollout[rollout_gpus]
 
     def train_search(
-        train_gpus: int, settings: TrainingSettings | None, dp: int | None
+        self, train_gpus: int, settings: TrainingSettings | None, dp: int | None
     ) -> FastestLayouts:
         """The fastest layout at ``dp`` (None: every d) with ``settings`` (None: the actor's
-        at each layout's d, :func:`actor_at`)."""
+        at each layout's d, :meth:`actor_at`)."""
+
+        def keep(p: ParallelStrategy) -> bool:
+            own = self.actor_at(p.dp_size) if settings is None else settings
+            return self.ranks_have_sequences(p) and dp in (None, p.dp_size) and self.builds(p, own)
+
         return fastest_layouts(
-            train_backend,
+            self.train_backend,
             train_gpus,
-            train_constraints,
-            arch,
-            capacity,
-            hardware,
+            self.train_constraints,
+            self.arch,
+            self.capacity,
+            self.hardware,
             top=1,
-            tokens_per_step=shape.train_tokens,
+            tokens_per_step=self.shape.train_tokens,
             # a trained sequence as the plan's pace reads it: prompt + mean generation
-            sequence_length=min(step.length, (settings or training).tokens_per_micro_batch),
-            training=settings,
-            training_at=actor_at if settings is None else None,
-            keep=lambda p: (
-                ranks_have_sequences(p)
-                and dp in (None, p.dp_size)
-                and builds(p, actor_at(p.dp_size) if settings is None else settings)
+            sequence_length=min(
+                self.step.length, (settings or self.training).tokens_per_micro_batch
             ),
-            accept=colocated_fit,
+            training=settings,
+            training_at=self.actor_at if settings is None else None,
+            keep=keep,
+            accept=self.colocated_fit,
             limit=SPLIT_LAYOUTS,
             # the actor's ppo_update: its minibatches' optimizer steps, as the plan's pace
-            optimizer_steps=step.minibatches_of("actor"),
+            optimizer_steps=self.step.minibatches_of("actor"),
         )
 
-    def train_layout(train_gpus: int) -> RankedLayout | None:
+    def train_layout(self, train_gpus: int) -> RankedLayout | None:
         """The fastest training layout of at most ``train_gpus`` GPUs: of all of them, or of
         the most GPUs below that :func:`training_counts` allows and that have one (of
         :data:`FREE_TRIES` tried), when that is faster; the rest are free."""
-        found = exact_train_layout(train_gpus)
+        found = self.exact_train_layout(train_gpus)
+        fallback = self.fallback
         below = bisect.bisect_left(fallback, train_gpus)  # the allowed counts < train_gpus
         for size in reversed(fallback[max(0, below - FREE_TRIES) : below]):
-            fewer = exact_train_layout(size)
+            fewer = self.exact_train_layout(size)
             if fewer is not None:
                 if found is None or fewer.speed.tokens_per_second > found.speed.tokens_per_second:
                     found = fewer
                 break
         return found
 
-    def exact_train_layout(train_gpus: int) -> RankedLayout | None:
-        if train_gpus not in best_train:
+    def exact_train_layout(self, train_gpus: int) -> RankedLayout | None:
+        if train_gpus not in self.best_train:
+            batch, training = self.shape.batch, self.training
             counts = [
                 dp
-                for dp in range(1, min(train_gpus, shape.batch) + 1)
-                if train_gpus % dp == 0 and shape.batch % dp == 0
+                for dp in range(1, min(train_gpus, batch) + 1)
+                if train_gpus % dp == 0 and batch % dp == 0
             ]
             if training.micro_batches is None and training.sequence_tokens is None:
                 # a tokens budget: one search, each layout with a rank's share at its d
                 # (below the budget, the engine balances the share over its micro-batches)
-                searches = [train_search(train_gpus, None, None)]
+                searches = [self.train_search(train_gpus, None, None)]
             else:  # a micro-batch per d: one search per d that splits the sequences
-                searches = [train_search(train_gpus, at_dp(training, dp), dp) for dp in counts]
+                searches = [
+                    self.train_search(train_gpus, self.at_dp(training, dp), dp) for dp in counts
+                ]
             if any(found.cut for found in searches):
-                cut_splits.add(train_gpus)
+                self.cut_splits.add(train_gpus)
             layouts = [layout for found in searches for layout in found.layouts]
-            best_train[train_gpus] = min(
+            self.best_train[train_gpus] = min(
                 layouts, key=lambda r: -r.speed.tokens_per_second, default=None
             )
-        return best_train[train_gpus]
+        return self.best_train[train_gpus]
 
-    def proposal(index: int) -> Proposal | None:
-        rollout_gpus = splits[index]
-        train_gpus = gpus - rollout_gpus
-        rollout, actor = rollout_layout(rollout_gpus), train_layout(train_gpus)
+    # --- a split, and the search over them ----------------------------------------------
+
+    def proposal(self, index: int) -> Proposal | None:
+        rollout_gpus = self.splits[index]
+        train_gpus = self.gpus - rollout_gpus
+        rollout, actor = self.rollout_layout(rollout_gpus), self.train_layout(train_gpus)
         if rollout is None or actor is None:
             return None
         free = train_gpus - actor.parallel.world_size
         train_gpus -= free
-        gen = _generation(arch, rollout, hardware, shape)
+        gen = _generation(self.arch, rollout, self.hardware, self.shape)
         dp = actor.parallel.dp_size
         train = rl_step.training_side(  # each engine with its own settings, as the plan does
             [
                 rl_step.training_pace(
                     key,
-                    train_backend,
+                    self.train_backend,
                     actor.parallel,
-                    arch,
-                    hardware,
-                    step,
-                    at_dp(settings, dp, key),
+                    self.arch,
+                    self.hardware,
+                    self.step,
+                    self.at_dp(settings, dp, key),
                 )
-                for key, settings in side
+                for key, settings in self.side
             ]
         )
-        inside = rollout_gpus + train_gpus <= per_node
+        inside = rollout_gpus + train_gpus <= self.per_node
         update = rl_step.weight_update(
-            arch, shape.update_mode, hardware, inside_node=inside, senders=train_gpus
+            self.arch, self.shape.update_mode, self.hardware, inside_node=inside, senders=train_gpus
         )
         return Proposal(
             rollout,
@@ -673,48 +678,51 @@ def suggest(
             train_gpus,
             gen.seconds,
             train,
-            shape,
-            train_gpus in cut_splits,
+            self.shape,
+            train_gpus in self.cut_splits,
             update.seconds,
             gen,
-            per_node,
+            self.per_node,
             free_gpus=free,
         )
 
-    def training_slower(index: int) -> bool:
-        rollout_gpus = splits[index]
-        if rollout_layout(rollout_gpus) is None:
+    def training_slower(self, index: int) -> bool:
+        rollout_gpus = self.splits[index]
+        if self.rollout_layout(rollout_gpus) is None:
             return False  # the rollout lacks GPUs
-        found = proposal(index)
-        if found is None and gpus - rollout_gpus > shape.batch * per_node:
+        found = self.proposal(index)
+        if found is None and self.gpus - rollout_gpus > self.shape.batch * self.per_node:
             return False  # more training GPUs than its sequences keep busy: to the rollout
         return found is None or found.train_seconds >= found.generate_seconds
 
-    def total(index: int) -> float | None:
-        if rollout_layout(splits[index]) is None:
+    def total(self, index: int) -> float | None:
+        if self.rollout_layout(self.splits[index]) is None:
             return None  # the rollout lacks GPUs
-        found = proposal(index)
+        found = self.proposal(index)
         return math.inf if found is None else found.generate_seconds + found.train_seconds
 
-    order = _search_order(
-        len(splits),
-        training_slower,
-        total,
-        asynchronous=shape.step_mode == rl_step.ASYNCHRONOUS,
-        window=max(_WINDOW, top),
-    )
-    proposals = [p for p in map(proposal, order) if p is not None]
-    proposals.sort(key=lambda p: p.step_seconds)
-
-    def step_of(index: int) -> float | None:
-        found = proposal(index) if 0 <= index < len(splits) else None
+    def step_of(self, index: int) -> float | None:
+        found = self.proposal(index) if 0 <= index < len(self.splits) else None
         return None if found is None else found.step_seconds
 
-    def weighed(p: Proposal) -> Proposal:  # the advice against the splits beside it
-        index = splits.index(p.rollout_gpus)
-        return replace(p, neighbours=(step_of(index - 1), step_of(index + 1)))
+    def weighed(self, p: Proposal) -> Proposal:
+        """The proposal's advice against the splits beside it."""
+        index = self.splits.index(p.rollout_gpus)
+        return replace(p, neighbours=(self.step_of(index - 1), self.step_of(index + 1)))
 
-    return [weighed(p) for p in proposals[:top]]
+    def proposals(self, top: int = 3) -> list[Proposal]:
+        """The best ``top`` splits, fastest first: every split when few, else those around
+        the optimum (:func:`_search_order`)."""
+        order = _search_order(
+            len(self.splits),
+            self.training_slower,
+            self.total,
+            asynchronous=self.shape.step_mode == rl_step.ASYNCHRONOUS,
+            window=max(_WINDOW, top),
+        )
+        found = [p for p in map(self.proposal, order) if p is not None]
+        found.sort(key=lambda p: p.step_seconds)
+        return [self.weighed(p) for p in found[:top]]
 
 
 def _generation(
