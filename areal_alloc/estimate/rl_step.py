@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationValidationError
@@ -330,6 +330,19 @@ class Pace:
     step_terms: tuple[StepTerm, ...] = ()
     #: where the two sides' GPUs are (None: not known), for the advice
     split: Split | None = None
+    #: which way GPUs should move (:func:`.advice.balance_advice`), worked out once when
+    #: the pace is made: the plan's text and its JSON print the same line
+    advice: str = field(init=False, default="")
+
+    def __post_init__(self) -> None:
+        advice = balance_advice(
+            self.generate_seconds,
+            self.train_seconds,
+            self.mode,
+            self.split,
+            update=self.update_seconds,
+        )
+        object.__setattr__(self, "advice", advice)
 
     @property
     def step_seconds(self) -> float:
@@ -368,16 +381,6 @@ class Pace:
         if not parts:
             return None
         return f"{', '.join(parts)} (per decoder layer and pass: {HOST_SOURCE})"
-
-    @property
-    def advice(self) -> str:
-        return balance_advice(
-            self.generate_seconds,
-            self.train_seconds,
-            self.mode,
-            self.split,
-            update=self.update_seconds,
-        )
 
     def to_dict(self) -> dict[str, object]:
         return {

@@ -1,8 +1,10 @@
 """``suggest --config`` runs the experiment's plan once (issue 29, item 1): the cluster, the
-engines and the current pace all come from the one plan check would make."""
+engines and the current pace all come from the one plan check would make; and ``check``
+builds the plan's JSON and works out the balance advice once."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -51,3 +53,24 @@ def test_check_builds_the_plans_json_once(
     assert main(["check", str(EXPERIMENT), "--gpu", "H100-80GB", *flags]) == 0
     assert len(made) == built
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("flags", [(), ("--json",)])
+def test_check_works_out_the_balance_advice_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], flags: tuple[str, ...]
+) -> None:
+    from areal_alloc.estimate import rl_step
+
+    made: list[str] = []
+    real = rl_step.balance_advice
+
+    def counted(*args: Any, **kwargs: Any) -> str:
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    # once, when the plan's pace is made: its text and its JSON print that line
+    monkeypatch.setattr(rl_step, "balance_advice", counted)
+    assert main(["check", str(EXPERIMENT), "--gpu", "H100-80GB", *flags]) == 0
+    assert len(made) == 1
+    out = capsys.readouterr().out
+    assert (json.dumps(made[0]) if flags else made[0]) in out
