@@ -59,10 +59,10 @@ def test_check_builds_the_plans_json_once(
 def test_check_works_out_the_balance_advice_once(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], flags: tuple[str, ...]
 ) -> None:
-    from areal_alloc.estimate import rl_step
+    from areal_alloc.estimate import advice, rl_step
 
     made: list[str] = []
-    real = rl_step.balance_advice
+    real = advice.balance_advice
 
     def counted(*args: Any, **kwargs: Any) -> str:
         made.append(real(*args, **kwargs))
