@@ -83,8 +83,8 @@ def layouts(backend: object, gpus: object, *options: object) -> str:
     ``model=Qwen3-8B,gpu=H100-80GB`` (with ``tokens=N``, ``recompute=full``) keeps only
     the layouts whose estimated memory per GPU fits.
     """
+    from areal_alloc.search.fitting import fitting_layouts
     from areal_alloc.search.layouts import enumerate_layouts, parse_constraints
-    from areal_alloc.search.ranking import fitting_layouts
 
     count = _gpu_count(gpus)
     memory = {"model", "gpu", "tokens", "recompute"}

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from areal_alloc.plan import plan_config
-from areal_alloc.search.ranking import fitting_layouts
+from areal_alloc.search.fitting import fitting_layouts
 
 CONFIG: dict[str, Any] = {
     "cluster": {"n_nodes": 4, "n_gpus_per_node": 8, "gpu": "H100-80GB"},

@@ -242,12 +242,15 @@ LAYERS = [
     "areal_alloc.estimate.step_mode",
     "areal_alloc.estimate.advice",
     "areal_alloc.estimate.rl_step",
+    # one layout's memory and step as the search ranks it
+    "areal_alloc.estimate.layout",
     # the search: layouts ranked, the split between rollout and training
     "areal_alloc.search",
     # what the split search takes, read from flags or an experiment
     "areal_alloc.search.inputs",
     "areal_alloc.search.layouts",
     "areal_alloc.search.ranking",
+    "areal_alloc.search.fitting",
     "areal_alloc.search.split",
     # model → plan
     "areal_alloc.placement",

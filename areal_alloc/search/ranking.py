@@ -6,24 +6,16 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from areal_alloc.architecture import Architecture
-from areal_alloc.catalogue import find_model
-from areal_alloc.defaults import MICRO_BATCH_TOKENS
-from areal_alloc.defaults import RECOMPUTE as RECOMPUTE_DEFAULT
 from areal_alloc.estimate.execution import InferenceSettings, TrainingSettings
+from areal_alloc.estimate.layout import decode_speed, layout_memory_estimate, training_speed
 from areal_alloc.estimate.memory import MemoryEstimate
-from areal_alloc.estimate.memory_inference import inference_memory
-from areal_alloc.estimate.memory_training import training_memory
-from areal_alloc.estimate.rl_step import decode_batch
 from areal_alloc.estimate.speed import StepEstimate
-from areal_alloc.estimate.speed_inference import decode_step
-from areal_alloc.estimate.speed_training import settings_step
-from areal_alloc.estimate.system import Hardware, resolve_gpu
+from areal_alloc.estimate.system import Hardware
 from areal_alloc.format import format_spec
-from areal_alloc.limits import MAX_COUNT, MAX_LAYOUTS, grouped
-from areal_alloc.numbers import read_int
+from areal_alloc.limits import MAX_LAYOUTS, grouped
 from areal_alloc.search.layouts import (
     Family,
     LayoutConstraints,
@@ -39,24 +31,9 @@ __all__ = [
     "FastestLayouts",
     "RankedLayout",
     "fastest_layouts",
-    "fitting_layouts",
     "layout_memory",
     "ranked_layouts",
-    "replace_tokens",
 ]
-
-
-def _memory(
-    backend: str,
-    parallel: ParallelStrategy,
-    arch: Architecture,
-    capacity: int | None,
-    training: TrainingSettings,
-    inference: InferenceSettings,
-) -> MemoryEstimate:
-    if backend in INFERENCE_BACKENDS:
-        return inference_memory(backend, backend, arch, parallel, inference, capacity)
-    return training_memory(backend, backend, arch, parallel, training, capacity)
 
 
 def layout_memory(
@@ -76,33 +53,8 @@ def layout_memory(
     inference = inference or InferenceSettings()
     strategies = iter_strategies(backend, gpus, shaped(constraints, arch))
     for parallel in itertools.islice(strategies, MAX_LAYOUTS):
-        estimate = _memory(backend, parallel, arch, capacity, training, inference)
+        estimate = layout_memory_estimate(backend, parallel, arch, capacity, training, inference)
         yield format_spec(backend, parallel), estimate
-
-
-def fitting_layouts(
-    backend: str,
-    gpus: int,
-    constraints: LayoutConstraints | None = None,
-    *,
-    model: str,
-    gpu: str,
-    tokens: str | int = MICRO_BATCH_TOKENS,
-    recompute: str = RECOMPUTE_DEFAULT,
-) -> list[str]:
-    """The layouts whose estimated memory per GPU fits ``gpu`` for ``model``.
-
-    The model's shape rules apply too (heads against t, layers against p, experts
-    against e). Settings are the reference's defaults, with ``tokens`` per
-    micro-batch and activation ``recompute`` as given.
-    """
-    count = read_int(tokens, "tokens", minimum=1, maximum=MAX_COUNT)
-    # an unknown recompute is refused by TrainingSettings (execution.RECOMPUTE)
-    settings = TrainingSettings(tokens_per_micro_batch=count, recompute=recompute)
-    found = layout_memory(
-        backend, gpus, constraints, find_model(model), resolve_gpu(gpu).capacity, settings
-    )
-    return [spec for spec, estimate in found if estimate.fits]
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,53 +77,6 @@ class RankedLayout:
             "memory": self.memory.to_dict(),
             "speed": self.speed.to_dict(),
         }
-
-
-def _training_speed(
-    backend: str,
-    arch: Architecture,
-    parallel: ParallelStrategy,
-    hardware: Hardware,
-    tokens_per_step: int,
-    sequence_length: int,
-    training: TrainingSettings,
-    optimizer_steps: int = 1,
-) -> StepEstimate:
-    return settings_step(
-        backend,
-        arch,
-        parallel,
-        hardware,
-        training,
-        tokens=tokens_per_step,
-        sequence_length=sequence_length,
-        optimizer_steps=optimizer_steps,
-    )
-
-
-def _decode_speed(
-    arch: Architecture,
-    parallel: ParallelStrategy,
-    hardware: Hardware,
-    memory: MemoryEstimate,
-    gpus: int,
-    sequence_length: int,
-    sequences: int | None = None,
-) -> StepEstimate:
-    kv = memory.kv_cache
-    per_token = kv.bytes_per_token if kv is not None else 0
-    instances = gpus // (parallel.tp_size * parallel.pp_size)
-    # the sequences in flight (areal_alloc.estimate.rl_step.decode_batch, the plan's rule): the
-    # step's share, what the KV cache holds at this context; never a fixed cap
-    kv_tokens = kv.tokens if kv is not None else None
-    wanted = sequences if sequences is not None else (kv_tokens or 1) * max(1, instances)
-    batch = decode_batch(wanted, instances, kv_tokens, sequence_length, None)
-    one = decode_step(
-        arch, parallel, hardware, batch=batch, context=sequence_length, kv_bytes_per_token=per_token
-    )
-    # the tokens a step generates: one per sequence in flight, never more than there are
-    # (ceil(512 / 344) = 2 per instance counts 688 where 512 run)
-    return replace_tokens(one, min(one.tokens * instances, wanted), gpus)
 
 
 def _too_many_to_rank(backend: str, gpus: int, limit: int, how: str) -> TooManyLayouts:
@@ -227,15 +132,13 @@ def ranked_layouts(
     out = []
     for parallel in itertools.islice(strategies, MAX_LAYOUTS):
         settings = training if training_at is None else training_at(parallel.dp_size)
-        memory = _memory(backend, parallel, arch, capacity, settings, inference)
+        memory = layout_memory_estimate(backend, parallel, arch, capacity, settings, inference)
         if memory.fits is False:
             continue
         if backend in INFERENCE_BACKENDS:
-            speed = _decode_speed(
-                arch, parallel, hardware, memory, gpus, sequence_length, sequences
-            )
+            speed = decode_speed(arch, parallel, hardware, memory, gpus, sequence_length, sequences)
         else:
-            speed = _training_speed(
+            speed = training_speed(
                 backend,
                 arch,
                 parallel,
@@ -363,9 +266,11 @@ def fastest_layouts(
         index = 0
         for family, built in families:
             for parallel in members(family, built):
-                memory = _memory(backend, parallel, arch, capacity, training, inference)
+                memory = layout_memory_estimate(
+                    backend, parallel, arch, capacity, training, inference
+                )
                 if memory.fits is not False:
-                    speed = _decode_speed(
+                    speed = decode_speed(
                         arch, parallel, hardware, memory, gpus, sequence_length, sequences
                     )
                     enter(index, parallel, speed, memory)
@@ -373,7 +278,7 @@ def fastest_layouts(
         return FastestLayouts(tuple(entry[2] for entry in best), searched, cut)
 
     def speed_of(parallel: ParallelStrategy, settings: TrainingSettings) -> StepEstimate:
-        return _training_speed(
+        return training_speed(
             backend,
             arch,
             parallel,
@@ -401,17 +306,7 @@ def fastest_layouts(
             speed = widest_speed if parallel == widest else speed_of(parallel, settings)
             if beaten(speed.seconds):
                 continue
-            memory = _memory(backend, parallel, arch, capacity, settings, inference)
+            memory = layout_memory_estimate(backend, parallel, arch, capacity, settings, inference)
             if memory.fits is not False:
                 enter(first + offset, parallel, speed, memory)
     return FastestLayouts(tuple(entry[2] for entry in best), searched, cut)
-
-
-def replace_tokens(estimate: StepEstimate, tokens: int, gpus: int) -> StepEstimate:
-    """One instance's decode step counted for all instances of the engine."""
-    return replace(
-        estimate,
-        tokens=tokens,
-        model_flops=estimate.model_flops * tokens / max(estimate.tokens, 1),
-        gpus=gpus,
-    )
