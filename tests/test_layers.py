@@ -251,6 +251,7 @@ LAYERS = [
     "areal_alloc.search.layouts",
     "areal_alloc.search.ranking",
     "areal_alloc.search.fitting",
+    "areal_alloc.search.proposal",
     "areal_alloc.search.split",
     # model → plan
     "areal_alloc.placement",

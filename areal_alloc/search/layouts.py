@@ -9,7 +9,8 @@ parallelism is the cheapest way to split a model within a node), then experts.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
 
 from areal_alloc.architecture import Architecture
@@ -309,3 +310,48 @@ def shaped(constraints: LayoutConstraints | None, arch: Architecture) -> LayoutC
         num_key_value_heads=base.num_key_value_heads or arch.kv_heads,
         num_experts=base.num_experts or (arch.num_experts or None),
     )
+
+
+def training_counts(
+    arch: Architecture,
+    backend: str,
+    gpus: int,
+    per_node: int,
+    *,
+    sequences: int,
+    sequence: int,
+    bound: LayoutConstraints | None = None,
+    fills: Callable[[int, int], bool] | None = None,
+) -> list[int]:
+    """The GPU counts below ``gpus`` that a sensible training layout can span, ascending:
+    d·c·p·t with d dividing the step's ``sequences`` (the reference's even split), c
+    splitting a ``sequence`` with no padding (:func:`context_parallel_fits`),
+    p stages the layers fill (at most num_layers + 2, model_shape.layout_problems) and t
+    dividing the heads inside a node; ``bound``: c also within its useful share
+    (``LayoutConstraints.cp_bound``); ``fills(d, p)``: each rank's sequences fill the
+    micro-batches p stages need. Counts of whole nodes only from two nodes on."""
+    dims = BACKEND_DIMS[backend]
+
+    def up_to(n: int, upto: int) -> list[int]:  # the divisors of n up to ``upto``
+        return [k for k in range(1, min(n, upto) + 1) if n % k == 0]
+
+    data = up_to(sequences, gpus)
+    context = [c for c in up_to(sequence // 2, gpus) if context_parallel_fits(c, sequence)]
+    context = context if "c" in dims else [1]
+    stages = range(1, min(arch.num_layers + 2, gpus) + 1) if "p" in dims else range(1, 2)
+    heads = math.gcd(arch.num_attention_heads, arch.kv_heads or arch.num_attention_heads)
+    tensor = up_to(heads, per_node) if "t" in dims else [1]
+    found: set[int] = set()
+    for d in data:
+        for c in context:
+            for t in tensor:
+                if bound is not None and not bound.cp_bound(c, t):
+                    continue
+                unit = d * c * t
+                if unit >= gpus:
+                    continue
+                found.update(
+                    unit * p for p in stages if unit * p < gpus and (fills is None or fills(d, p))
+                )
+    whole = gpus >= 2 * per_node
+    return sorted(n for n in found if not whole or n % per_node == 0 or n < per_node)

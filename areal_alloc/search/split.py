@@ -24,30 +24,25 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from areal_alloc.architecture import Architecture
-from areal_alloc.defaults import (
-    CONTEXT_LENGTH,
-)
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.estimate import rl_step
-from areal_alloc.estimate.advice import TRAINING, Split, balance, balance_advice
 from areal_alloc.estimate.execution import (
     InferenceSettings,
     TrainingSettings,
     budget_shares,
     whole_local_batch_tokens,
 )
-from areal_alloc.estimate.memory import Term
 from areal_alloc.estimate.speed import ring_share
 from areal_alloc.estimate.system import Hardware
 from areal_alloc.model_shape import even_split_builds, minibatch_micro_batches
 from areal_alloc.search.inputs import RunShape, SearchInputs
-from areal_alloc.search.layouts import LayoutConstraints, context_parallel_fits
+from areal_alloc.search.layouts import LayoutConstraints, context_parallel_fits, training_counts
+from areal_alloc.search.proposal import Proposal, fits_with_colocated
 from areal_alloc.search.ranking import FastestLayouts, RankedLayout, fastest_layouts
 from areal_alloc.strategy import ParallelStrategy
-from areal_alloc.vocab import BACKEND_DIMS
 
 __all__ = [
     "FREE_TRIES",
@@ -60,126 +55,6 @@ __all__ = [
     "suggest",
     "training_counts",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Proposal:
-    rollout: RankedLayout
-    actor: RankedLayout
-    rollout_gpus: int
-    train_gpus: int
-    generate_seconds: float
-    train_seconds: float
-    shape: RunShape
-    #: The training layouts of this split were more than :data:`SPLIT_LAYOUTS`: the
-    #: first ones in the listing order (most data parallelism first) were searched.
-    training_search_cut: bool = False
-    update_seconds: float = 0.0  # the weight update to the rollout (rl_step.weight_update)
-    generation: rl_step.Generation | None = None
-    gpus_per_node: int = 8
-    #: the step of the neighbouring splits as the search estimates them: one step of GPUs
-    #: more for training, one more for the rollout (None: no such split fits)
-    neighbours: tuple[float | None, float | None] | None = None
-    #: GPUs of the split that no engine uses: training is faster on ``train_gpus`` of its
-    #: share than on all of it (see :data:`FREE_TRIES`)
-    free_gpus: int = 0
-
-    @property
-    def step_seconds(self) -> float:
-        """The step in the run's mode (:func:`areal_alloc.estimate.rl_step.step_seconds`)."""
-        return rl_step.step_seconds(
-            self.shape.step_mode,
-            self.generate_seconds,
-            self.train_seconds,
-            self.update_seconds,
-            0.0,
-        )
-
-    @property
-    def balance(self) -> float | None:
-        """Generation rate over training rate (:func:`.advice.balance`; None when a side
-        has no estimate)."""
-        return balance(self.generate_seconds, self.train_seconds)
-
-    @property
-    def advice(self) -> str:
-        """Which way GPUs should move, weighed against the neighbouring splits."""
-        gpus = self.rollout_gpus + self.train_gpus + self.free_gpus
-        instances = self.rollout.parallel.dp_size
-        split = Split(
-            self.rollout_gpus,
-            self.train_gpus,
-            gpus,
-            self.gpus_per_node,
-            rollout_full=instances if instances >= self.shape.batch else None,
-        )
-        near = self.neighbours
-
-        def moved(side: str) -> float | None:
-            if near is None:
-                return None
-            return near[0] if side == TRAINING else near[1]
-
-        return balance_advice(
-            self.generate_seconds,
-            self.train_seconds,
-            self.shape.step_mode,
-            split,
-            update=self.update_seconds,
-            moved=None if near is None else moved,
-        )
-
-    def overrides(self) -> list[str]:
-        out = [f"rollout.backend={self.rollout.spec}", f"actor.backend={self.actor.spec}"]
-        if self.shape.ref:
-            out += ["++ref.backend=''", "++ref.scheduling_strategy.type=colocation"]
-            out += ["++ref.scheduling_strategy.target=actor"]
-        if self.shape.critic:
-            out += [f"++critic.backend={self.actor.spec}"]
-            out += ["++critic.scheduling_strategy.type=colocation"]
-            out += ["++critic.scheduling_strategy.target=actor"]
-        return out
-
-    def yaml(self) -> str:
-        lines = [
-            f"rollout:\n  backend: {self.rollout.spec}",
-            f"actor:\n  backend: {self.actor.spec}",
-        ]
-        colocated = "  scheduling_strategy: {type: colocation, target: actor}"
-        if self.shape.ref:
-            lines.append(f'ref:\n  backend: ""\n{colocated}')
-        if self.shape.critic:
-            lines.append(f"critic:\n  backend: {self.actor.spec}\n{colocated}")
-        return "\n".join(lines) + "\n"
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "rollout": {"gpus": self.rollout_gpus, **self.rollout.to_dict()},
-            "actor": {"gpus": self.train_gpus, **self.actor.to_dict()},
-            "free_gpus": self.free_gpus,
-            "generate_seconds": self.generate_seconds,
-            "train_seconds": self.train_seconds,
-            "step_seconds": self.step_seconds,
-            "update_seconds": self.update_seconds,
-            "mode": self.shape.step_mode,
-            "generation": None if self.generation is None else self.generation.what,
-            "balance": self.balance,
-            "advice": self.advice,
-            "overrides": self.overrides(),
-            "training_search_cut": self.training_search_cut,
-        }
-
-    @property
-    def search_note(self) -> str | None:
-        """What the search of this proposal's training layouts left out, if anything."""
-        if not self.training_search_cut:
-            return None
-        backend = self.actor.spec.partition(":")[0]
-        return (
-            f"training on {self.train_gpus:,} GPUs: only the first {SPLIT_LAYOUTS:,} "
-            f"{backend} layouts were searched (most data parallelism first); "
-            f"`areal-alloc layouts {backend} {self.train_gpus} --rank --top 3` searches more"
-        )
 
 
 def _splits(gpus: int, per_node: int) -> list[int]:
@@ -202,51 +77,6 @@ SPLIT_LAYOUTS = 8_000
 #: 4,120 GPUs = 8 × 5 × 103 fill only with c103 or p103 (megatron:d1p40c103, 5.4 s where
 #: d128p4c8e8 on 4,096 of them takes 0.7 s); with it, 4,096 train and 24 are free.
 FREE_TRIES = 4
-
-
-def training_counts(
-    arch: Architecture,
-    backend: str,
-    gpus: int,
-    per_node: int,
-    *,
-    sequences: int,
-    sequence: int,
-    bound: LayoutConstraints | None = None,
-    fills: Callable[[int, int], bool] | None = None,
-) -> list[int]:
-    """The GPU counts below ``gpus`` that a sensible training layout can span, ascending:
-    d·c·p·t with d dividing the step's ``sequences`` (the reference's even split), c
-    splitting a ``sequence`` with no padding (:func:`context_parallel_fits`),
-    p stages the layers fill (at most num_layers + 2, model_shape.layout_problems) and t
-    dividing the heads inside a node; ``bound``: c also within its useful share
-    (``LayoutConstraints.cp_bound``); ``fills(d, p)``: each rank's sequences fill the
-    micro-batches p stages need. Counts of whole nodes only from two nodes on."""
-    dims = BACKEND_DIMS[backend]
-
-    def divisors(n: int, upto: int) -> list[int]:
-        return [k for k in range(1, min(n, upto) + 1) if n % k == 0]
-
-    data = divisors(sequences, gpus)
-    context = [c for c in divisors(sequence // 2, gpus) if context_parallel_fits(c, sequence)]
-    context = context if "c" in dims else [1]
-    stages = range(1, min(arch.num_layers + 2, gpus) + 1) if "p" in dims else range(1, 2)
-    heads = math.gcd(arch.num_attention_heads, arch.kv_heads or arch.num_attention_heads)
-    tensor = divisors(heads, per_node) if "t" in dims else [1]
-    found: set[int] = set()
-    for d in data:
-        for c in context:
-            for t in tensor:
-                if bound is not None and not bound.cp_bound(c, t):
-                    continue
-                unit = d * c * t
-                if unit >= gpus:
-                    continue
-                found.update(
-                    unit * p for p in stages if unit * p < gpus and (fills is None or fills(d, p))
-                )
-    whole = gpus >= 2 * per_node
-    return sorted(n for n in found if not whole or n % per_node == 0 or n < per_node)
 
 
 #: Up to this many rollout/training splits, every one is estimated; beyond, the search
@@ -340,7 +170,7 @@ def suggest(
     train_backend: str = "megatron",
     rollout_backend: str = "sglang",
     training: TrainingSettings | None = None,
-    context_length: int = CONTEXT_LENGTH,
+    context_length: int | None = None,
     top: int = 3,
     memory_reserve: int | None = None,
     inference: InferenceSettings | None = None,
@@ -415,7 +245,7 @@ class SplitSearch:
         train_backend: str = "megatron",
         rollout_backend: str = "sglang",
         training: TrainingSettings | None = None,
-        context_length: int = CONTEXT_LENGTH,
+        context_length: int | None = None,
         memory_reserve: int | None = None,
         inference: InferenceSettings | None = None,
         ref_training: TrainingSettings | None = None,
@@ -436,7 +266,9 @@ class SplitSearch:
         if shape.critic:
             self.side.append(("critic", critic_training or training))
         if inference is None:
-            inference = InferenceSettings(context_length=context_length)
+            inference = InferenceSettings()
+            if context_length is not None:
+                inference = replace(inference, context_length=context_length)
         if memory_reserve is not None:
             training = replace(training, reserve_bytes=memory_reserve)
             inference = replace(inference, reserve_bytes=memory_reserve)
@@ -454,8 +286,8 @@ class SplitSearch:
         )
         self.best_rollout: dict[int, RankedLayout | None] = {}
         self.best_train: dict[int, RankedLayout | None] = {}
-        # training GPU counts whose search stopped at SPLIT_LAYOUTS
-        self.cut_splits: set[int] = set()
+        # training GPU counts whose search stopped at SPLIT_LAYOUTS, and that limit
+        self.cut_splits: dict[int, int] = {}
         self.shared: dict[int, TrainingSettings] = {}
         # no rollout wider than the step's sequences can keep busy: an instance per sequence
         # at most, each inside a node
@@ -518,7 +350,7 @@ class SplitSearch:
         return even_split_builds(self.arch.num_layers, parallel.pp_size, settings.virtual_pipeline)
 
     def colocated_fit(self, actor: RankedLayout) -> bool:
-        return _fits_with_colocated(actor, self.shape, self.capacity)
+        return fits_with_colocated(actor, self.shape, self.capacity)
 
     # --- the settings at a layout's d ------------------------------------------------
 
@@ -634,7 +466,7 @@ class SplitSearch:
                     self.train_search(train_gpus, self.at_dp(training, dp), dp) for dp in counts
                 ]
             if any(found.cut for found in searches):
-                self.cut_splits.add(train_gpus)
+                self.cut_splits[train_gpus] = SPLIT_LAYOUTS
             layouts = [layout for found in searches for layout in found.layouts]
             self.best_train[train_gpus] = min(
                 layouts, key=lambda r: -r.speed.tokens_per_second, default=None
@@ -679,7 +511,7 @@ class SplitSearch:
             gen.seconds,
             train,
             self.shape,
-            train_gpus in self.cut_splits,
+            self.cut_splits.get(train_gpus),
             update.seconds,
             gen,
             self.per_node,
@@ -740,18 +572,3 @@ def _generation(
         mode=shape.step_mode,
         backend=rollout.spec.partition(":")[0],
     )
-
-
-def _fits_with_colocated(actor: RankedLayout, shape: RunShape, capacity: int) -> bool:
-    """The actor's GPUs also hold the ref's weights (bf16) and the critic's states."""
-    memory = actor.memory
-    resident = memory.term("weights") + memory.term("gradients") + memory.term("optimizer")
-    added = 0
-    if shape.ref:
-        added += memory.term("weights")  # the same model, weights only
-    if shape.critic:
-        added += resident
-    if not added:
-        return True
-    shared = memory.with_term(Term("colocated", added, "ref/critic on these GPUs"))
-    return shared.total <= capacity
