@@ -214,6 +214,8 @@ LAYERS = [
     *_SECTION_PARTS,
     "areal_alloc.experiment.records",
     *_SECTION_READERS,
+    # each engine's details after its backend, through the readers above
+    "areal_alloc.experiment.sections.details",
     "areal_alloc.experiment.read",
     "areal_alloc.experiment",
     "areal_alloc.experiment.shapes",

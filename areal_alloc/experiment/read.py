@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING
 from areal_alloc._config import child, is_mapping
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.experiment.loader import refuse_at_load
-from areal_alloc.experiment.models import model_sources
 from areal_alloc.experiment.nulls import refuse_nulls
-from areal_alloc.experiment.records import Engine, Experiment, ModelChoice
+from areal_alloc.experiment.records import Experiment
 from areal_alloc.experiment.reference_keys import check_reference_keys
 from areal_alloc.experiment.sections.cluster import read_cluster
+from areal_alloc.experiment.sections.details import with_details
 from areal_alloc.experiment.sections.engines import (
     apply_run_rules,
     engine_version,
@@ -39,10 +39,6 @@ from areal_alloc.experiment.sections.engines import (
 )
 from areal_alloc.experiment.sections.run import read_run, read_startup, trainer_kind
 from areal_alloc.experiment.sections.scheduling import read_scheduling
-from areal_alloc.experiment.sections.servers import inference_config
-from areal_alloc.experiment.sections.train import train_config
-from areal_alloc.experiment.sections.values import at as _at
-from areal_alloc.experiment.sections.values import flag as _flag
 
 if TYPE_CHECKING:
     from areal_alloc.settings import Settings
@@ -78,7 +74,7 @@ def read_experiment(
     warnings = key_warnings + warnings
     warnings += not_inference_keys(cfg)
     engines = apply_run_rules(cfg, read)
-    engines = [_with_details(cfg, e) for e in engines]
+    engines = [with_details(cfg, e) for e in engines]
     engines = [replace(e, version=engine_version(cfg, e)) for e in engines]
     run = read_run(cfg)
     actor = child(cfg, "actor")
@@ -96,24 +92,3 @@ def read_experiment(
         read_scheduling(cfg, [(e.key, e.path, e.allocation.backend) for e in engines]),
     )
     return experiment.resolved(settings) if settings is not None else experiment
-
-
-def _with_details(cfg: object, engine: Engine) -> Engine:
-    """The engine's model, ``offload`` and settings (an inactive engine: its model only)."""
-    sources = model_sources(cfg, engine.key, engine.path, engine.allocation.backend)
-    choice = ModelChoice(tuple(sources))
-    offload_path = "teacher" if engine.key == "teacher" else engine.path
-    offload = _flag(_at(cfg, offload_path), "offload", False, f"{offload_path}.offload")
-    if not engine.active:
-        return replace(engine, model=choice, offload=offload)
-    if engine.allocation.is_inference:
-        return replace(
-            engine,
-            model=choice,
-            offload=offload,
-            inference=inference_config(cfg, engine, _at(cfg, engine.path)),
-        )
-    training = train_config(
-        _at(cfg, engine.path), engine.path, engine.key, engine.allocation.backend
-    )
-    return replace(engine, model=choice, offload=offload, training=training)
