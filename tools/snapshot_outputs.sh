@@ -52,3 +52,6 @@ run suggest-no-model areal-alloc suggest --gpus 32 --gpu H100-80GB
 run suggest-overrides-alone areal-alloc suggest --model Qwen3-8B --gpus 32 x=1
 run suggest-prompt-cap areal-alloc suggest --model Qwen3-8B --gpus 32 --gpu H100-80GB --prompt-len 40000
 run suggest-nofit areal-alloc suggest --model Qwen3-235B-A22B --gpus 8 --gpu H100-80GB --recompute full
+run explain-generation areal-alloc explain sglang:d2t4 --model Qwen3-8B --gpu H100-80GB --batch 64 --mean-gen-len 3000
+run explain-generation-json areal-alloc explain vllm:d1t8 --model Qwen3-8B --gpu H100-80GB --batch 512 --prompt-len 4000 --gen-len 30000 --json
+run explain-training-speed areal-alloc explain fsdp:d8 --model Qwen3-8B --gpu H100-80GB --tokens-per-step 65536

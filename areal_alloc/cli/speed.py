@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 
-from areal_alloc.architecture import Architecture
 from areal_alloc.catalogue import find_model
 from areal_alloc.cli.args import (
     count,
@@ -31,14 +30,9 @@ from areal_alloc.defaults import (
 )
 from areal_alloc.errors import AllocationValidationError
 from areal_alloc.estimate.engines import estimate_allocation
-from areal_alloc.estimate.memory import KVCache
-from areal_alloc.estimate.speed_inference import generation
+from areal_alloc.estimate.speed_inference import instance_generation
 from areal_alloc.estimate.speed_training import settings_step
-from areal_alloc.estimate.system import Hardware
 from areal_alloc.model import ModelAllocation
-from areal_alloc.settings import (
-    Sourced,
-)
 
 #: ``explain``'s flags that ask for a speed: inference, then training.
 _GENERATION_FLAGS = ("batch", "prompt_len", "gen_len", "mean_gen_len")
@@ -109,15 +103,17 @@ def explain_speed(alloc: ModelAllocation, ns: argparse.Namespace) -> dict[str, o
         kv = memory.kv_cache
         prompt = ns.prompt_len or PROMPT_TOKENS
         mean = machine(ns).mean_gen_len  # --mean-gen-len, then AREAL_ALLOC_MEAN_GEN_LEN
+        # None: not given anywhere (the longest); else its value and where it came from
+        mean_from = None if mean is None else (mean.value, mean.source)
         run = instance_generation(
             arch,
-            alloc,
+            alloc.parallel,
             hardware,
             ns.batch,
             prompt,
             ns.gen_len or NEW_TOKENS,
             kv,
-            mean,
+            mean_from,
             ns.prompt_len,
         )
         return {"generation": run}
@@ -139,57 +135,6 @@ def explain_speed(alloc: ModelAllocation, ns: argparse.Namespace) -> dict[str, o
             "sequence_length": ns.seq_len or min(tokens_mb, CONTEXT_LENGTH),
             "recompute": training.recompute,
         }
-    }
-
-
-def instance_generation(
-    arch: Architecture,
-    alloc: ModelAllocation,
-    hardware: Hardware,
-    batch: int,
-    prompt: int,
-    gen: int,
-    kv: KVCache | None,
-    mean_gen_len: Sourced[int] | None = None,
-    given_prompt: int | None = None,
-) -> dict[str, object]:
-    """One instance generating ``batch`` sequences of the mean length: ``--gen-len`` is the
-    longest (gconfig.max_new_tokens), ``--mean-gen-len`` the mean (default the longest),
-    as the plan and suggest read them; ``given_prompt`` is --prompt-len (None: the default
-    prompt, said in the assumptions)."""
-    per_token = kv.bytes_per_token if kv is not None else 0
-    held = kv.tokens if kv is not None else None
-    mean = gen if mean_gen_len is None else min(mean_gen_len.value, gen)
-    run = generation(
-        arch,
-        alloc.parallel,
-        hardware,
-        batch=batch,
-        prompt_len=prompt,
-        gen_len=mean,
-        kv_bytes_per_token=per_token,
-    )
-    assumptions = list(run.assumptions)
-    if given_prompt is None:
-        assumptions.append(f"prompts of {prompt:,} tokens (--prompt-len not given)")
-    if mean_gen_len is not None:
-        assumptions.append(f"mean generation length {mean:,} tokens (from {mean_gen_len.source})")
-    needed = batch * (prompt + gen)
-    if held is not None and needed > held:
-        assumptions.append(
-            f"the KV cache holds {held:,} tokens, fewer than batch {batch} × ({prompt:,} + "
-            f"{gen:,}) = {needed:,}: the engine would hold fewer sequences in flight"
-        )
-    return {
-        "tokens_per_second": run.tokens_per_second,
-        "seconds": run.seconds,
-        "batch": batch,
-        "prompt_len": prompt,
-        "gen_len": gen,
-        "mean_gen_len": mean,
-        "bottleneck": run.bottleneck,
-        "terms": run.terms_dict(),
-        "assumptions": assumptions,
     }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from areal_alloc.architecture import Architecture
 from areal_alloc.errors import AllocationValidationError
+from areal_alloc.estimate.memory import KVCache
 from areal_alloc.estimate.speed import (
     StepEstimate,
     StepTerm,
@@ -192,3 +193,55 @@ def generation(
             UNMEASURED.format(what="decode", why="the server's scheduler and sampling"),
         ),
     )
+
+
+def instance_generation(
+    arch: Architecture,
+    parallel: ParallelStrategy,
+    hardware: Hardware,
+    batch: int,
+    prompt: int,
+    gen: int,
+    kv: KVCache | None,
+    mean_gen_len: tuple[int, str] | None = None,
+    given_prompt: int | None = None,
+) -> dict[str, object]:
+    """One instance generating ``batch`` sequences of the mean length: ``--gen-len`` is the
+    longest (gconfig.max_new_tokens), ``--mean-gen-len`` the mean (default the longest),
+    as the plan and suggest read them; ``given_prompt`` is --prompt-len (None: the default
+    prompt, said in the assumptions); ``mean_gen_len`` the mean and where it came from (None:
+    not given, the longest). ``explain``'s figures (areal_alloc.cli.speed)."""
+    per_token = kv.bytes_per_token if kv is not None else 0
+    held = kv.tokens if kv is not None else None
+    mean = gen if mean_gen_len is None else min(mean_gen_len[0], gen)
+    run = generation(
+        arch,
+        parallel,
+        hardware,
+        batch=batch,
+        prompt_len=prompt,
+        gen_len=mean,
+        kv_bytes_per_token=per_token,
+    )
+    assumptions = list(run.assumptions)
+    if given_prompt is None:
+        assumptions.append(f"prompts of {prompt:,} tokens (--prompt-len not given)")
+    if mean_gen_len is not None:
+        assumptions.append(f"mean generation length {mean:,} tokens (from {mean_gen_len[1]})")
+    needed = batch * (prompt + gen)
+    if held is not None and needed > held:
+        assumptions.append(
+            f"the KV cache holds {held:,} tokens, fewer than batch {batch} × ({prompt:,} + "
+            f"{gen:,}) = {needed:,}: the engine would hold fewer sequences in flight"
+        )
+    return {
+        "tokens_per_second": run.tokens_per_second,
+        "seconds": run.seconds,
+        "batch": batch,
+        "prompt_len": prompt,
+        "gen_len": gen,
+        "mean_gen_len": mean,
+        "bottleneck": run.bottleneck,
+        "terms": run.terms_dict(),
+        "assumptions": assumptions,
+    }
