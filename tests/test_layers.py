@@ -280,9 +280,12 @@ LAYERS = [
     # the flags the subcommands share and what they give, then one module a subcommand
     "areal_alloc.cli.flags",
     "areal_alloc.cli.machine",
+    "areal_alloc.cli.estimate_lines",
     "areal_alloc.cli.speed",
+    "areal_alloc.cli.layout_text",
     "areal_alloc.cli.explain",
     "areal_alloc.cli.migrate",
+    "areal_alloc.cli.layouts_model",
     "areal_alloc.cli.layouts",
     "areal_alloc.cli.check",
     "areal_alloc.cli.calibrate",

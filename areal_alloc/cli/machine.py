@@ -1,6 +1,6 @@
 """What the shared flags give: the machine's settings (the GPU, speeds, reserve), the
-training and inference settings, a layout's memory and pipeline split, and the lines the
-estimate commands end with."""
+training and inference settings, a layout's memory and pipeline split (the lines the
+estimate commands end with: areal_alloc.cli.estimate_lines)."""
 
 from __future__ import annotations
 
@@ -22,10 +22,8 @@ from areal_alloc.estimate.execution import (
     InferenceSettings,
     TrainingSettings,
 )
-from areal_alloc.estimate.margin import EDGE
 from areal_alloc.estimate.memory import MemoryEstimate
 from areal_alloc.estimate.pipeline_split import PipelineSplit, engine_split
-from areal_alloc.estimate.speed import StepEstimate
 from areal_alloc.estimate.system import GPUSpec, Hardware, build_hardware
 from areal_alloc.model import ModelAllocation
 from areal_alloc.settings import (
@@ -164,41 +162,3 @@ def hardware_from_flags(
             f"{what} is not in the catalogue: give --peak-tflops and --hbm-tbps to estimate speed"
         )
     return hardware  # a calibration used is named in every estimate it changes
-
-
-def footer(gpus_per_node: int | None, assumptions: tuple[str, ...]) -> None:
-    """What an estimate assumed (``gpus_per_node`` None: the 8 assumed), and where a
-    calibration came from."""
-    for assumption in assumptions:
-        if not assumption.startswith("calibrated: "):
-            print(f"# assumed: {assumption}")
-    if not gpus_per_node:
-        print("# assumed: 8 GPUs per node (--gpus-per-node)")
-    for assumption in assumptions:  # a stored calibration, with how to turn it off
-        if assumption.startswith("calibrated: "):
-            print(f"# {assumption}")
-
-
-def memory_fixes(recompute: str | None) -> str:
-    """What to try when nothing fits: --recompute full only when it is not already so."""
-    if recompute == "full":
-        return "try more GPUs or fewer --tokens (this is already with --recompute full)"
-    return "try more GPUs, --recompute full or fewer --tokens"
-
-
-def at_the_edge(memory: MemoryEstimate) -> str:
-    """A proposal's memory at the edge (estimate.margin): within the estimate's measured
-    error of the GPU's memory, so it may not fit."""
-    if memory.verdict != EDGE:
-        return ""
-    return f" (AT THE EDGE: within the estimate's {memory.error.sides} measured error)"
-
-
-def host_share(step: StepEstimate) -> str:
-    """The actor's host time (speed_host) as a share of its step: hidden under its GPU
-    time, or beyond it; "" where it has none."""
-    term = step.host
-    if term is None or not step.seconds:
-        return ""
-    where = "hidden under its GPU time" if term.hidden else "beyond its GPU time"
-    return f"; host {term.seconds / step.seconds:.0%} of the actor's step, {where}"

@@ -13,6 +13,7 @@ from areal_alloc.cli.args import (
     positive,
     reference_flag,
 )
+from areal_alloc.cli.estimate_lines import at_the_edge, footer, host_share, memory_fixes
 from areal_alloc.cli.flags import (
     CONTEXT_LENGTH_HELP,
     GEN_LEN_HELP,
@@ -24,13 +25,7 @@ from areal_alloc.cli.flags import (
     hardware_flags,
     mean_gen_len_flag,
 )
-from areal_alloc.cli.machine import (
-    at_the_edge,
-    footer,
-    hardware_from_flags,
-    host_share,
-    memory_fixes,
-)
+from areal_alloc.cli.machine import hardware_from_flags
 from areal_alloc.cli.suggest_config import current_pace, suggest_inputs
 from areal_alloc.defaults import (
     NEW_TOKENS,

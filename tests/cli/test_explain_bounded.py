@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from areal_alloc.cli import main
-from areal_alloc.cli.explain import TEXT_MAX_GROUPS
+from areal_alloc.cli.layout_text import TEXT_MAX_GROUPS
 from areal_alloc.rankgroups import JSON_MAX_RANKS
 
 
