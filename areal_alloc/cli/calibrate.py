@@ -19,11 +19,10 @@ from areal_alloc.defaults import (
     CONTEXT_LENGTH,
 )
 from areal_alloc.errors import AllocationValidationError
-from areal_alloc.estimate import calibration, rl_step
+from areal_alloc.estimate import calibration
 from areal_alloc.estimate.engines import estimate_allocation
+from areal_alloc.estimate.layout import instance_decode, training_speed
 from areal_alloc.estimate.speed import fit_decode, fit_training
-from areal_alloc.estimate.speed_inference import decode_step
-from areal_alloc.estimate.speed_training import settings_step
 from areal_alloc.model import ModelAllocation
 
 
@@ -92,21 +91,10 @@ def calibrate(args: list[str]) -> int:
                 f"{alloc.spec} is an inference layout: give --tokens-per-second"
             )
         memory = estimate_allocation(alloc, arch, gpu_spec(ns).capacity, training, inference)
-        kv = memory.kv_cache
         context = ns.seq_len or ns.context_length
-        # the plan's rule (rl_step.decode_batch): the sequences the KV cache holds at this
-        # context, unless --batch says how many were in flight
-        kv_tokens = kv.tokens if kv is not None else None
-        held = rl_step.decode_batch(kv_tokens or 1, 1, kv_tokens, context, None)
-        batch = ns.batch or held
-        one = decode_step(
-            arch,
-            alloc.parallel,
-            hardware,
-            batch=batch,
-            context=context,
-            kv_bytes_per_token=kv.bytes_per_token if kv is not None else 0,
-        )
+        # the sequences the KV cache holds at this context (the plan's rule), unless --batch
+        # says how many were in flight
+        one, batch = instance_decode(arch, alloc.parallel, hardware, memory, context, ns.batch)
         instances = alloc.n_instances
         calibration.check_measured(
             ns.tokens_per_second, "--tokens-per-second", calibration.MAX_TOKENS_PER_SECOND
@@ -128,14 +116,8 @@ def calibrate(args: list[str]) -> int:
                 f"{alloc.spec} is a training layout: give --step-seconds"
             )
         sequence = ns.seq_len or min(training.tokens_per_micro_batch, CONTEXT_LENGTH)
-        estimate = settings_step(
-            alloc.backend,
-            arch,
-            alloc.parallel,
-            hardware,
-            training,
-            tokens=ns.tokens_per_step,
-            sequence_length=sequence,
+        estimate = training_speed(
+            alloc.backend, arch, alloc.parallel, hardware, ns.tokens_per_step, sequence, training
         )
         efficiency = fit_training(ns.step_seconds, estimate, hardware)
         source = (

@@ -20,7 +20,13 @@ from areal_alloc.estimate.system import Hardware
 from areal_alloc.strategy import ParallelStrategy
 from areal_alloc.vocab import INFERENCE_BACKENDS
 
-__all__ = ["decode_speed", "layout_memory_estimate", "replace_tokens", "training_speed"]
+__all__ = [
+    "decode_speed",
+    "instance_decode",
+    "layout_memory_estimate",
+    "replace_tokens",
+    "training_speed",
+]
 
 
 def layout_memory_estimate(
@@ -84,6 +90,31 @@ def decode_speed(
     # the tokens a step generates: one per sequence in flight, never more than there are
     # (ceil(512 / 344) = 2 per instance counts 688 where 512 run)
     return replace_tokens(one, min(one.tokens * instances, wanted), gpus)
+
+
+def instance_decode(
+    arch: Architecture,
+    parallel: ParallelStrategy,
+    hardware: Hardware,
+    memory: MemoryEstimate,
+    context: int,
+    batch: int | None = None,
+) -> tuple[StepEstimate, int]:
+    """One instance's decode step at ``context``, and the sequences it decodes: ``batch``,
+    else those its KV cache holds at that context (the plan's rule,
+    :func:`areal_alloc.estimate.rl_step.decode_batch`); ``calibrate`` fits to it."""
+    kv = memory.kv_cache
+    kv_tokens = kv.tokens if kv is not None else None
+    batch = batch or decode_batch(kv_tokens or 1, 1, kv_tokens, context, None)
+    one = decode_step(
+        arch,
+        parallel,
+        hardware,
+        batch=batch,
+        context=context,
+        kv_bytes_per_token=kv.bytes_per_token if kv is not None else 0,
+    )
+    return one, batch
 
 
 def replace_tokens(estimate: StepEstimate, tokens: int, gpus: int) -> StepEstimate:
