@@ -27,8 +27,8 @@ from areal_alloc.vocab import ENGINE_ORDER
 if TYPE_CHECKING:
     from areal_alloc.estimate.host import HostEstimate
     from areal_alloc.estimate.memory import MemoryEstimate
+    from areal_alloc.estimate.pace import Pace
     from areal_alloc.estimate.pipeline_split import PipelineSplit
-    from areal_alloc.estimate.rl_step import Pace
 
 __all__ = [
     "ENGINE_ORDER",
@@ -200,8 +200,8 @@ def _with_memory(
     """
     # loaded only for configs that name a model: a plain layout check stays light
     from areal_alloc.estimate.engines import estimate_memory, memory_problems
+    from areal_alloc.estimate.pace import estimate_pace
     from areal_alloc.estimate.pipeline_split import engine_split
-    from areal_alloc.estimate.rl_step import estimate_pace
 
     fit = estimate_memory(experiment, machine)
     run = experiment.run  # the sequences in flight fit the KV cache at the longest's length

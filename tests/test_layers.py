@@ -244,6 +244,8 @@ LAYERS = [
     "areal_alloc.estimate.step_mode",
     "areal_alloc.estimate.advice",
     "areal_alloc.estimate.rl_step",
+    # an experiment's pace by the one RL-step model
+    "areal_alloc.estimate.pace",
     # one layout's memory and step as the search ranks it
     "areal_alloc.estimate.layout",
     # the search: layouts ranked, the split between rollout and training
@@ -379,7 +381,7 @@ def test_only_the_experiment_reads_the_raw_config() -> None:
     [
         "areal_alloc.plan",
         "areal_alloc.estimate.engines",
-        "areal_alloc.estimate.rl_step",
+        "areal_alloc.estimate.pace",
         "areal_alloc.search.inputs",
     ],
 )

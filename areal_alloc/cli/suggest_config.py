@@ -9,7 +9,7 @@ import argparse
 from areal_alloc.cli.machine import machine, settings_of
 from areal_alloc.compose import compose_file
 from areal_alloc.errors import AllocationError, AllocationValidationError
-from areal_alloc.estimate.rl_step import Pace
+from areal_alloc.estimate.pace import Pace
 from areal_alloc.estimate.system import GPUSpec
 from areal_alloc.experiment.read import read_experiment
 from areal_alloc.plan import plan_config

@@ -1,6 +1,6 @@
 """Which way GPUs should move between the two sides of an RL step (:func:`balance_advice`,
 one line), given where the GPUs are (:class:`Split`): the plan's advice
-(``rl_step.Pace.advice``) and ``suggest``'s.
+(``pace.Pace.advice``) and ``suggest``'s.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from areal_alloc.estimate.execution import (
     server_limit,
     training_settings,
 )
-from areal_alloc.estimate.rl_step import Pace
+from areal_alloc.estimate.pace import Pace
 from areal_alloc.estimate.system import GPUSpec
 from areal_alloc.experiment.records import Experiment, RunConfig
 from areal_alloc.limits import MAX_COUNT

@@ -59,7 +59,7 @@ def test_check_builds_the_plans_json_once(
 def test_check_works_out_the_balance_advice_once(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], flags: tuple[str, ...]
 ) -> None:
-    from areal_alloc.estimate import advice, rl_step
+    from areal_alloc.estimate import advice, pace
 
     made: list[str] = []
     real = advice.balance_advice
@@ -69,7 +69,7 @@ def test_check_works_out_the_balance_advice_once(
         return made[-1]
 
     # once, when the plan's pace is made: its text and its JSON print that line
-    monkeypatch.setattr(rl_step, "balance_advice", counted)
+    monkeypatch.setattr(pace, "balance_advice", counted)
     assert main(["check", str(EXPERIMENT), "--gpu", "H100-80GB", *flags]) == 0
     assert len(made) == 1
     out = capsys.readouterr().out
