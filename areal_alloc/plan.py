@@ -22,7 +22,6 @@ from areal_alloc.experiment.records import Experiment
 from areal_alloc.model import ModelAllocation
 from areal_alloc.placement import Placement, place
 from areal_alloc.settings import DETECTED_HOST, ON_MEMORY, Resolved, Settings, Sourced
-from areal_alloc.vocab import ENGINE_ORDER
 
 if TYPE_CHECKING:
     from areal_alloc.estimate.host import HostEstimate
@@ -31,7 +30,6 @@ if TYPE_CHECKING:
     from areal_alloc.estimate.pipeline_split import PipelineSplit
 
 __all__ = [
-    "ENGINE_ORDER",
     "EnginePlan",
     "Placement",
     "Plan",

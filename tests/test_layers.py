@@ -371,6 +371,17 @@ READS_THE_RAW_CONFIG = {
 }
 
 
+#: The most of the package's modules one module may import (issue 29): a module that needs
+#: more does more than one thing, and its parts belong in modules of their own.
+MAX_IMPORTED = 12
+
+
+@pytest.mark.parametrize("module", LAYERS)
+def test_no_module_imports_more_than_a_dozen_of_the_package(module: str) -> None:
+    imported = _imports(module)
+    assert len(imported) <= MAX_IMPORTED, sorted(imported)
+
+
 def test_only_the_experiment_reads_the_raw_config() -> None:
     readers = {module for module in LAYERS if "areal_alloc._config" in _imports(module)}
     assert readers == READS_THE_RAW_CONFIG
