@@ -189,21 +189,26 @@ def suggest(
     ``memory_reserve``: bytes kept back per GPU by both engines (``--memory-reserve-gib``);
     None keeps the settings' defaults (4 GiB training, 2 GiB inference).
     """
-    return SplitSearch(
-        arch,
-        gpus,
-        capacity,
-        hardware,
-        shape,
-        train_backend=train_backend,
-        rollout_backend=rollout_backend,
-        training=training,
-        context_length=context_length,
-        memory_reserve=memory_reserve,
-        inference=inference,
-        ref_training=ref_training,
-        critic_training=critic_training,
-    ).proposals(top)
+    if gpus < 2:
+        raise AllocationValidationError(f"{gpus} GPU(s): a rollout and a trainer need at least 2")
+    training = training or TrainingSettings()
+    # the ref (forward only) and the critic (it trains) take turns on the actor's GPUs
+    side: list[tuple[str, TrainingSettings]] = [("actor", training)]
+    if shape.ref:
+        side.append(("ref", ref_training or replace(training, optimizer=None)))
+    if shape.critic:
+        side.append(("critic", critic_training or training))
+    if inference is None:
+        inference = InferenceSettings()
+        if context_length is not None:
+            inference = replace(inference, context_length=context_length)
+    if memory_reserve is not None:
+        training = replace(training, reserve_bytes=memory_reserve)
+        inference = replace(inference, reserve_bytes=memory_reserve)
+    backends = (train_backend, rollout_backend)
+    settings = (training, inference)
+    found = SplitSearch(arch, gpus, capacity, hardware, shape, backends, tuple(side), settings)
+    return found.proposals(top)
 
 
 def search(
@@ -241,38 +246,18 @@ class SplitSearch:
         capacity: int,
         hardware: Hardware,
         shape: RunShape,
-        *,
-        train_backend: str = "megatron",
-        rollout_backend: str = "sglang",
-        training: TrainingSettings | None = None,
-        context_length: int | None = None,
-        memory_reserve: int | None = None,
-        inference: InferenceSettings | None = None,
-        ref_training: TrainingSettings | None = None,
-        critic_training: TrainingSettings | None = None,
+        backends: tuple[str, str],
+        side: tuple[tuple[str, TrainingSettings], ...],
+        settings: tuple[TrainingSettings, InferenceSettings],
     ) -> None:
-        if gpus < 2:
-            raise AllocationValidationError(
-                f"{gpus} GPU(s): a rollout and a trainer need at least 2"
-            )
+        """``backends``: training's and the rollout's; ``side``: each engine on the actor's
+        GPUs with its own settings, the actor's first; ``settings``: the actor's and the
+        rollout's that size their layouts' memory (:func:`suggest` reads them all)."""
         self.arch, self.gpus, self.capacity, self.hardware = arch, gpus, capacity, hardware
-        self.shape, self.train_backend, self.rollout_backend = shape, train_backend, rollout_backend
+        self.shape, self.side = shape, side
+        self.train_backend, self.rollout_backend = backends
+        self.training, self.inference = settings
         self.per_node = per_node = hardware.gpus_per_node
-        training = training or TrainingSettings()
-        # the ref (forward only) and the critic (it trains) take turns on the actor's GPUs
-        self.side: list[tuple[str, TrainingSettings]] = [("actor", training)]
-        if shape.ref:
-            self.side.append(("ref", ref_training or replace(training, optimizer=None)))
-        if shape.critic:
-            self.side.append(("critic", critic_training or training))
-        if inference is None:
-            inference = InferenceSettings()
-            if context_length is not None:
-                inference = replace(inference, context_length=context_length)
-        if memory_reserve is not None:
-            training = replace(training, reserve_bytes=memory_reserve)
-            inference = replace(inference, reserve_bytes=memory_reserve)
-        self.training, self.inference = training, inference
         self.constraints = LayoutConstraints(gpus_per_node=per_node)
         self.step = shape.step
         self.sequence = sequence = shape.prompt_len + shape.gen_len
@@ -298,7 +283,7 @@ class SplitSearch:
         # longest sequence without padding, p up to the layers' stages, t | heads in a node)
         self.fallback = training_counts(
             arch,
-            train_backend,
+            self.train_backend,
             gpus,
             per_node,
             sequences=shape.batch,

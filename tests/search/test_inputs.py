@@ -182,14 +182,16 @@ def test_the_search_takes_the_inputs_as_suggest_takes_its_arguments() -> None:
 
 
 def test_a_split_search_estimates_each_share_once() -> None:
-    inputs = from_flags(Given(model="Qwen3-1.7B", gpus=32, gpu=GPU, batch_size=32))
+    inputs = from_flags(Given(model="Qwen3-1.7B", gpus=32, gpu=GPU, batch_size=32, no_ref=True))
     found = SplitSearch(
         find_model(inputs.model),
         inputs.gpus,
         GPU.capacity,
         Hardware.from_gpu(H100, gpus_per_node=8),
         inputs.shape,
-        training=inputs.training,
+        ("megatron", "sglang"),
+        (("actor", inputs.training),),
+        (inputs.training, inputs.inference),
     )
     first = found.proposals(3)
     estimated = (dict(found.best_rollout), dict(found.best_train))
