@@ -61,7 +61,7 @@ def main() -> int:
                 gpus,
                 gpu.memory_bytes,
                 hardware,
-                RunShape(batch=1024, prompt_len=1024, gen_len=8192, ref=True),
+                RunShape.of(batch=1024, prompt_len=1024, gen_len=8192, ref=True),
                 training=TrainingSettings(tokens_per_micro_batch=16384, recompute="full"),
             )
         )

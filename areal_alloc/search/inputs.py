@@ -44,78 +44,105 @@ __all__ = ["Given", "RunShape", "SearchInputs", "from_experiment", "from_flags"]
 
 @dataclass(frozen=True, slots=True)
 class RunShape:
-    """What one RL step does: prompts per step, their lengths, which engines exist."""
+    """One RL step as the split search weighs it: the step itself, as the plan's pace reads
+    it (``step``: :class:`~areal_alloc.estimate.execution.StepShape`, the one step type), and
+    what the search adds to it: which engines train beside the actor, the step's mode, the
+    weight update and whether ``dynamic_bs`` lifts the micro-batch rule. :meth:`of` builds
+    one from suggest's values."""
 
-    #: prompts × samples per prompt, i.e. sequences per step (suggest's defaults)
-    batch: int = STEP_PROMPTS * SAMPLES
-    prompt_len: int = PROMPT_TOKENS
-    gen_len: int = NEW_TOKENS  # the longest generation, gconfig.max_new_tokens
+    step: StepShape
     ref: bool = True
     critic: bool = False
-    asynchronous: bool = True
-    #: the mean generation length for throughput (None: ``gen_len``, the maximum)
-    mean_gen_len: int | None = None
-    #: the sequences the rollout keeps in flight (a config's
-    #: ``areal_alloc.estimate.execution.sequences_in_flight``; None: the step's ``batch``)
-    in_flight: int | None = None
-    recompute_logprob: bool = False
+    #: the step's mode (areal_alloc.estimate.rl_step.MODES)
+    mode: str = rl_step.ASYNCHRONOUS
     update_mode: str = WEIGHT_UPDATE_MODE
-    #: the step's mode (areal_alloc.estimate.rl_step.MODES); None: from ``asynchronous``
-    mode: str | None = None
-    #: the rollout server's own bound on the requests it runs at once (a config's
-    #: ``areal_alloc.estimate.execution.server_limit``; else the servers' defaults)
-    server: ServerLimit = SERVER_DEFAULTS
-    #: ``actor.ppo_n_minibatches``: each rank's trajectories split into this many
-    #: minibatches before the engine packs each into its micro-batches, one optimizer
-    #: step each; ``critic.ppo_n_minibatches`` the critic's
-    minibatches: int = PPO_MINIBATCHES
-    critic_minibatches: int = PPO_MINIBATCHES
     #: the config's ``dynamic_bs``: the count per minibatch varies, and the start-up rule
     #: on it is not checked
     dynamic_bs: bool = False
 
-    def __post_init__(self) -> None:
-        for name in ("batch", "prompt_len", "gen_len", "minibatches", "critic_minibatches"):
-            value = getattr(self, name)
-            number = read_int(value, name, minimum=1, maximum=MAX_COUNT)  # the one reader
-            if number is not value:  # "512" given directly: kept as the number it names
-                object.__setattr__(self, name, number)
-
-    @property
-    def mean(self) -> int:
-        return self.gen_len if self.mean_gen_len is None else min(self.mean_gen_len, self.gen_len)
-
-    @property
-    def step_mode(self) -> str:
-        if self.mode is not None:
-            return self.mode
-        return rl_step.ASYNCHRONOUS if self.asynchronous else rl_step.SYNCHRONOUS
-
-    @property
-    def train_tokens(self) -> int:
-        return self.batch * (self.prompt_len + self.mean)
-
-    @property
-    def generated_tokens(self) -> int:
-        return self.batch * self.mean
-
-    @property
-    def step(self) -> StepShape:
-        """The step's shape as the plan's pace reads it (areal_alloc.estimate.execution)."""
-        return StepShape(
-            sequences=self.batch,
-            prompt=self.prompt_len,
-            new_tokens=self.gen_len,
-            mean=self.mean,
-            recompute_logprob=self.recompute_logprob,
+    @classmethod
+    def of(
+        cls,
+        batch: int = STEP_PROMPTS * SAMPLES,
+        prompt_len: int = PROMPT_TOKENS,
+        gen_len: int = NEW_TOKENS,
+        *,
+        ref: bool = True,
+        critic: bool = False,
+        asynchronous: bool = True,
+        mean_gen_len: int | None = None,
+        in_flight: int | None = None,
+        recompute_logprob: bool = False,
+        update_mode: str = WEIGHT_UPDATE_MODE,
+        mode: str | None = None,
+        server: ServerLimit = SERVER_DEFAULTS,
+        minibatches: int = PPO_MINIBATCHES,
+        critic_minibatches: int = PPO_MINIBATCHES,
+        dynamic_bs: bool = False,
+    ) -> RunShape:
+        """``batch`` sequences (prompts × samples) of ``prompt_len`` + ``gen_len`` (the
+        longest generation, gconfig.max_new_tokens; ``mean_gen_len`` the mean, None: the
+        longest) tokens; ``in_flight`` the sequences the rollout keeps in flight (None: the
+        step's), ``server`` its own bound on the requests it runs at once; ``minibatches``
+        the actor's ``ppo_n_minibatches`` (``critic_minibatches`` the critic's); ``mode``
+        None: from ``asynchronous``. Each count is read by the one reader of numbers."""
+        counts = {
+            "batch": batch,
+            "prompt_len": prompt_len,
+            "gen_len": gen_len,
+            "minibatches": minibatches,
+            "critic_minibatches": critic_minibatches,
+        }
+        read = {k: read_int(v, k, minimum=1, maximum=MAX_COUNT) for k, v in counts.items()}
+        longest = read["gen_len"]
+        step = StepShape(
+            sequences=read["batch"],
+            prompt=read["prompt_len"],
+            new_tokens=longest,
+            mean=longest if mean_gen_len is None else min(mean_gen_len, longest),
+            recompute_logprob=recompute_logprob,
             offpolicyness=None,
             colocated=False,
             max_concurrent=None,
-            in_flight=self.in_flight,
-            server=self.server,
-            minibatches=self.minibatches,
-            critic_minibatches=self.critic_minibatches,
+            in_flight=in_flight,
+            server=server,
+            minibatches=read["minibatches"],
+            critic_minibatches=read["critic_minibatches"],
         )
+        if mode is None:
+            mode = rl_step.ASYNCHRONOUS if asynchronous else rl_step.SYNCHRONOUS
+        return cls(step, ref, critic, mode, update_mode, dynamic_bs)
+
+    @property
+    def batch(self) -> int:
+        """The step's sequences: prompts × samples per prompt."""
+        return self.step.sequences
+
+    @property
+    def prompt_len(self) -> int:
+        return self.step.prompt
+
+    @property
+    def gen_len(self) -> int:
+        """The longest generation, gconfig.max_new_tokens."""
+        return self.step.new_tokens
+
+    @property
+    def mean(self) -> int:
+        """The mean generation length for throughput."""
+        return self.step.mean
+
+    @property
+    def step_mode(self) -> str:
+        return self.mode
+
+    @property
+    def train_tokens(self) -> int:
+        return self.step.tokens
+
+    @property
+    def generated_tokens(self) -> int:
+        return self.step.sequences * self.step.mean
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,7 +382,7 @@ def _inputs(
         raise _needed("gpus")
     if given.gpu is None:
         raise _needed("gpu")
-    shape = RunShape(
+    shape = RunShape.of(
         batch=_sequences(given),
         prompt_len=given.prompt_len or PROMPT_TOKENS,
         gen_len=gen_len or NEW_TOKENS,

@@ -147,7 +147,7 @@ def test_the_fastest_proposal_never_says_move(model: str, gpus: int, asynchronou
         gpus,
         gpu.memory_bytes,
         Hardware.from_gpu(gpu, 8),
-        RunShape(batch=256, gen_len=4096, asynchronous=asynchronous),
+        RunShape.of(batch=256, gen_len=4096, asynchronous=asynchronous),
         training=TrainingSettings(tokens_per_micro_batch=16384, recompute="full"),
     )
     assert found

@@ -421,7 +421,7 @@ def test_suggest_proposes_only_splits_the_bridge_builds() -> None:
             64,
             gpu.memory_bytes,
             Hardware.from_gpu(gpu, 8),
-            RunShape(),
+            RunShape.of(),
             training=training,
             top=10,
         )

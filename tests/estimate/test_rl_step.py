@@ -437,7 +437,7 @@ def test_no_proposal_under_its_physical_floor(
     model: str, nodes: int, batch: int, gen_len: int
 ) -> None:
     arch = find_model(model)
-    shape = RunShape(batch=batch, prompt_len=512, gen_len=gen_len, asynchronous=False)
+    shape = RunShape.of(batch=batch, prompt_len=512, gen_len=gen_len, asynchronous=False)
     proposals = suggest(
         arch,
         8 * nodes,
@@ -597,9 +597,9 @@ def test_the_critic_runs_its_values_forward_and_its_own_minibatches() -> None:
 )
 def test_a_run_shapes_minibatches_are_whole_numbers(field: str, value: int, message: str) -> None:
     with pytest.raises(AllocationError) as info:
-        RunShape(**{field: value})  # type: ignore[arg-type]
+        RunShape.of(**{field: value})  # type: ignore[arg-type]
     assert info.value.message == message
-    assert RunShape(minibatches="2").minibatches == 2  # type: ignore[arg-type]
+    assert RunShape.of(minibatches="2").step.minibatches == 2  # type: ignore[arg-type]
 
 
 def test_a_forced_single_minibatch_is_said() -> None:

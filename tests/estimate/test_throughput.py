@@ -192,7 +192,7 @@ def test_bad_hardware_is_refused() -> None:
 
 def test_suggest_balances_generation_and_training() -> None:
     gpu = find_gpu("H100-80GB")
-    shape = RunShape(batch=512, prompt_len=1024, gen_len=8192)
+    shape = RunShape.of(batch=512, prompt_len=1024, gen_len=8192)
     proposals = suggest(
         find_model("Qwen3-8B"),
         64,
@@ -216,7 +216,7 @@ def test_suggest_balances_generation_and_training() -> None:
         64,
         gpu.memory_bytes,
         H100,
-        RunShape(batch=512, prompt_len=1024, gen_len=8192, asynchronous=False),
+        RunShape.of(batch=512, prompt_len=1024, gen_len=8192, asynchronous=False),
         training=TrainingSettings(tokens_per_micro_batch=16384, recompute="full"),
     )
     assert sync[0].step_seconds == (
@@ -230,7 +230,7 @@ def test_suggest_searches_large_clusters_and_finds_what_trying_every_split_finds
 ) -> None:
     # 512 GPUs are 63 whole-node splits: more than are tried one by one
     gpu = find_gpu("H100-80GB")
-    shape = RunShape(batch=512, prompt_len=1024, gen_len=8192, asynchronous=asynchronous)
+    shape = RunShape.of(batch=512, prompt_len=1024, gen_len=8192, asynchronous=asynchronous)
     settings = TrainingSettings(tokens_per_micro_batch=16384, recompute="full")
     args = (find_model("Qwen3-0.6B"), 512, gpu.memory_bytes, H100, shape)
     searched = suggest(*args, training=settings, top=1)
@@ -245,7 +245,7 @@ def test_suggest_searches_large_clusters_and_finds_what_trying_every_split_finds
 @pytest.mark.parametrize(("field", "value"), [("batch", 0), ("gen_len", -1), ("prompt_len", True)])
 def test_bad_run_shapes_are_refused(field: str, value: object) -> None:
     with pytest.raises(AllocationValidationError, match=f"{field}="):
-        RunShape(**{field: value})  # type: ignore[arg-type]
+        RunShape.of(**{field: value})  # type: ignore[arg-type]
 
 
 # --- calibration ---------------------------------------------------------------------------

@@ -43,7 +43,7 @@ def _proposals(model: str, gpus: int, asynchronous: bool) -> list[tuple[object, 
         gpus,
         GPU.memory_bytes,
         Hardware.from_gpu(GPU, 8),
-        RunShape(asynchronous=asynchronous),
+        RunShape.of(asynchronous=asynchronous),
         training=SETTINGS,
     )
     return [(p.rollout_gpus, p.rollout.spec, p.actor.spec, p.step_seconds) for p in found]
@@ -77,7 +77,7 @@ def test_a_cut_split_is_said_in_the_proposal(monkeypatch: pytest.MonkeyPatch) ->
         64,
         GPU.memory_bytes,
         Hardware.from_gpu(GPU, 8),
-        RunShape(),
+        RunShape.of(),
         training=SETTINGS,
     )
     assert first.training_search_cut
@@ -121,7 +121,7 @@ def test_no_proposal_has_more_instances_or_ranks_than_sequences(
 ) -> None:
     arch = find_model(model)
     hardware = Hardware.from_gpu(GPU, 8)
-    shape = RunShape(batch=batch, gen_len=2048, asynchronous=asynchronous)
+    shape = RunShape.of(batch=batch, gen_len=2048, asynchronous=asynchronous)
     found = suggest(
         arch, gpus, GPU.memory_bytes, hardware, shape, train_backend=backend, training=SETTINGS
     )

@@ -184,7 +184,7 @@ def test_each_trainer_on_the_actors_layout_needs_its_own_sequences(
     from areal_alloc.search.split import RunShape, suggest
 
     gpu = find_gpu("H100-80GB")
-    shape = RunShape(
+    shape = RunShape.of(
         batch=32,
         prompt_len=1024,
         gen_len=1024,

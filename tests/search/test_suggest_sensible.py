@@ -76,8 +76,8 @@ def _problems(model: str, proposal: Proposal, shape: RunShape, unpadded: bool) -
         found.append(f"d{p.dp_size}: {shape.batch} sequences do not split evenly")
     # the reference's engine packs each rank's sequences into at least its micro-batches
     # (2·p for Megatron at p > 1), and seqpack raises with fewer sequences than that
-    # in each of its ppo_n_minibatches (shape.minibatches, the reference's default 4)
-    least = (engine_micro_batches("megatron", p.pp_size, 1, None) or 1) * shape.minibatches
+    # in each of its ppo_n_minibatches (shape.step.minibatches, the reference's default 4)
+    least = (engine_micro_batches("megatron", p.pp_size, 1, None) or 1) * shape.step.minibatches
     if shape.batch // p.dp_size < least:
         found.append(f"d{p.dp_size}p{p.pp_size}: {shape.batch // p.dp_size} sequences < {least}")
     return found
@@ -86,15 +86,15 @@ def _problems(model: str, proposal: Proposal, shape: RunShape, unpadded: bool) -
 @pytest.mark.parametrize(
     ("model", "gpus", "shape", "unpadded"),
     [
-        ("Qwen3-8B", 64, RunShape(), False),  # megatron:d8c3 (the reference pads 17,408 to 6)
-        ("Qwen3-8B", 256, RunShape(prompt_len=1000, gen_len=3000), False),
-        ("Qwen3-30B-A3B", 1_000, RunShape(batch=96, prompt_len=512, gen_len=1536), False),
-        ("Qwen3-30B-A3B", 8192, RunShape(), True),  # the case that proposed d1p40c103
-        ("Qwen3-30B-A3B", 16_384, RunShape(), True),  # ... d1p16c769 and d8p27c57e8
-        ("Qwen3-30B-A3B", 32_768, RunShape(), True),  # ... d8p17c211e8
-        ("Qwen3-235B-A22B", 32_768, RunShape(), True),  # ... d2p68c211e2
-        ("Qwen3-30B-A3B", 8192, RunShape(asynchronous=False), True),  # ... d8p35c15
-        ("Qwen3-30B-A3B", 32_768, RunShape(asynchronous=False), True),  # ... d8p38c95e8
+        ("Qwen3-8B", 64, RunShape.of(), False),  # megatron:d8c3 (the reference pads 17,408 to 6)
+        ("Qwen3-8B", 256, RunShape.of(prompt_len=1000, gen_len=3000), False),
+        ("Qwen3-30B-A3B", 1_000, RunShape.of(batch=96, prompt_len=512, gen_len=1536), False),
+        ("Qwen3-30B-A3B", 8192, RunShape.of(), True),  # the case that proposed d1p40c103
+        ("Qwen3-30B-A3B", 16_384, RunShape.of(), True),  # ... d1p16c769 and d8p27c57e8
+        ("Qwen3-30B-A3B", 32_768, RunShape.of(), True),  # ... d8p17c211e8
+        ("Qwen3-235B-A22B", 32_768, RunShape.of(), True),  # ... d2p68c211e2
+        ("Qwen3-30B-A3B", 8192, RunShape.of(asynchronous=False), True),  # ... d8p35c15
+        ("Qwen3-30B-A3B", 32_768, RunShape.of(asynchronous=False), True),  # ... d8p38c95e8
     ],
 )
 def test_training_layouts_are_sensible(
@@ -117,7 +117,7 @@ def test_8k_moe_leaves_free_the_gpus_its_step_cannot_use() -> None:
     c8's 2,176 would not (speed.ring_share, some 3,500 tokens across nodes on an
     H100's network) — 2,048 GPUs; the other 2,048 stay free, said as such, not spent on
     context parallelism of a few hundred tokens a rank."""
-    proposals = {p.rollout_gpus: p for p in _proposals("Qwen3-30B-A3B", 8192, RunShape())}
+    proposals = {p.rollout_gpus: p for p in _proposals("Qwen3-30B-A3B", 8192, RunShape.of())}
     best = proposals[4096]
     assert (best.train_gpus, best.free_gpus) == (2048, 2048)
     assert best.actor.spec == "megatron:d128t4c4e128"
@@ -179,7 +179,7 @@ def test_plain_suggest_packs_a_ranks_share_below_the_budget() -> None:
 
     arch, hardware = find_model("Qwen3-0.6B"), Hardware.from_gpu(GPU, 8)
     budget = TrainingSettings(tokens_per_micro_batch=16384)
-    shape = RunShape(batch=64, prompt_len=1024, gen_len=1024, minibatches=4, ref=False)
+    shape = RunShape.of(batch=64, prompt_len=1024, gen_len=1024, minibatches=4, ref=False)
     (first, *_) = suggest(
         arch, 16, GPU.memory_bytes, hardware, shape, train_backend="fsdp", training=budget
     )
