@@ -55,3 +55,4 @@ run suggest-nofit areal-alloc suggest --model Qwen3-235B-A22B --gpus 8 --gpu H10
 run explain-generation areal-alloc explain sglang:d2t4 --model Qwen3-8B --gpu H100-80GB --batch 64 --mean-gen-len 3000
 run explain-generation-json areal-alloc explain vllm:d1t8 --model Qwen3-8B --gpu H100-80GB --batch 512 --prompt-len 4000 --gen-len 30000 --json
 run explain-training-speed areal-alloc explain fsdp:d8 --model Qwen3-8B --gpu H100-80GB --tokens-per-step 65536
+run suggest-config-cluster-gpu env -u AREAL_ALLOC_GPU AREAL_ALLOC_DETECT=0 AREAL_ALLOC_REFERENCE_VERSION=off areal-alloc suggest --config conf/app/experiment/grpo_2x8.yaml +cluster.gpu=H200 --top 1

@@ -34,13 +34,14 @@ from areal_alloc.settings import (
 )
 
 
-def machine(ns: argparse.Namespace, cfg: object = None) -> Resolved:
+def machine(ns: argparse.Namespace) -> Resolved:
     """The GPU, its speeds, the efficiencies and the reserve (``areal_alloc.settings``):
-    the flags, then the environment (``AREAL_ALLOC_GPU`` …), then nvidia-smi, then
-    ``cfg``'s ``cluster`` keys (``suggest --config``). Kept on ``ns`` once read."""
+    the flags, then the environment (``AREAL_ALLOC_GPU`` …), then nvidia-smi. Read once a
+    command (nvidia-smi runs once): kept on ``ns``, a function of its flags alone; a
+    config's ``cluster`` keys are read where the config is (``settings_of(ns).resolve``)."""
     found: Resolved | None = getattr(ns, "machine", None)
-    if found is None or cfg is not None:
-        found = settings_of(ns).resolve(cfg)
+    if found is None:
+        found = settings_of(ns).resolve(None)
         ns.machine = found
     return found
 
@@ -146,13 +147,17 @@ def pipeline_split_of(alloc: ModelAllocation, ns: argparse.Namespace) -> Pipelin
 
 
 def hardware_from_flags(
-    ns: argparse.Namespace, arch: Architecture | None = None, gpus_per_node: int | None = None
+    ns: argparse.Namespace,
+    arch: Architecture | None = None,
+    gpus_per_node: int | None = None,
+    found: Resolved | None = None,
 ) -> Hardware:
     """The GPU's speeds (catalogue, or flags), the node size (``gpus_per_node``, else
     ``--gpus-per-node``, else 8) and the network; the efficiencies from the flags, else
-    from a stored calibration of this model and GPU."""
+    from a stored calibration of this model and GPU. ``found``: the machine's settings
+    already resolved (a config's ``cluster`` keys under the flags), else the flags'."""
     per_node = gpus_per_node or ns.gpus_per_node or 8
-    found = machine(ns)
+    found = found or machine(ns)
     use = arch is not None and found.use_calibration  # --no-calibration
     hardware = build_hardware(found, per_node, arch, use_calibration=use, off=calibration.OFF)
     if hardware is None:

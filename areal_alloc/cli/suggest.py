@@ -148,9 +148,9 @@ def suggest_command(args: list[str]) -> int:
             "per step) and --n-samples (gconfig.n_samples); --batch is one inference "
             "instance's sequences in flight in explain and calibrate"
         )
-    inputs = suggest_inputs(ns)
+    inputs, found = suggest_inputs(ns)
     arch = find_model(inputs.model)
-    hardware = hardware_from_flags(ns, arch, inputs.gpus_per_node)
+    hardware = hardware_from_flags(ns, arch, inputs.gpus_per_node, found)
     proposals = search(inputs, arch, hardware, ns.top)
     if not proposals:
         raise AllocationError(

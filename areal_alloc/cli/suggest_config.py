@@ -17,31 +17,34 @@ from areal_alloc.search.inputs import Given, SearchInputs, from_experiment, from
 from areal_alloc.settings import Resolved
 
 
-def suggest_inputs(ns: argparse.Namespace) -> SearchInputs:
-    """The search's inputs: ``--config``'s experiment under the flags, else the flags."""
+def suggest_inputs(ns: argparse.Namespace) -> tuple[SearchInputs, Resolved]:
+    """The search's inputs: ``--config``'s experiment under the flags, else the flags; and
+    the machine's settings they were read with."""
     if not ns.config:
         if ns.overrides:
             raise AllocationValidationError("KEY=VALUE overrides go with --config FILE")
-        return from_flags(given_of(ns, machine(ns)))
+        found = machine(ns)
+        return from_flags(given_of(ns, found)), found
     experiment = read_experiment(
         compose_file(ns.config, list(ns.overrides)),
         reference=ns.reference_version,
         app_keys=ns.app_keys or (),
     )
     # the flags, the environment, nvidia-smi, then cluster.gpu & co
-    found = machine(ns, experiment.config)
+    found = settings_of(ns).resolve(experiment.config)
     try:  # the plan, once: check's own (its settings: the flags, the environment, nvidia-smi)
         plan = plan_config(experiment, on_memory="warn", settings=settings_of(ns))
         pace = plan.pace
     except AllocationError:  # a config check refuses still gives its cluster and engines
         plan, pace = plan_config(experiment, on_memory="off"), None
-    return from_experiment(
+    inputs = from_experiment(
         experiment,
         given_of(ns, found),
         capacity=plan.capacity,
         gpus_per_node=plan.n_gpus_per_node,
         pace=pace,
     )
+    return inputs, found
 
 
 def given_of(ns: argparse.Namespace, found: Resolved) -> Given:
