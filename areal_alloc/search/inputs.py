@@ -208,18 +208,30 @@ def from_flags(given: Given) -> SearchInputs:
     cap = f"the reference's default gconfig.max_tokens {MAX_TOKENS:,}"
     fix = "pass --config with a larger gconfig.max_tokens"
     gen_len, cap_note = _capped(given, RunConfig(), cap, fix)
-    return _inputs(
-        given,
-        model=given.model,
-        gpus=given.gpus,
-        gpus_per_node=given.gpus_per_node,
-        gen_len=gen_len,
-        step=_Step(),
-        found={},
-        inference=None,
+    model, gpus, gpu = _needed_given(given)
+    shape = RunShape.of(
+        *_counts(given, gen_len),
         ref=not given.no_ref,
         critic=given.critic,
-        notes=(cap_note, False),
+        asynchronous=not given.sync,
+        mean_gen_len=given.mean_gen_len,
+    )
+    training, ref_training, critic_training, execution_note = _settings(given, shape, {})
+    return SearchInputs(
+        model,
+        gpus,
+        gpu,
+        given.gpus_per_node,
+        shape,
+        given.train_backend or "megatron",
+        given.rollout_backend or "sglang",
+        training,
+        ref_training,
+        critic_training,
+        _inference(given, None),
+        given.memory_reserve,
+        cap_note=cap_note,
+        execution_note=execution_note,
     )
 
 
@@ -236,28 +248,41 @@ def from_experiment(
     lengths, engines and their own execution settings, and the step as the plan's ``pace``
     reads it (its mode, concurrency, log-prob recomputation and weight update)."""
     run = experiment.run
-    model = given.model if given.model is not None else _model_of(experiment)
+    engines = {e.key: e for e in experiment.engines if e.active}
+    rollout = engines.get("rollout")
     given = replace(
         given,
-        batch_size=run.batch_size or None if given.batch_size is None else given.batch_size,
-        n_samples=run.n_samples or None if given.n_samples is None else given.n_samples,
+        model=_model_of(experiment) if given.model is None else given.model,
+        gpus=(capacity or None) if given.gpus is None else given.gpus,
+        gpus_per_node=given.gpus_per_node or gpus_per_node or None,
+        batch_size=(run.batch_size or None) if given.batch_size is None else given.batch_size,
+        n_samples=(run.n_samples or None) if given.n_samples is None else given.n_samples,
         prompt_len=run.max_length if given.prompt_len is None else given.prompt_len,
     )
     cap = f"gconfig.max_tokens {run.tokens_cap:,}"
     gen_len, cap_note = _capped(given, run, cap, "raise gconfig.max_tokens")
+    model, gpus, gpu = _needed_given(given)
+    # suggest proposes separate splits: a colocated config's run in the mode of its η
     mode = rl_step.mode_of(run.max_head_offpolicyness, False)
-    step = _Step(
-        # suggest proposes separate splits: a colocated config's run in the mode of its η
-        mode=pace.mode if pace is not None and pace.mode != rl_step.COLOCATED else mode,
+    if pace is not None and pace.mode != rl_step.COLOCATED:
+        mode = pace.mode
+    shape = RunShape.of(
+        *_counts(given, gen_len),
+        ref="ref" in engines and not given.no_ref,
+        critic="critic" in engines or given.critic,
+        asynchronous=not given.sync,
+        mean_gen_len=given.mean_gen_len,
+        mode=rl_step.SYNCHRONOUS if given.sync else mode,
+        # the step as the plan's pace reads it: its concurrency, the server's bound, the
+        # log-prob recomputation, the weight update and the minibatches
         in_flight=sequences_in_flight(run),
-        server=server_limit(experiment.get("rollout")),
+        server=server_limit(rollout),
         recompute_logprob=bool(run.recompute_logprob),
         update_mode=experiment.transport,
         minibatches=experiment.startup.ppo_n_minibatches,
         critic_minibatches=experiment.startup.critic_ppo_n_minibatches,
         dynamic_bs=experiment.startup.dynamic_bs,
     )
-    engines = {e.key: e for e in experiment.engines if e.active}
     notes: list[str] = []  # what the plan says of them; suggest's own figures follow
     # the engines' own execution settings as the plan reads them: the proposals are
     # estimated with them (flags given still win), as ``current`` is
@@ -268,46 +293,31 @@ def from_experiment(
         for key, engine in engines.items()
         if key in ("actor", "ref", "critic") and not engine.allocation.is_inference
     }
-    rollout = engines.get("rollout")
-    inference = None
+    served = None
     if rollout is not None and rollout.allocation.is_inference:
         # a server sizes its claim from the memory the device reports
-        device = given.gpu.capacity if given.gpu is not None else None
-        inference = inference_settings(rollout, given.memory_reserve, device, run)
-    train_backend = given.train_backend
-    if train_backend is None and "actor" in engines:
-        train_backend = engines["actor"].allocation.backend
-    rollout_backend = given.rollout_backend
-    if rollout_backend is None and rollout is not None:
-        rollout_backend = rollout.allocation.backend
-    return _inputs(
-        replace(given, train_backend=train_backend, rollout_backend=rollout_backend),
-        model=model,
-        gpus=given.gpus if given.gpus is not None else capacity or None,
-        gpus_per_node=given.gpus_per_node or gpus_per_node or None,
-        gen_len=gen_len,
-        step=step,
-        found=found,
-        inference=inference,
-        ref="ref" in engines and not given.no_ref,
-        critic="critic" in engines or given.critic,
-        notes=(cap_note, True),
+        served = inference_settings(rollout, given.memory_reserve, gpu.capacity, run)
+    training, ref_training, critic_training, execution_note = _settings(given, shape, found)
+    train_backend = engines["actor"].allocation.backend if "actor" in engines else None
+    rollout_backend = rollout.allocation.backend if rollout is not None else None
+    return SearchInputs(
+        model,
+        gpus,
+        gpu,
+        given.gpus_per_node,
+        shape,
+        given.train_backend or train_backend or "megatron",
+        given.rollout_backend or rollout_backend or "sglang",
+        training,
+        ref_training,
+        critic_training,
+        _inference(given, served),
+        given.memory_reserve,
         current=pace,
+        from_config=True,
+        cap_note=cap_note,
+        execution_note=execution_note,
     )
-
-
-@dataclass(frozen=True, slots=True)
-class _Step:
-    """The step's settings a config gives (suggest's defaults without one)."""
-
-    mode: str | None = None
-    in_flight: int | None = None
-    server: ServerLimit = SERVER_DEFAULTS
-    recompute_logprob: bool = False
-    update_mode: str = WEIGHT_UPDATE_MODE
-    minibatches: int = PPO_MINIBATCHES
-    critic_minibatches: int = PPO_MINIBATCHES
-    dynamic_bs: bool = False
 
 
 def _model_of(experiment: Experiment) -> str | None:
@@ -361,67 +371,29 @@ def _sequences(given: Given) -> int:
     return sequences
 
 
-def _inputs(
-    given: Given,
-    *,
-    model: str | None,
-    gpus: int | None,
-    gpus_per_node: int | None,
-    gen_len: int,
-    step: _Step,
-    found: dict[str, TrainingSettings],
-    inference: InferenceSettings | None,
-    ref: bool,
-    critic: bool,
-    notes: tuple[str | None, bool],
-    current: Pace | None = None,
-) -> SearchInputs:
-    if model is None:
+def _needed_given(given: Given) -> tuple[str, int, GPUSpec]:
+    """The model, the GPUs and the GPU: each given, or read from the experiment."""
+    if given.model is None:
         raise _needed("model")
-    if gpus is None:
+    if given.gpus is None:
         raise _needed("gpus")
     if given.gpu is None:
         raise _needed("gpu")
-    shape = RunShape.of(
-        batch=_sequences(given),
-        prompt_len=given.prompt_len or PROMPT_TOKENS,
-        gen_len=gen_len or NEW_TOKENS,
-        ref=ref,
-        critic=critic,
-        asynchronous=not given.sync,
-        mean_gen_len=given.mean_gen_len,
-        in_flight=step.in_flight,
-        server=step.server,
-        recompute_logprob=step.recompute_logprob,
-        update_mode=step.update_mode,
-        mode=rl_step.SYNCHRONOUS if given.sync else step.mode,
-        minibatches=step.minibatches,
-        critic_minibatches=step.critic_minibatches,
-        dynamic_bs=step.dynamic_bs,
-    )
-    training, ref_training, critic_training, execution_note = _settings(given, shape, found)
-    inference = inference or InferenceSettings()
+    return given.model, given.gpus, given.gpu
+
+
+def _counts(given: Given, gen_len: int) -> tuple[int, int, int]:
+    """The step's sequences, its prompt and its longest generation (suggest's defaults)."""
+    return _sequences(given), given.prompt_len or PROMPT_TOKENS, gen_len or NEW_TOKENS
+
+
+def _inference(given: Given, served: InferenceSettings | None) -> InferenceSettings:
+    """The rollout's settings (a config's server, else the reference's), --context-length
+    over them."""
+    inference = served or InferenceSettings()
     if given.context_length is not None:
         inference = replace(inference, context_length=given.context_length)
-    cap_note, from_config = notes
-    return SearchInputs(
-        model=model,
-        gpus=gpus,
-        gpu=given.gpu,
-        gpus_per_node=gpus_per_node,
-        shape=shape,
-        train_backend=given.train_backend or "megatron",
-        rollout_backend=given.rollout_backend or "sglang",
-        training=training,
-        ref_training=ref_training,
-        critic_training=critic_training,
-        inference=inference,
-        memory_reserve=given.memory_reserve,
-        current=current,
-        from_config=from_config,
-        cap_note=cap_note,
-        execution_note=execution_note,
-    )
+    return inference
 
 
 def _needed(flag: str) -> AllocationValidationError:

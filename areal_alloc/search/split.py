@@ -189,8 +189,6 @@ def suggest(
     ``memory_reserve``: bytes kept back per GPU by both engines (``--memory-reserve-gib``);
     None keeps the settings' defaults (4 GiB training, 2 GiB inference).
     """
-    if gpus < 2:
-        raise AllocationValidationError(f"{gpus} GPU(s): a rollout and a trainer need at least 2")
     training = training or TrainingSettings()
     # the ref (forward only) and the critic (it trains) take turns on the actor's GPUs
     side: list[tuple[str, TrainingSettings]] = [("actor", training)]
@@ -253,6 +251,10 @@ class SplitSearch:
         """``backends``: training's and the rollout's; ``side``: each engine on the actor's
         GPUs with its own settings, the actor's first; ``settings``: the actor's and the
         rollout's that size their layouts' memory (:func:`suggest` reads them all)."""
+        if gpus < 2:
+            raise AllocationValidationError(
+                f"{gpus} GPU(s): a rollout and a trainer need at least 2"
+            )
         self.arch, self.gpus, self.capacity, self.hardware = arch, gpus, capacity, hardware
         self.shape, self.side = shape, side
         self.train_backend, self.rollout_backend = backends

@@ -199,3 +199,10 @@ def test_a_split_search_estimates_each_share_once() -> None:
     assert [p.to_dict() for p in found.proposals(3)] == [p.to_dict() for p in first]
     assert (found.best_rollout, found.best_train) == estimated
     assert set(found.best_rollout) <= set(found.splits)
+
+
+def test_one_gpu_cannot_be_split() -> None:
+    inputs = from_flags(Given(model="Qwen3-1.7B", gpus=1, gpu=GPU))
+    with pytest.raises(AllocationValidationError) as raised:
+        search(inputs, find_model(inputs.model), Hardware.from_gpu(H100, gpus_per_node=8))
+    assert str(raised.value) == "1 GPU(s): a rollout and a trainer need at least 2"
