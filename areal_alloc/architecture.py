@@ -16,6 +16,7 @@ keys); a few Megatron-style names are read too (``num_layers``,
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -408,60 +409,8 @@ class Architecture:
 
     @property
     def parameters(self) -> ParameterCount:
-        h = self.hidden_size
-        if self.is_mla:
-            a, nope, rope, v = (
-                self.num_attention_heads,
-                self.qk_nope_head_dim,
-                self.qk_rope_head_dim,
-                self.v_head_dim,
-            )
-            if self.q_lora_rank:
-                query = h * self.q_lora_rank + self.q_lora_rank * a * (nope + rope)
-                latent_norms = self.q_lora_rank + self.kv_lora_rank
-            else:
-                query = h * a * (nope + rope)
-                latent_norms = self.kv_lora_rank
-            attention = (
-                query
-                + h * (self.kv_lora_rank + rope)  # kv_a_proj_with_mqa
-                + self.kv_lora_rank * a * (nope + v)  # kv_b_proj
-                + a * v * h  # o_proj
-            )
-        else:
-            q, kv = self.query_width, self.kv_width
-            attention = h * q + 2 * h * kv + q * h
-            if self.attention_bias:
-                attention += q + 2 * kv
-            latent_norms = 2 * self.head_size if self.qk_norm else 0
-        matrices = 3 if self.gated_mlp else 2
-
-        def mlp(width: int) -> int:
-            """One MLP of ``width``: its matrices, and with mlp_bias each output's bias
-            (gate and up f each, down h; LlamaMLP ``bias=config.mlp_bias``)."""
-            if not width:
-                return 0
-            bias = (matrices - 1) * width + h if self.mlp_bias else 0
-            return matrices * h * width + bias
-
-        shared = mlp(self.shared_expert_intermediate_size)
-        if self.shared_expert_gate and self.shared_expert_intermediate_size:
-            shared += h
-        one_expert = mlp(self.moe_intermediate_size)
-        return ParameterCount(
-            embedding=self.vocab_size * h + self.position_embeddings * h,
-            output=0 if self.tie_word_embeddings else self.vocab_size * h,
-            attention=attention,
-            dense_mlp=mlp(self.intermediate_size),
-            shared_experts=shared if self.is_moe else 0,
-            routed_experts=one_expert * self.num_experts,
-            active_routed_experts=one_expert * self.experts_per_token,
-            router=h * self.num_experts,
-            norms=2 * h + latent_norms,
-            final_norm=h,
-            dense_layers=self.dense_layer_count,
-            moe_layers=self.moe_layer_count,
-        )
+        """Parameters by kind (:func:`_parameter_count`, counted once)."""
+        return _parameter_count(self)
 
     # --- reading configs --------------------------------------------------------------
     @classmethod
@@ -530,3 +479,64 @@ class Architecture:
         """Read a local ``config.json`` (or the folder holding one)."""
         file, data = read_model_config(path)
         return cls.from_mapping(data, source=str(file))
+
+
+@functools.lru_cache(maxsize=1024)
+def _parameter_count(arch: Architecture) -> ParameterCount:
+    """:attr:`Architecture.parameters`, counted once per architecture: the layout searches
+    ask for it tens of thousands of times (equal architectures count alike: every width it
+    reads is compared)."""
+    h = arch.hidden_size
+    if arch.is_mla:
+        a, nope, rope, v = (
+            arch.num_attention_heads,
+            arch.qk_nope_head_dim,
+            arch.qk_rope_head_dim,
+            arch.v_head_dim,
+        )
+        if arch.q_lora_rank:
+            query = h * arch.q_lora_rank + arch.q_lora_rank * a * (nope + rope)
+            latent_norms = arch.q_lora_rank + arch.kv_lora_rank
+        else:
+            query = h * a * (nope + rope)
+            latent_norms = arch.kv_lora_rank
+        attention = (
+            query
+            + h * (arch.kv_lora_rank + rope)  # kv_a_proj_with_mqa
+            + arch.kv_lora_rank * a * (nope + v)  # kv_b_proj
+            + a * v * h  # o_proj
+        )
+    else:
+        q, kv = arch.query_width, arch.kv_width
+        attention = h * q + 2 * h * kv + q * h
+        if arch.attention_bias:
+            attention += q + 2 * kv
+        latent_norms = 2 * arch.head_size if arch.qk_norm else 0
+    matrices = 3 if arch.gated_mlp else 2
+
+    def mlp(width: int) -> int:
+        """One MLP of ``width``: its matrices, and with mlp_bias each output's bias
+        (gate and up f each, down h; LlamaMLP ``bias=config.mlp_bias``)."""
+        if not width:
+            return 0
+        bias = (matrices - 1) * width + h if arch.mlp_bias else 0
+        return matrices * h * width + bias
+
+    shared = mlp(arch.shared_expert_intermediate_size)
+    if arch.shared_expert_gate and arch.shared_expert_intermediate_size:
+        shared += h
+    one_expert = mlp(arch.moe_intermediate_size)
+    return ParameterCount(
+        embedding=arch.vocab_size * h + arch.position_embeddings * h,
+        output=0 if arch.tie_word_embeddings else arch.vocab_size * h,
+        attention=attention,
+        dense_mlp=mlp(arch.intermediate_size),
+        shared_experts=shared if arch.is_moe else 0,
+        routed_experts=one_expert * arch.num_experts,
+        active_routed_experts=one_expert * arch.experts_per_token,
+        router=h * arch.num_experts,
+        norms=2 * h + latent_norms,
+        final_norm=h,
+        dense_layers=arch.dense_layer_count,
+        moe_layers=arch.moe_layer_count,
+    )

@@ -55,6 +55,7 @@ def ranking(ns: argparse.Namespace, constraints: LayoutConstraints) -> int:
             training=training,
             inference=inference,
             limit=MAX_SEARCHED,
+            refuse_cut=True,
         )
         if found.cut:
             raise TooManyLayouts(

@@ -201,6 +201,7 @@ def fastest_layouts(
     sequences: int | None = None,
     optimizer_steps: int = 1,
     training_at: Callable[[int], TrainingSettings] | None = None,
+    refuse_cut: bool = False,
 ) -> FastestLayouts:
     """The first ``top`` of :func:`ranked_layouts` that ``accept`` takes, found by
     branch and bound instead of estimating every layout.
@@ -221,7 +222,8 @@ def fastest_layouts(
     ``tokens_per_step`` in all (an RL step's ``ppo_n_minibatches``); every term repeats,
     so the bound holds for it as for one. ``training_at``: a training layout's settings by
     its d (a rank's share of the step sets its micro-batch), in place of ``training``; a
-    family shares d, so its bound holds with them.
+    family shares d, so its bound holds with them. ``refuse_cut``: a listing cut at
+    ``limit`` is refused by the caller, so nothing is estimated (``cut`` and no layout).
     """
     if top < 1:
         return FastestLayouts((), 0, False)
@@ -243,6 +245,8 @@ def fastest_layouts(
         if size:
             families.append((family, built))
             searched += size
+    if cut and refuse_cut:  # counted before any estimate: the refusal comes at once
+        return FastestLayouts((), searched, cut)
     best: list[tuple[float, int, RankedLayout]] = []  # (-tokens/s, listing index, layout)
 
     def enter(

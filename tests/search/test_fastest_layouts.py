@@ -146,3 +146,38 @@ def test_tensor_parallelism_stays_inside_a_node_for_inference_too() -> None:
     found = enumerate_layouts("vllm", 16, LayoutConstraints(gpus_per_node=8))
     assert "vllm:d1t16" not in found
     assert "vllm:d1p2t8" in found  # an instance of whole nodes, t inside each
+
+
+@pytest.mark.parametrize(("refuse_cut", "estimated"), [(True, False), (False, True)])
+def test_a_cut_listing_the_caller_refuses_is_not_estimated(
+    monkeypatch: pytest.MonkeyPatch, refuse_cut: bool, estimated: bool
+) -> None:
+    from areal_alloc.estimate.layout import training_speed as real
+    from areal_alloc.search import ranking
+
+    calls: list[int] = []
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ranking, "training_speed", counted)
+    found = fastest_layouts(
+        "megatron",
+        1024,
+        LayoutConstraints(gpus_per_node=8),
+        find_model("Qwen3-30B-A3B"),
+        GPU.memory_bytes,
+        HARDWARE,
+        top=3,
+        tokens_per_step=512 * 9216,
+        sequence_length=9216,
+        training=SETTINGS,
+        limit=10,
+        refuse_cut=refuse_cut,
+    )
+    # layouts --rank --top refuses a cut listing: it is counted, then nothing is estimated
+    assert found.cut
+    assert found.searched == 10
+    assert bool(calls) is estimated
+    assert bool(found.layouts) is estimated
