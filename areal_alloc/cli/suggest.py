@@ -173,7 +173,7 @@ def suggest_command(args: list[str]) -> int:
             print(" ".join(p.overrides()))
         return 0
     shape = inputs.shape
-    mode = shape.step_mode
+    mode = shape.mode
     print(
         f"{inputs.gpus} × {inputs.gpu.name}, {inputs.model}: {shape.batch} sequences of "
         f"{shape.prompt_len:,} + {shape.gen_len:,} tokens per step, {mode}"

@@ -77,16 +77,13 @@ def decode_speed(
 ) -> StepEstimate:
     """One decode step of every instance of the layout, at the sequences in flight."""
     kv = memory.kv_cache
-    per_token = kv.bytes_per_token if kv is not None else 0
     instances = gpus // (parallel.tp_size * parallel.pp_size)
     # the sequences in flight (areal_alloc.estimate.rl_step.decode_batch, the plan's rule): the
     # step's share, what the KV cache holds at this context; never a fixed cap
     kv_tokens = kv.tokens if kv is not None else None
     wanted = sequences if sequences is not None else (kv_tokens or 1) * max(1, instances)
     batch = decode_batch(wanted, instances, kv_tokens, sequence_length, None)
-    one = decode_step(
-        arch, parallel, hardware, batch=batch, context=sequence_length, kv_bytes_per_token=per_token
-    )
+    one, _ = instance_decode(arch, parallel, hardware, memory, sequence_length, batch)
     # the tokens a step generates: one per sequence in flight, never more than there are
     # (ceil(512 / 344) = 2 per instance counts 688 where 512 run)
     return replace_tokens(one, min(one.tokens * instances, wanted), gpus)

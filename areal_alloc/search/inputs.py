@@ -133,10 +133,6 @@ class RunShape:
         return self.step.mean
 
     @property
-    def step_mode(self) -> str:
-        return self.mode
-
-    @property
     def train_tokens(self) -> int:
         return self.step.tokens
 

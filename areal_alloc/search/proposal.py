@@ -47,7 +47,7 @@ class Proposal:
     def step_seconds(self) -> float:
         """The step in the run's mode (:func:`areal_alloc.estimate.rl_step.step_seconds`)."""
         return rl_step.step_seconds(
-            self.shape.step_mode,
+            self.shape.mode,
             self.generate_seconds,
             self.train_seconds,
             self.update_seconds,
@@ -82,7 +82,7 @@ class Proposal:
         return balance_advice(
             self.generate_seconds,
             self.train_seconds,
-            self.shape.step_mode,
+            self.shape.mode,
             split,
             update=self.update_seconds,
             moved=None if near is None else moved,
@@ -120,7 +120,7 @@ class Proposal:
             "train_seconds": self.train_seconds,
             "step_seconds": self.step_seconds,
             "update_seconds": self.update_seconds,
-            "mode": self.shape.step_mode,
+            "mode": self.shape.mode,
             "generation": None if self.generation is None else self.generation.what,
             "balance": self.balance,
             "advice": self.advice,

@@ -536,7 +536,7 @@ class SplitSearch:
             len(self.splits),
             self.training_slower,
             self.total,
-            asynchronous=self.shape.step_mode == rl_step.ASYNCHRONOUS,
+            asynchronous=self.shape.mode == rl_step.ASYNCHRONOUS,
             window=max(_WINDOW, top),
         )
         found = [p for p in map(self.proposal, order) if p is not None]
@@ -556,6 +556,6 @@ def _generation(
         shape.step,
         rollout.memory.kv_cache,
         instances=rollout.parallel.dp_size,
-        mode=shape.step_mode,
+        mode=shape.mode,
         backend=rollout.spec.partition(":")[0],
     )
